@@ -1,0 +1,118 @@
+// C entry points: status strings, last error, version, contexts and cache statistics.
+#include <cstring>
+#include <string>
+
+#include "capi_guard.hpp"
+#include "core/context.hpp"
+#include "jit/nvrtc_compiler.hpp"
+#include "moejit.h"
+
+namespace moejit {
+namespace {
+thread_local std::string last_error;
+}
+void set_last_error(std::string message) { last_error = std::move(message); }
+void clear_last_error() { last_error.clear(); }
+}  // namespace moejit
+
+using namespace moejit;
+
+extern "C" {
+
+MOEJIT_API const char *moejit_status_string(moejit_status_t status) {
+    switch (status) {
+    case MOEJIT_SUCCESS: return "MOEJIT_SUCCESS";
+    case MOEJIT_ERROR_INVALID_ARGUMENT: return "MOEJIT_ERROR_INVALID_ARGUMENT";
+    case MOEJIT_ERROR_UNSUPPORTED: return "MOEJIT_ERROR_UNSUPPORTED";
+    case MOEJIT_ERROR_OUT_OF_MEMORY: return "MOEJIT_ERROR_OUT_OF_MEMORY";
+    case MOEJIT_ERROR_NO_DRIVER: return "MOEJIT_ERROR_NO_DRIVER";
+    case MOEJIT_ERROR_NO_DEVICE: return "MOEJIT_ERROR_NO_DEVICE";
+    case MOEJIT_ERROR_CUDA: return "MOEJIT_ERROR_CUDA";
+    case MOEJIT_ERROR_COMPILE: return "MOEJIT_ERROR_COMPILE";
+    case MOEJIT_ERROR_JIT_DISABLED: return "MOEJIT_ERROR_JIT_DISABLED";
+    case MOEJIT_ERROR_CACHE: return "MOEJIT_ERROR_CACHE";
+    case MOEJIT_ERROR_INTERNAL: return "MOEJIT_ERROR_INTERNAL";
+    }
+    return "unknown status";
+}
+
+MOEJIT_API const char *moejit_last_error(void) { return last_error.c_str(); }
+
+MOEJIT_API const char *moejit_version(void) { return MOEJIT_VERSION_STRING; }
+
+MOEJIT_API int moejit_version_number(void) {
+    return MOEJIT_VERSION_MAJOR * 10000 + MOEJIT_VERSION_MINOR * 100 + MOEJIT_VERSION_PATCH;
+}
+
+MOEJIT_API moejit_status_t moejit_context_options_init(moejit_context_options_t *options) {
+    return capi_guard([&] {
+        MOEJIT_REQUIRE(options, "options is NULL");
+        std::memset(options, 0, sizeof *options);
+        options->struct_size = sizeof *options;
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_context_create(const moejit_context_options_t *options,
+                                                 moejit_context_t *context) {
+    return capi_guard([&] {
+        MOEJIT_REQUIRE(context, "context (the out-pointer) is NULL");
+        *context = nullptr;
+        moejit_context_options_t defaults;
+        moejit_context_options_init(&defaults);
+        if (options) check_struct_size(options->struct_size, sizeof *options, "options");
+        *context = new moejit_context_s(options ? *options : defaults);
+    });
+}
+
+MOEJIT_API void moejit_context_destroy(moejit_context_t context) { delete context; }
+
+MOEJIT_API moejit_status_t moejit_context_arch(moejit_context_t context, const char **arch) {
+    return capi_guard([&] {
+        Context &ctx = require_handle(context, "context").impl;
+        MOEJIT_REQUIRE(arch, "arch (the out-pointer) is NULL");
+        *arch = ctx.arch().c_str();
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_context_cache_dir(moejit_context_t context, const char **dir) {
+    return capi_guard([&] {
+        Context &ctx = require_handle(context, "context").impl;
+        MOEJIT_REQUIRE(dir, "dir (the out-pointer) is NULL");
+        *dir = ctx.jit().cache_dir().c_str();
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_cache_stats_init(moejit_cache_stats_t *stats) {
+    return capi_guard([&] {
+        MOEJIT_REQUIRE(stats, "stats is NULL");
+        std::memset(stats, 0, sizeof *stats);
+        stats->struct_size = sizeof *stats;
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
+                                                      moejit_cache_stats_t *stats) {
+    return capi_guard([&] {
+        Context &ctx = require_handle(context, "context").impl;
+        MOEJIT_REQUIRE(stats, "stats is NULL");
+        check_struct_size(stats->struct_size, sizeof *stats, "stats");
+        CacheCounters c = ctx.jit().counters();
+        stats->memory_hits = c.memory_hits;
+        stats->disk_hits = c.disk_hits;
+        stats->misses = c.misses;
+        stats->compiles = c.compiles;
+        stats->compile_failures = c.compile_failures;
+        stats->disk_rejects = c.disk_rejects;
+        stats->compile_seconds = c.compile_seconds;
+        stats->disk_load_seconds = c.disk_load_seconds;
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_nvrtc_version(int *version) {
+    return capi_guard([&] {
+        MOEJIT_REQUIRE(version, "version is NULL");
+        *version = nvrtc_version();
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds moejit and runs every test: the CPU suite always; the GPU suite runs where a CUDA
+# device is usable and reports SKIP (exit 77) elsewhere; the Python tests when pytest exists.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+[ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=release
+ninja -C "$build"
+meson test -C "$build" --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" "$@"
+if python3 -c 'import pytest' 2>/dev/null && [ -d capi/python/tests ]; then
+    MOEJIT_LIBRARY="$PWD/$build/capi/libmoejit.so" PYTHONPATH="$PWD/capi/python" \
+        python3 -m pytest -q capi/python/tests
+fi

@@ -1,0 +1,125 @@
+#include "core/context.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
+
+#include "driver/driver.hpp"
+#include "jit/cache_paths.hpp"
+#include "jit/nvrtc_compiler.hpp"
+
+namespace moejit {
+namespace {
+
+bool jit_enabled_from(int mode) {
+    if (mode == MOEJIT_JIT_ON) return true;
+    if (mode == MOEJIT_JIT_OFF) return false;
+    const char *env = std::getenv("MOEJIT_COMPILE");
+    if (!env) return true;
+    for (const char *off : {"off", "0", "false", "no"})
+        if (::strcasecmp(env, off) == 0) return false;
+    return true;
+}
+
+}  // namespace
+
+Context::Context(const moejit_context_options_t &options)
+    : log_{options.log_fn, options.log_user_data}, compile_only_(options.compile_only != 0),
+      device_ordinal_(options.device_ordinal) {
+    MOEJIT_REQUIRE(options.jit_mode >= MOEJIT_JIT_FROM_ENV && options.jit_mode <= MOEJIT_JIT_OFF,
+                   "options->jit_mode is {}, expected 0 (from env), 1 (on) or 2 (off)", options.jit_mode);
+    std::string arch = options.arch ? options.arch : "";
+    if (!arch.empty())
+        MOEJIT_REQUIRE(valid_arch(arch), "options->arch is \"{}\", expected sm_XY or sm_XYa with XY >= 80 (e.g. sm_90a, sm_80)", arch);
+    if (compile_only_) {
+        MOEJIT_REQUIRE(!arch.empty(), "options->arch is NULL, but a compile-only context needs an explicit arch such as \"sm_90a\"");
+    } else {
+        MOEJIT_REQUIRE(device_ordinal_ >= 0, "options->device_ordinal is {}, expected >= 0", device_ordinal_);
+        const DriverApi &api = driver();  // NO_DRIVER / NO_DEVICE surface here
+        int count = 0;
+        MOEJIT_CU(cuDeviceGetCount(&count));
+        if (count == 0) fail(MOEJIT_ERROR_NO_DEVICE, "no CUDA device found");
+        if (device_ordinal_ >= count)
+            fail(MOEJIT_ERROR_NO_DEVICE, "options->device_ordinal is {}, but only {} CUDA device(s) exist",
+                 device_ordinal_, count);
+        MOEJIT_CU(cuDeviceGet(&device_, device_ordinal_));
+        MOEJIT_CU(cuDeviceGetAttribute(&cc_major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_));
+        MOEJIT_CU(cuDeviceGetAttribute(&cc_minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_));
+        MOEJIT_CU(cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_));
+        if (cc_major_ < 8)
+            fail(MOEJIT_ERROR_UNSUPPORTED, "device {} has compute capability {}.{}; moejit needs 8.0 or newer",
+                 device_ordinal_, cc_major_, cc_minor_);
+        MOEJIT_CU(cuDevicePrimaryCtxRetain(&cu_context_, device_));
+        CUresult r = api.cuCtxSetCurrent(cu_context_);
+        if (r != CUDA_SUCCESS) {
+            api.cuDevicePrimaryCtxRelease(device_);
+            check_cuda(r, "cuCtxSetCurrent");
+        }
+        // Hopper gets the arch-specific target so wgmma/setmaxnreg are available.
+        if (arch.empty())
+            arch = fmt::format("sm_{}{}{}", cc_major_, cc_minor_, cc_major_ == 9 ? "a" : "");
+    }
+    if (compile_only_ || !options.arch) {
+        std::string digits = arch.substr(3);
+        if (digits.back() == 'a') digits.pop_back();
+        int number = std::stoi(digits);
+        if (compile_only_) {
+            cc_major_ = number / 10;
+            cc_minor_ = number % 10;
+        }
+    }
+    JitOptions jit;
+    jit.arch = arch;
+    jit.jit_enabled = jit_enabled_from(options.jit_mode);
+    jit.load_modules = !compile_only_;
+    jit.cache_dir = versioned_cache_dir(cache_root(options.cache_dir));
+    jit.log = log_;
+    try {
+        jit_ = std::make_unique<JitEngine>(std::move(jit));
+    } catch (...) {
+        if (cu_context_) driver().cuDevicePrimaryCtxRelease(device_);
+        throw;
+    }
+}
+
+Context::~Context() {
+    jit_.reset();  // unload modules while the CUDA context still exists
+    if (cu_context_) driver().cuDevicePrimaryCtxRelease(device_);
+}
+
+void Context::make_current() {
+    if (compile_only_) return;
+    CUcontext current = nullptr;
+    MOEJIT_CU(cuCtxGetCurrent(&current));
+    if (current != cu_context_) MOEJIT_CU(cuCtxSetCurrent(cu_context_));
+}
+
+void Context::require_device(const char *what) const {
+    MOEJIT_REQUIRE(!compile_only_, "{} needs a GPU, but the context is compile-only (created "
+                                   "with options->compile_only = 1)", what);
+}
+
+Kernel &Context::kernel(const KernelSource &source) {
+    make_current();
+    return jit_->get(source);
+}
+
+void Context::launch_raw(Kernel &kernel, const LaunchShape &s, void *stream, void **args) {
+    require_device("launching a kernel");
+    if (s.grid_x == 0 || s.grid_y == 0 || s.grid_z == 0) return;  // nothing to do (e.g. T = 0)
+    make_current();
+    if (static_cast<int>(s.shared_bytes) > kernel.dynamic_smem_limit) {
+        MOEJIT_CU(cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     static_cast<int>(s.shared_bytes)));
+        kernel.dynamic_smem_limit = static_cast<int>(s.shared_bytes);
+    }
+    CUresult r = driver().cuLaunchKernel(kernel.function, s.grid_x, s.grid_y, s.grid_z, s.block_x,
+                                         s.block_y, s.block_z, s.shared_bytes,
+                                         static_cast<CUstream>(stream), args, nullptr);
+    if (r != CUDA_SUCCESS)
+        check_cuda(r, fmt::format("cuLaunchKernel({}, grid {}x{}x{}, block {}x{}x{}, smem {})",
+                                  kernel.name, s.grid_x, s.grid_y, s.grid_z, s.block_x, s.block_y,
+                                  s.block_z, s.shared_bytes).c_str());
+}
+
+}  // namespace moejit

@@ -1,0 +1,74 @@
+// moejit_context_s: one device (or none, compile-only), its JIT engine and launch helpers.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "core/logger.hpp"
+#include "jit/jit_engine.hpp"
+
+namespace moejit {
+
+struct LaunchShape {
+    std::uint32_t grid_x = 1, grid_y = 1, grid_z = 1;
+    std::uint32_t block_x = 1, block_y = 1, block_z = 1;
+    std::uint32_t shared_bytes = 0;
+};
+
+class Context {
+public:
+    explicit Context(const moejit_context_options_t &options);
+    ~Context();
+    Context(const Context &) = delete;
+    Context &operator=(const Context &) = delete;
+
+    bool compile_only() const { return compile_only_; }
+    const std::string &arch() const { return jit_->arch(); }
+    int sm_count() const { return sm_count_; }            // 0 when compile-only
+    int compute_capability() const { return cc_major_ * 10 + cc_minor_; }  // from arch
+    const Logger &log() const { return log_; }
+    JitEngine &jit() { return *jit_; }
+
+    // Compiles / loads a specialization (makes this context's CUDA context current first).
+    Kernel &kernel(const KernelSource &source);
+
+    // Launches on `stream` (a CUstream as void*); a grid with a zero dimension is a no-op, so
+    // T = 0 needs no special case in callers. Raises the dynamic shared memory limit on first
+    // use. Throws MOEJIT_ERROR_INVALID_ARGUMENT on a compile-only context.
+    template <class... Args>
+    void launch(Kernel &kernel, const LaunchShape &shape, void *stream, const Args &...args) {
+        static_assert((std::is_trivially_copyable_v<Args> && ...),
+                      "kernel arguments are copied bytewise");
+        std::array<void *, sizeof...(Args) + 1> pointers{const_cast<void *>(
+            static_cast<const void *>(&args))..., nullptr};
+        launch_raw(kernel, shape, stream, pointers.data());
+    }
+    void launch_raw(Kernel &kernel, const LaunchShape &shape, void *stream, void **args);
+
+    // Makes the device's primary context current on the calling thread (no-op compile-only).
+    void make_current();
+    // Throws MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on a compile-only context.
+    void require_device(const char *what) const;
+
+private:
+    Logger log_;
+    bool compile_only_ = false;
+    int device_ordinal_ = 0;
+    CUdevice device_ = 0;
+    CUcontext cu_context_ = nullptr;
+    int sm_count_ = 0;
+    int cc_major_ = 0, cc_minor_ = 0;
+    std::unique_ptr<JitEngine> jit_;
+};
+
+}  // namespace moejit
+
+struct moejit_context_s {
+    moejit::Context impl;
+    explicit moejit_context_s(const moejit_context_options_t &options) : impl(options) {}
+};

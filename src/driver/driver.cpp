@@ -1,0 +1,83 @@
+#include "driver/driver.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace moejit {
+namespace {
+
+#define MOEJIT_STRINGIZE_EXPANDED(x) MOEJIT_STRINGIZE(x)
+#define MOEJIT_STRINGIZE(x) #x
+
+struct LoadedDriver {
+    DriverApi api;
+    moejit_status_t status = MOEJIT_SUCCESS;
+    std::string message;
+};
+
+LoadedDriver load_driver() {
+    LoadedDriver loaded;
+    // Tests point this at a missing file to exercise the no-driver path on a GPU host too.
+    const char *override_path = std::getenv("MOEJIT_LIBCUDA");
+    const char *path = override_path && *override_path ? override_path : "libcuda.so.1";
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *why = dlerror();
+        loaded.status = MOEJIT_ERROR_NO_DRIVER;
+        loaded.message = fmt::format("CUDA driver not found: dlopen(\"{}\") failed: {}", path,
+                                     why ? why : "unknown reason");
+        return loaded;
+    }
+#define MOEJIT_DRIVER_RESOLVE(name)                                                          \
+    loaded.api.name = reinterpret_cast<decltype(&::name)>(                                   \
+        dlsym(handle, MOEJIT_STRINGIZE_EXPANDED(name)));                                     \
+    if (!loaded.api.name) {                                                                  \
+        loaded.status = MOEJIT_ERROR_NO_DRIVER;                                              \
+        loaded.message = fmt::format("CUDA driver {} lacks symbol {} (driver too old?)", path, \
+                                     MOEJIT_STRINGIZE_EXPANDED(name));                       \
+        return loaded;                                                                       \
+    }
+    MOEJIT_DRIVER_SYMBOLS(MOEJIT_DRIVER_RESOLVE)
+#undef MOEJIT_DRIVER_RESOLVE
+    // The handle is intentionally never closed: function pointers outlive every context.
+    CUresult result = loaded.api.cuInit(0);
+    if (result == CUDA_ERROR_NO_DEVICE) {
+        loaded.status = MOEJIT_ERROR_NO_DEVICE;
+        loaded.message = "cuInit: no CUDA device found (CUDA_ERROR_NO_DEVICE)";
+    } else if (result != CUDA_SUCCESS) {
+        const char *name = nullptr;
+        const char *text = nullptr;
+        loaded.api.cuGetErrorName(result, &name);
+        loaded.api.cuGetErrorString(result, &text);
+        loaded.status = (result == CUDA_ERROR_STUB_LIBRARY || result == CUDA_ERROR_SYSTEM_DRIVER_MISMATCH) ? MOEJIT_ERROR_NO_DRIVER
+                                                                  : MOEJIT_ERROR_CUDA;
+        loaded.message = fmt::format("cuInit(0) failed: {} ({})", name ? name : "?",
+                                     text ? text : "?");
+    }
+    return loaded;
+}
+
+}  // namespace
+
+const DriverApi &driver() {
+    static const LoadedDriver loaded = load_driver();  // thread-safe one-time init
+    if (loaded.status != MOEJIT_SUCCESS) throw Error(loaded.status, loaded.message);
+    return loaded.api;
+}
+
+void check_cuda(CUresult result, const char *call) {
+    if (result == CUDA_SUCCESS) return;
+    const char *name = nullptr;
+    const char *text = nullptr;
+    const DriverApi &api = driver();
+    if (api.cuGetErrorName(result, &name) != CUDA_SUCCESS) name = nullptr;
+    if (api.cuGetErrorString(result, &text) != CUDA_SUCCESS) text = nullptr;
+    fail(MOEJIT_ERROR_CUDA, "{} failed: {} ({}): {}", call, name ? name : "unknown CUresult",
+         static_cast<int>(result), text ? text : "no description");
+}
+
+}  // namespace moejit

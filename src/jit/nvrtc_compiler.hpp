@@ -1,0 +1,35 @@
+// NVRTC: one translation unit to a cubin for an explicit arch, with embedded templates as
+// in-memory headers and the CUDA include folder on the path. The log comes back in the error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "jit/kernel_source.hpp"
+
+namespace moejit {
+
+struct CompiledKernel {
+    std::vector<char> cubin;
+    std::string log;
+    double seconds = 0;
+};
+
+// Options every compile uses (sorted; the arch and include folder are added by compile()).
+std::vector<std::string> default_nvrtc_options();
+
+// Throws MOEJIT_ERROR_COMPILE with the NVRTC log, the kernel name and the options.
+CompiledKernel nvrtc_compile(const KernelSource &source, const std::string &arch,
+                             const std::vector<std::string> &options);
+
+// "sm_90a" -> "compute_90a"-style validation: sm_XY or sm_XYa with XY >= 80.
+bool valid_arch(const std::string &arch);
+
+// major*100 + minor of the linked NVRTC.
+int nvrtc_version();
+
+// The CUDA toolkit include folder holding cuda_bf16.h: $CUDA_HOME, $CUDA_PATH, the build-time
+// toolkit, /usr/local/cuda (first one that has the header).
+const std::string &cuda_include_dir();
+
+}  // namespace moejit

@@ -1,0 +1,221 @@
+#include "ops/routing.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace moejit {
+namespace {
+
+// Enough chunks to fill the GPU (each block is small), few enough that the row scan and the
+// per-block expert scans stay cheap: S = 262144, E = 256 gives 256 chunks of 1024 routes.
+constexpr std::int64_t kTargetChunks = 256;
+constexpr std::int32_t kMinRowsPerWarp = 128;
+constexpr std::uint32_t kRowScanWarps = 8;  // one warp per expert
+constexpr std::int64_t kMaxRows = std::numeric_limits<std::int32_t>::max();  // int32 indices
+
+std::string entry_of(const std::string &name) { return "moejit_" + name; }
+
+// One translation unit of the histogram or rank kernel.
+KernelSource render_chunk_kernel(const RoutingSpec &spec, const char *kind, const char *params,
+                                 const char *call) {
+    const std::int32_t warps = routing_warps(spec.num_experts);
+    KernelSource ks;
+    ks.name = fmt::format("routing_{}_{}_e{}", kind, dtype_name(spec.index_dtype),
+                          spec.num_experts);
+    ks.template_name = "routing.cuh";
+    ks.entry = entry_of(ks.name);
+    ks.source = fmt::format(
+        "// moejit routing index, {kind}: {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"routing.cuh\"\n"
+        "\n"
+        "namespace {{\n"
+        "using Id = {id};\n"
+        "constexpr int kExperts = {e};\n"
+        "constexpr int kWarps = {warps};\n"
+        "}}  // namespace\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
+        "    moejit::routing::{call};\n"
+        "}}\n",
+        fmt::arg("kind", kind), fmt::arg("name", ks.name),
+        fmt::arg("id", dtype_cuda_type(spec.index_dtype)), fmt::arg("e", spec.num_experts),
+        fmt::arg("warps", warps), fmt::arg("threads", warps * 32), fmt::arg("entry", ks.entry),
+        fmt::arg("params", params), fmt::arg("call", call));
+    return ks;
+}
+
+KernelSource render_row_scan() {
+    KernelSource ks;
+    ks.name = "routing_row_scan";
+    ks.template_name = "routing.cuh";
+    ks.entry = entry_of(ks.name);
+    ks.source = fmt::format(
+        "// moejit routing index, per-expert scan over chunks: {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"routing.cuh\"\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}(int *hist, "
+        "int num_chunks, int num_experts, int *counts) {{\n"
+        "    moejit::routing::row_scan(hist, num_chunks, num_experts, counts);\n"
+        "}}\n",
+        fmt::arg("name", ks.name), fmt::arg("threads", kRowScanWarps * 32),
+        fmt::arg("entry", ks.entry));
+    return ks;
+}
+
+void validate_counts(std::int64_t num_tokens, std::int32_t top_k) {
+    MOEJIT_REQUIRE(num_tokens >= 0, "num_tokens must be >= 0, got {}", num_tokens);
+    MOEJIT_REQUIRE(top_k >= 1, "top_k must be >= 1, got {}", top_k);
+    if (num_tokens > kMaxRows / top_k)
+        fail(MOEJIT_ERROR_UNSUPPORTED,
+             "num_tokens * top_k = {} * {} exceeds {} (scatter_index and offsets are int32)",
+             num_tokens, top_k, kMaxRows);
+}
+
+void require_tensor(const void *ptr, const char *name, std::int64_t elements, const char *shape) {
+    MOEJIT_REQUIRE(ptr != nullptr || elements == 0,
+                   "{} is NULL (expected a device pointer to {} = {} elements)", name, shape,
+                   elements);
+}
+
+}  // namespace
+
+void validate_routing_spec(const RoutingSpec &spec) {
+    MOEJIT_REQUIRE(spec.index_dtype == MOEJIT_DTYPE_INT32 || spec.index_dtype == MOEJIT_DTYPE_INT64,
+                   "index_dtype must be MOEJIT_DTYPE_INT32 or MOEJIT_DTYPE_INT64, got {} ({})",
+                   static_cast<int>(spec.index_dtype), dtype_name(spec.index_dtype));
+    MOEJIT_REQUIRE(spec.num_experts >= 1, "num_experts must be >= 1, got {}", spec.num_experts);
+    if (spec.num_experts > kRoutingMaxExperts)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "num_experts = {} exceeds the supported maximum of {}",
+             spec.num_experts, kRoutingMaxExperts);
+}
+
+std::int32_t routing_warps(std::int32_t num_experts) {
+    // base_s[warps][E] ints plus 32 ints of scan scratch within 48 KiB of static shared memory.
+    constexpr std::int32_t kSharedInts = 12000;
+    return std::clamp<std::int32_t>(kSharedInts / std::max<std::int32_t>(num_experts, 1), 1, 8);
+}
+
+RoutingChunking routing_chunking(std::int64_t rows, std::int32_t num_experts) {
+    RoutingChunking c;
+    c.rows = rows;
+    c.warps = routing_warps(num_experts);
+    const std::int64_t per_warp =
+        (rows + c.warps * kTargetChunks - 1) / (c.warps * kTargetChunks);
+    c.rows_per_warp = static_cast<std::int32_t>(
+        std::max<std::int64_t>(kMinRowsPerWarp, (per_warp + 31) / 32 * 32));
+    const std::int64_t chunk_rows = std::int64_t{c.warps} * c.rows_per_warp;
+    c.num_chunks = static_cast<std::int32_t>((rows + chunk_rows - 1) / chunk_rows);
+    c.workspace_bytes = static_cast<std::size_t>(num_experts) * c.num_chunks * sizeof(std::int32_t);
+    return c;
+}
+
+std::size_t routing_index_workspace_size(std::int64_t num_tokens, std::int32_t top_k,
+                                         std::int32_t num_experts) {
+    validate_counts(num_tokens, top_k);
+    validate_routing_spec(RoutingSpec{MOEJIT_DTYPE_INT32, num_experts});
+    return routing_chunking(num_tokens * top_k, num_experts).workspace_bytes;
+}
+
+RoutingKernels render_routing_index(const RoutingSpec &spec) {
+    validate_routing_spec(spec);
+    RoutingKernels k;
+    k.histogram = render_chunk_kernel(
+        spec, "histogram",
+        "const Id *__restrict__ selected, long long rows, int rows_per_warp, int num_chunks, "
+        "int *__restrict__ hist",
+        "histogram<Id, kExperts, kWarps>(selected, rows, rows_per_warp, num_chunks, hist)");
+    k.row_scan = render_row_scan();
+    k.rank = render_chunk_kernel(
+        spec, "rank",
+        "const Id *__restrict__ selected, long long rows, int rows_per_warp, int num_chunks, "
+        "const int *__restrict__ chunk_prefix, const int *__restrict__ counts, "
+        "int *__restrict__ offsets, int *__restrict__ scatter_index",
+        "rank<Id, kExperts, kWarps>(selected, rows, rows_per_warp, num_chunks, chunk_prefix, "
+        "counts, offsets, scatter_index)");
+    return k;
+}
+
+std::vector<KernelSource> routing_index_sources(const RoutingSpec &spec) {
+    RoutingKernels k = render_routing_index(spec);
+    return {std::move(k.histogram), std::move(k.row_scan), std::move(k.rank)};
+}
+
+void routing_index(Context &ctx, const RoutingIndexArgs &args) {
+    const RoutingSpec spec{args.index_dtype, args.num_experts};
+    validate_routing_spec(spec);
+    validate_counts(args.num_tokens, args.top_k);
+    const std::int64_t rows = args.num_tokens * args.top_k;
+    const std::int32_t experts = args.num_experts;
+
+    require_tensor(args.selected_experts, "selected_experts", rows, "[T,k]");
+    require_tensor(args.counts, "counts", experts, "[E]");
+    require_tensor(args.offsets, "offsets", experts + 1, "[E+1]");
+    require_tensor(args.scatter_index, "scatter_index", rows, "[T,k]");
+    const std::size_t id_size = dtype_size(args.index_dtype);
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(args.selected_experts) % id_size == 0,
+                   "selected_experts = {} is not {}-byte aligned", args.selected_experts, id_size);
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(args.counts) % 4 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(args.offsets) % 4 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(args.scatter_index) % 4 == 0,
+                   "counts, offsets and scatter_index must be 4-byte aligned");
+
+    const RoutingChunking chunking = routing_chunking(rows, experts);
+    MOEJIT_REQUIRE(args.workspace_size >= chunking.workspace_bytes,
+                   "workspace_size = {} is too small: moejit_routing_index_workspace_size gives "
+                   "{} bytes for num_tokens = {}, top_k = {}, num_experts = {}",
+                   args.workspace_size, chunking.workspace_bytes, args.num_tokens, args.top_k,
+                   experts);
+    MOEJIT_REQUIRE(args.workspace != nullptr || chunking.workspace_bytes == 0,
+                   "workspace is NULL (expected {} bytes of device memory)",
+                   chunking.workspace_bytes);
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(args.workspace) % 4 == 0,
+                   "workspace = {} is not 4-byte aligned", args.workspace);
+    ctx.require_device("moejit_routing_index");
+
+    const RoutingKernels sources = render_routing_index(spec);
+    Kernel &histogram = ctx.kernel(sources.histogram);
+    Kernel &row_scan = ctx.kernel(sources.row_scan);
+    Kernel &rank = ctx.kernel(sources.rank);
+
+    auto *hist = static_cast<int *>(args.workspace);
+    const long long rows_arg = rows;
+    const int rows_per_warp = chunking.rows_per_warp;
+    const int num_chunks = chunking.num_chunks;
+    const auto threads = static_cast<std::uint32_t>(chunking.warps * 32);
+    const auto *selected = args.selected_experts;
+
+    LaunchShape hist_shape;
+    hist_shape.grid_x = static_cast<std::uint32_t>(num_chunks);  // 0 for T = 0: a no-op
+    hist_shape.block_x = threads;
+    ctx.launch(histogram, hist_shape, args.stream, selected, rows_arg, rows_per_warp, num_chunks,
+               hist);
+
+    LaunchShape scan_shape;
+    scan_shape.grid_x = (static_cast<std::uint32_t>(experts) + kRowScanWarps - 1) / kRowScanWarps;
+    scan_shape.block_x = kRowScanWarps * 32;
+    int *counts = args.counts;
+    const int experts_arg = experts;
+    ctx.launch(row_scan, scan_shape, args.stream, hist, num_chunks, experts_arg, counts);
+
+    // At least one block: block 0 writes offsets even when there are no routes.
+    LaunchShape rank_shape;
+    rank_shape.grid_x = static_cast<std::uint32_t>(std::max(num_chunks, 1));
+    rank_shape.block_x = threads;
+    const int *chunk_prefix = hist;
+    const int *counts_in = args.counts;
+    int *offsets = args.offsets;
+    int *scatter_index = args.scatter_index;
+    ctx.launch(rank, rank_shape, args.stream, selected, rows_arg, rows_per_warp, num_chunks,
+               chunk_prefix, counts_in, offsets, scatter_index);
+}
+
+}  // namespace moejit

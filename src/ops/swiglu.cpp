@@ -1,0 +1,229 @@
+#include "ops/swiglu.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace moejit {
+namespace {
+
+// Keeps column arithmetic in 32-bit ints on the device (2I < 2^31) and the unrolled loop sane.
+constexpr std::int64_t kMaxIntermediate = std::int64_t{1} << 20;
+constexpr std::uint32_t kThreadsPerBlock = 32u * kSwigluWarpsPerBlock;
+
+std::string spec_suffix(const SwigluSpec &spec) {
+    return fmt::format("{}_i{}_{}{}{}", dtype_name(spec.dtype), spec.intermediate,
+                       spec.merged ? "merged" : "split", spec.has_limit ? "_limit" : "",
+                       spec.has_weights ? "_w" : "");
+}
+
+// Renders one translation unit: constants, the template, the extern "C" wrapper.
+KernelSource render(const SwigluSpec &spec, const char *direction, const char *function,
+                    const char *params, const char *call_args) {
+    validate_swiglu_spec(spec);
+    KernelSource ks;
+    ks.name = fmt::format("swiglu_{}_{}", direction, spec_suffix(spec));
+    ks.template_name = "swiglu.cuh";
+    ks.entry = "moejit_" + ks.name;
+    ks.source = fmt::format(
+        "// moejit SwiGLU {direction}: {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"swiglu.cuh\"\n"
+        "\n"
+        "namespace {{\n"
+        "using T = {type};\n"
+        "constexpr int kI = {i};\n"
+        "constexpr bool kMerged = {merged};\n"
+        "constexpr bool kLimit = {limit};\n"
+        "constexpr bool kWeights = {weights};\n"
+        "constexpr int kWarpsPerBlock = {warps};\n"
+        "}}  // namespace\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
+        "    moejit::{function}<T, kI, kMerged, kLimit, kWeights, kWarpsPerBlock>({call_args});\n"
+        "}}\n",
+        fmt::arg("direction", direction), fmt::arg("name", ks.name),
+        fmt::arg("type", dtype_cuda_type(spec.dtype)), fmt::arg("i", spec.intermediate),
+        fmt::arg("merged", spec.merged), fmt::arg("limit", spec.has_limit),
+        fmt::arg("weights", spec.has_weights), fmt::arg("warps", kSwigluWarpsPerBlock),
+        fmt::arg("threads", kThreadsPerBlock), fmt::arg("entry", ks.entry),
+        fmt::arg("params", params), fmt::arg("function", function),
+        fmt::arg("call_args", call_args));
+    return ks;
+}
+
+// The common scalar checks of forward and backward.
+void validate_shape(moejit_dtype_t dtype, std::int64_t rows, std::int64_t intermediate,
+                    float limit) {
+    validate_swiglu_spec(SwigluSpec{dtype, intermediate, false, false, false});
+    MOEJIT_REQUIRE(rows >= 0, "rows must be >= 0 (S, the scattered row count), got {}", rows);
+    MOEJIT_REQUIRE(!std::isnan(limit) && !std::isinf(limit),
+                   "limit must be finite (> 0 enables the limit, <= 0 disables it), got {}",
+                   limit);
+    // grid_x = ceil(S / rows per block) must fit the 2^31 - 1 grid limit.
+    if (rows > (std::int64_t{0x7FFFFFFF} * kSwigluWarpsPerBlock))
+        fail(MOEJIT_ERROR_UNSUPPORTED, "rows = {} exceeds the supported maximum of {}", rows,
+             std::int64_t{0x7FFFFFFF} * kSwigluWarpsPerBlock);
+}
+
+void require_tensor(const void *ptr, const char *name, std::size_t alignment,
+                    const char *shape) {
+    MOEJIT_REQUIRE(ptr != nullptr, "{} is NULL (expected a device pointer to {})", name, shape);
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(ptr) % alignment == 0,
+                   "{} = {} is not {}-byte aligned (SwiGLU uses {}-byte vector accesses)", name,
+                   ptr, alignment, alignment);
+}
+
+void require_null(const void *ptr, const char *name, bool merged) {
+    MOEJIT_REQUIRE(ptr == nullptr, "{} must be NULL in the {} layout (merged = {})", name,
+                   merged ? "merged" : "split", merged ? 1 : 0);
+}
+
+// Inputs shared by forward and backward; returns (gate base, up base) for the kernel: in the
+// merged layout `up` is gate_up + I elements, and the row stride (2I) is compiled in.
+std::pair<const void *, const void *> input_pointers(bool merged, std::int64_t intermediate,
+                                                     moejit_dtype_t dtype, const void *gate,
+                                                     const void *up, const void *gate_up,
+                                                     const float *w_s, bool check) {
+    if (check && w_s) require_tensor(w_s, "w_s", 4, "[S] fp32");
+    if (merged) {
+        if (check) {
+            require_tensor(gate_up, "gate_up", 16, "[S,2I]");
+            require_null(gate, "gate", true);
+            require_null(up, "up", true);
+        }
+        const char *base = static_cast<const char *>(gate_up);
+        return {base, base ? base + intermediate * static_cast<std::int64_t>(dtype_size(dtype))
+                           : nullptr};
+    }
+    if (check) {
+        require_tensor(gate, "gate", 16, "[S,I]");
+        require_tensor(up, "up", 16, "[S,I]");
+        require_null(gate_up, "gate_up", false);
+    }
+    return {gate, up};
+}
+
+std::uint32_t grid_for(std::int64_t rows) {
+    return static_cast<std::uint32_t>((rows + kSwigluWarpsPerBlock - 1) / kSwigluWarpsPerBlock);
+}
+
+LaunchShape launch_shape(std::int64_t rows) {
+    LaunchShape shape;
+    shape.grid_x = grid_for(rows);
+    shape.block_x = kThreadsPerBlock;
+    return shape;
+}
+
+}  // namespace
+
+void validate_swiglu_spec(const SwigluSpec &spec) {
+    if (!is_half_precision(spec.dtype)) {
+        if (spec.dtype == MOEJIT_DTYPE_FP32)
+            fail(MOEJIT_ERROR_UNSUPPORTED, "dtype fp32 is not supported by SwiGLU (expected bf16 "
+                                           "or fp16)");
+        fail(MOEJIT_ERROR_INVALID_ARGUMENT,
+             "dtype = {} ({}) is not valid for SwiGLU (expected MOEJIT_DTYPE_BF16 or "
+             "MOEJIT_DTYPE_FP16)",
+             static_cast<int>(spec.dtype), dtype_name(spec.dtype));
+    }
+    MOEJIT_REQUIRE(spec.intermediate > 0 && spec.intermediate % 8 == 0,
+                   "intermediate (I) must be a positive multiple of 8 (16-byte vectors of {}), "
+                   "got {}",
+                   dtype_name(spec.dtype), spec.intermediate);
+    if (spec.intermediate > kMaxIntermediate)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "intermediate (I) = {} exceeds the supported maximum {}",
+             spec.intermediate, kMaxIntermediate);
+}
+
+KernelSource render_swiglu_forward(const SwigluSpec &spec) {
+    return render(spec, "fwd", "swiglu_forward",
+                  "const void *gate, const void *up, const float *w_s, void *a, void *aw, "
+                  "long long rows, float limit",
+                  "gate, up, w_s, a, aw, rows, limit");
+}
+
+KernelSource render_swiglu_backward(const SwigluSpec &spec) {
+    return render(spec, "bwd", "swiglu_backward",
+                  "const void *gate, const void *up, const float *w_s, const void *daw, "
+                  "void *d_gate, void *d_up, float *d_w_s, void *aw, long long rows, "
+                  "float limit",
+                  "gate, up, w_s, daw, d_gate, d_up, d_w_s, aw, rows, limit");
+}
+
+SwigluSpec swiglu_spec(const SwigluForwardArgs &args) {
+    return SwigluSpec{args.dtype, args.intermediate, args.merged, args.limit > 0.0f,
+                      args.w_s != nullptr};
+}
+
+SwigluSpec swiglu_spec(const SwigluBackwardArgs &args) {
+    return SwigluSpec{args.dtype, args.intermediate, args.merged, args.limit > 0.0f,
+                      args.w_s != nullptr};
+}
+
+void swiglu_forward(Context &ctx, const SwigluForwardArgs &args) {
+    validate_shape(args.dtype, args.rows, args.intermediate, args.limit);
+    // Empty tensors may come as NULL (frameworks do that); there is nothing to check then.
+    const bool check = args.rows > 0;
+    auto [gate, up] = input_pointers(args.merged, args.intermediate, args.dtype, args.gate,
+                                     args.up, args.gate_up, args.w_s, check);
+    if (check) {
+        MOEJIT_REQUIRE(args.a != nullptr || args.aw != nullptr,
+                       "a and aw are both NULL (expected at least one [S,I] output)");
+        if (args.a) require_tensor(args.a, "a", 16, "[S,I]");
+        if (args.aw) require_tensor(args.aw, "aw", 16, "[S,I]");
+    }
+    ctx.require_device("moejit_swiglu_forward");
+    if (args.rows == 0) return;
+    Kernel &kernel = ctx.kernel(render_swiglu_forward(swiglu_spec(args)));
+    const float *w_s = args.w_s;
+    void *a = args.a, *aw = args.aw;
+    const long long rows = args.rows;
+    const float limit = args.limit;
+    ctx.launch(kernel, launch_shape(args.rows), args.stream, gate, up, w_s, a, aw, rows, limit);
+}
+
+void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args) {
+    validate_shape(args.dtype, args.rows, args.intermediate, args.limit);
+    const bool check = args.rows > 0;
+    auto [gate, up] = input_pointers(args.merged, args.intermediate, args.dtype, args.gate,
+                                     args.up, args.gate_up, args.w_s, check);
+    void *d_gate = args.d_gate, *d_up = args.d_up;
+    if (check) {
+        require_tensor(args.daw, "daw", 16, "[S,I]");
+        if (args.merged) {
+            require_tensor(args.d_gate_up, "d_gate_up", 16, "[S,2I]");
+            require_null(args.d_gate, "d_gate", true);
+            require_null(args.d_up, "d_up", true);
+        } else {
+            require_tensor(args.d_gate, "d_gate", 16, "[S,I]");
+            require_tensor(args.d_up, "d_up", 16, "[S,I]");
+            require_null(args.d_gate_up, "d_gate_up", false);
+        }
+        if (args.d_w_s) require_tensor(args.d_w_s, "d_w_s", 4, "[S] fp32");
+        if (args.aw) require_tensor(args.aw, "aw", 16, "[S,I]");
+    }
+    ctx.require_device("moejit_swiglu_backward");
+    if (args.rows == 0) return;
+    if (args.merged) {
+        char *base = static_cast<char *>(args.d_gate_up);
+        d_gate = base;
+        d_up = base + args.intermediate * static_cast<std::int64_t>(dtype_size(args.dtype));
+    }
+    Kernel &kernel = ctx.kernel(render_swiglu_backward(swiglu_spec(args)));
+    const float *w_s = args.w_s;
+    const void *daw = args.daw;
+    float *d_w_s = args.d_w_s;
+    void *aw = args.aw;
+    const long long rows = args.rows;
+    const float limit = args.limit;
+    ctx.launch(kernel, launch_shape(args.rows), args.stream, gate, up, w_s, daw, d_gate, d_up,
+               d_w_s, aw, rows, limit);
+}
+
+}  // namespace moejit

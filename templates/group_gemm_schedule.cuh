@@ -1,0 +1,104 @@
+// The grouped-GEMM tile scheduler: maps a linear tile id to (expert, row block, column block).
+// Plain integer code compiled twice: on the device by every grouped-GEMM kernel, and on the
+// host by src/dispatch/tile_schedule.cpp, whose CPU emulation of the schedule therefore tests
+// exactly the code the GPU runs (the launch-bound invariant of DESIGN.md §3).
+// No includes: it must compile under NVRTC without headers and in plain C++.
+#pragma once
+
+#if defined(__CUDACC__)
+#define MOEJIT_HD __host__ __device__ __forceinline__
+#else
+#define MOEJIT_HD inline
+#endif
+
+namespace moejit {
+namespace sched {
+
+MOEJIT_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
+MOEJIT_HD int min_int(int a, int b) { return a < b ? a : b; }
+MOEJIT_HD int max_int(int a, int b) { return a > b ? a : b; }
+
+// Rows [begin, end) of expert e. Offsets are clamped to [0, rows] so that a corrupt offsets
+// tensor can make results wrong but never make a kernel read or write outside the tensors.
+struct RowRange {
+    int begin;
+    int end;
+};
+MOEJIT_HD RowRange expert_rows(const int *offsets, int e, int rows) {
+    int lo = min_int(max_int(offsets[e], 0), rows);
+    int hi = min_int(max_int(offsets[e + 1], 0), rows);
+    RowRange r;
+    r.begin = lo;
+    r.end = max_int(hi, lo);
+    return r;
+}
+
+// M-tiles of one expert: ceil(count / BM); 0 for an empty expert.
+MOEJIT_HD int expert_m_tiles(const int *offsets, int e, int rows, int block_m) {
+    RowRange r = expert_rows(offsets, e, rows);
+    return ceil_div(r.end - r.begin, block_m);
+}
+
+// Triton-style grouped order inside one expert's m_tiles x n_tiles block: `group` row blocks
+// are walked column by column, so CTAs running at the same time share A row blocks and B
+// column blocks in L2.
+struct TileMN {
+    int m;
+    int n;
+};
+MOEJIT_HD TileMN grouped_order(int local, int m_tiles, int n_tiles, int group) {
+    int per_group = group * n_tiles;
+    int g = local / per_group;
+    int first_m = g * group;
+    int size = min_int(m_tiles - first_m, group);
+    int in = local - g * per_group;
+    TileMN t;
+    t.m = first_m + in % size;
+    t.n = in / size;
+    return t;
+}
+
+struct TileCoord {
+    int expert;
+    int m_block;  // row block inside the expert (same_nk) or M block (same_mn)
+    int n_block;
+};
+
+// same_nk: expert e owns the linear tiles [cum[e] * n_tiles, cum[e+1] * n_tiles), where cum is
+// the exclusive prefix sum of expert_m_tiles (E+1 entries). Precondition: t < cum[E] * n_tiles.
+// The expert is the last e with cum[e] <= t / n_tiles (empty experts have cum[e] == cum[e+1]
+// and are skipped by taking the last one).
+MOEJIT_HD TileCoord nk_tile(const int *cum, int num_experts, int n_tiles, int group, int t) {
+    int mt = t / n_tiles;
+    int lo = 0, hi = num_experts - 1;  // invariant: cum[lo] <= mt
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (cum[mid] <= mt)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int m_tiles = cum[lo + 1] - cum[lo];
+    TileMN mn = grouped_order(t - cum[lo] * n_tiles, m_tiles, n_tiles, group);
+    TileCoord c;
+    c.expert = lo;
+    c.m_block = mn.m;
+    c.n_block = mn.n;
+    return c;
+}
+
+// same_mn: a fixed m_tiles x n_tiles block per expert, whatever its row count (the reduction
+// runs over the expert's rows inside the tile), so the tile count is known on the host exactly.
+MOEJIT_HD TileCoord mn_tile(int m_tiles, int n_tiles, int group, int t) {
+    int per_expert = m_tiles * n_tiles;
+    int e = t / per_expert;
+    TileMN mn = grouped_order(t - e * per_expert, m_tiles, n_tiles, group);
+    TileCoord c;
+    c.expert = e;
+    c.m_block = mn.m;
+    c.n_block = mn.n;
+    return c;
+}
+
+}  // namespace sched
+}  // namespace moejit

@@ -1,0 +1,33 @@
+// Shared device helpers for every moejit template. Keep includes minimal: NVRTC compile time
+// is dominated by headers (shared/PERF.md), and every specialization pays it at cold start.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace moejit {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <class T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
+
+// 16-byte vector of elements, for coalesced 128-bit loads and stores.
+template <class T> struct alignas(16) Vec16 {
+    static constexpr int kCount = 16 / sizeof(T);
+    T v[kCount];
+};
+
+__device__ __forceinline__ long long global_thread_id() {
+    return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+}  // namespace moejit

@@ -1,0 +1,137 @@
+// Scatter and gather between token order [T,·] and expert-sorted order [S,·] (S = T·k) through
+// scatter_index (DESIGN.md §2). Rows move as 16-byte vectors; H is a compile-time constant.
+//
+// Row geometry (rendered by the host): kThreadsPerRow threads share a row; thread c of a row
+// handles vectors c, c + kThreadsPerRow, ... (at most kVecsPerThread), so neighbouring threads
+// touch neighbouring 16 bytes and a warp's accesses coalesce. A block holds kRowsPerBlock rows.
+//
+// A scatter_index outside [0,S) (a dropped route, see routing.cuh) is skipped by scatter and
+// contributes nothing to gather.
+#pragma once
+
+#include "moejit_common.cuh"
+
+namespace moejit {
+namespace sg {
+
+template <int kThreadsPerRow, int kRowsPerBlock>
+__device__ __forceinline__ long long row_of_thread() {
+    return static_cast<long long>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+}
+
+__device__ __forceinline__ bool valid_row(int index, long long rows) {
+    return index >= 0 && index < rows;
+}
+
+// xs[scatter_index[t,j], :] = x[t, :]. Reads each token row once and writes it k times.
+template <class T, int H, int K, int kThreadsPerRow, int kVecsPerThread, int kRowsPerBlock>
+__device__ __forceinline__ void scatter(const T *__restrict__ x,
+                                        const int *__restrict__ scatter_index,
+                                        long long num_tokens, T *__restrict__ xs) {
+    using V = Vec16<T>;
+    constexpr int kVecs = H / V::kCount;
+    const long long t = row_of_thread<kThreadsPerRow, kRowsPerBlock>();
+    if (t >= num_tokens) return;
+    const int col = threadIdx.x % kThreadsPerRow;
+    const long long rows = num_tokens * K;
+
+    const V *src = reinterpret_cast<const V *>(x) + t * kVecs;
+    V v[kVecsPerThread];
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i) {
+        const int c = col + i * kThreadsPerRow;
+        if (c < kVecs) v[i] = src[c];
+    }
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+        const int dst = scatter_index[t * K + j];
+        if (!valid_row(dst, rows)) continue;
+        V *out = reinterpret_cast<V *>(xs) + static_cast<long long>(dst) * kVecs;
+#pragma unroll
+        for (int i = 0; i < kVecsPerThread; ++i) {
+            const int c = col + i * kThreadsPerRow;
+            if (c < kVecs) out[c] = v[i];
+        }
+    }
+}
+
+// out[t, :] = sum_j w[t,j] · ys[scatter_index[t,j], :], accumulated in fp32 in j order (so the
+// result does not depend on the launch geometry). W is the weight type; kWeighted = false
+// means every weight is 1 (weights is not read).
+template <class T, class W, bool kWeighted, int H, int K, int kThreadsPerRow, int kVecsPerThread,
+          int kRowsPerBlock>
+__device__ __forceinline__ void gather(const T *__restrict__ ys,
+                                       const int *__restrict__ scatter_index,
+                                       const W *__restrict__ weights, long long num_tokens,
+                                       T *__restrict__ out) {
+    using V = Vec16<T>;
+    constexpr int kVecs = H / V::kCount;
+    constexpr int kN = V::kCount;
+    const long long t = row_of_thread<kThreadsPerRow, kRowsPerBlock>();
+    if (t >= num_tokens) return;
+    const int col = threadIdx.x % kThreadsPerRow;
+    const long long rows = num_tokens * K;
+
+    float acc[kVecsPerThread][kN];
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i)
+#pragma unroll
+        for (int n = 0; n < kN; ++n) acc[i][n] = 0.0f;
+
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+        const int src_row = scatter_index[t * K + j];
+        if (!valid_row(src_row, rows)) continue;
+        const V *src = reinterpret_cast<const V *>(ys) + static_cast<long long>(src_row) * kVecs;
+        const float w = kWeighted ? to_float(weights[t * K + j]) : 1.0f;
+#pragma unroll
+        for (int i = 0; i < kVecsPerThread; ++i) {
+            const int c = col + i * kThreadsPerRow;
+            if (c < kVecs) {
+                const V y = src[c];
+#pragma unroll
+                for (int n = 0; n < kN; ++n)
+                    acc[i][n] = kWeighted ? fmaf(w, to_float(y.v[n]), acc[i][n])
+                                          : acc[i][n] + to_float(y.v[n]);
+            }
+        }
+    }
+
+    V *dst = reinterpret_cast<V *>(out) + t * kVecs;
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i) {
+        const int c = col + i * kThreadsPerRow;
+        if (c < kVecs) {
+            V r;
+#pragma unroll
+            for (int n = 0; n < kN; ++n) r.v[n] = from_float<T>(acc[i][n]);
+            dst[c] = r;
+        }
+    }
+}
+
+// w_s[scatter_index[p]] = float(weights[p]) for the S flattened routes p. Launch: 1-D, one
+// thread per route.
+template <class W>
+__device__ __forceinline__ void scatter_weights(const W *__restrict__ weights,
+                                                const int *__restrict__ scatter_index,
+                                                long long rows, float *__restrict__ w_s) {
+    const long long p = global_thread_id();
+    if (p >= rows) return;
+    const int dst = scatter_index[p];
+    if (valid_row(dst, rows)) w_s[dst] = to_float(weights[p]);
+}
+
+// d_weights[p] = d_w_s[scatter_index[p]] in W (0 for a dropped route).
+template <class W>
+__device__ __forceinline__ void gather_weights(const float *__restrict__ d_w_s,
+                                               const int *__restrict__ scatter_index,
+                                               long long rows, W *__restrict__ d_weights) {
+    const long long p = global_thread_id();
+    if (p >= rows) return;
+    const int src = scatter_index[p];
+    d_weights[p] = from_float<W>(valid_row(src, rows) ? d_w_s[src] : 0.0f);
+}
+
+}  // namespace sg
+}  // namespace moejit

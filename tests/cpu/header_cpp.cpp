@@ -1,0 +1,16 @@
+// capi/moejit.h and include/moejit/moejit.hpp compile on their own as C++ and link.
+#include "moejit/moejit.hpp"
+#include "moejit.h"
+
+#include <cstdio>
+
+int main() {
+    std::printf("moejit %s\n", moejit_version());
+    moejit_context_destroy(nullptr);
+    try {
+        moejit::api::check(MOEJIT_ERROR_INVALID_ARGUMENT);
+    } catch (const moejit::api::Exception &e) {
+        return e.status() == MOEJIT_ERROR_INVALID_ARGUMENT ? 0 : 1;
+    }
+    return 1;
+}

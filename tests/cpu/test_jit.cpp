@@ -1,0 +1,291 @@
+// JIT engine on a machine without a GPU: SHA-256, cache keys, NVRTC, the disk cache's
+// self-checking entries, atomic publish under process races, degraded (memory-only) caching.
+#define BOOST_TEST_MODULE jit
+#include <boost/test/included/unit_test.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <dirent.h>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.hpp"
+#include "jit/cache_paths.hpp"
+#include "jit/jit_engine.hpp"
+#include "jit/nvrtc_compiler.hpp"
+#include "jit/sha256.hpp"
+#include "jit/templates.hpp"
+
+namespace fs = std::filesystem;
+using namespace moejit;
+
+namespace {
+
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        std::string pattern = (fs::temp_directory_path() / "moejit-test-XXXXXX").string();
+        path = ::mkdtemp(pattern.data());
+    }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+KernelSource tiny_kernel(int variant = 0) {
+    KernelSource s;
+    s.name = "test_axpy_" + std::to_string(variant);
+    s.template_name = "moejit_common.cuh";
+    s.entry = "moejit_test_axpy";
+    s.source = fmt::format(R"(#include "moejit_common.cuh"
+constexpr float kAlpha = {}.0f;
+extern "C" __global__ void moejit_test_axpy(const __nv_bfloat16 *x, float *y, int n) {{
+    long long i = moejit::global_thread_id();
+    if (i < n) y[i] += kAlpha * moejit::to_float(x[i]);
+}}
+)", variant + 2);
+    return s;
+}
+
+struct LogCapture {
+    std::vector<std::string> warnings;
+    static void callback(moejit_log_level_t level, const char *msg, void *user) {
+        if (level >= MOEJIT_LOG_WARNING) static_cast<LogCapture *>(user)->warnings.emplace_back(msg);
+    }
+    Logger logger() { return Logger{&LogCapture::callback, this}; }
+};
+
+JitOptions compile_only_options(const std::string &dir, Logger log = {}) {
+    JitOptions o;
+    o.arch = "sm_90a";
+    o.load_modules = false;
+    o.cache_dir = dir;
+    o.log = log;
+    return o;
+}
+
+std::vector<fs::path> entries(const fs::path &dir) {
+    std::vector<fs::path> out;
+    for (auto &e : fs::directory_iterator(dir)) out.push_back(e.path());
+    return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(sha256_published_vectors) {
+    // FIPS 180-4 examples and the empty string.
+    BOOST_TEST(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    BOOST_TEST(to_hex(sha256("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    BOOST_TEST(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+               "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    std::string million(1000000, 'a');
+    BOOST_TEST(to_hex(sha256(million)) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    // Incremental updates in odd pieces give the same digest.
+    Sha256 h;
+    for (std::size_t i = 0; i < million.size(); i += 997) h.update(std::string_view(million).substr(i, 997));
+    BOOST_TEST(to_hex(h.finish()) == to_hex(sha256(million)));
+    // Length prefixes keep field boundaries: "ab"+"c" differs from "a"+"bc".
+    BOOST_TEST(to_hex(Sha256().field("ab").field("c").finish()) != to_hex(Sha256().field("a").field("bc").finish()));
+}
+
+BOOST_AUTO_TEST_CASE(templates_are_embedded) {
+    BOOST_TEST(find_template("moejit_common.cuh") != nullptr);
+    BOOST_TEST(find_template("moejit_common.cuh")->source.find("namespace moejit") != std::string_view::npos);
+    auto closure = template_include_closure("#include \"moejit_common.cuh\"\n#include <x.h>\n");
+    BOOST_TEST(closure.size() == 1u);
+    BOOST_CHECK_THROW(template_include_closure("#include \"missing.cuh\"\n"), Error);
+}
+
+BOOST_AUTO_TEST_CASE(key_changes_with_every_field) {
+    TempDir dir;
+    JitEngine engine(compile_only_options(""));
+    KernelSource base = tiny_kernel();
+    Digest k0 = engine.key(base);
+    BOOST_TEST(to_hex(engine.key(base)) == to_hex(k0));  // stable
+    KernelSource s = base;
+    s.source += " ";
+    BOOST_TEST(to_hex(engine.key(s)) != to_hex(k0));
+    s = base;
+    s.entry = "other";
+    BOOST_TEST(to_hex(engine.key(s)) != to_hex(k0));
+    s = base;
+    s.template_name = "other.cuh";
+    BOOST_TEST(to_hex(engine.key(s)) != to_hex(k0));
+    JitOptions other_arch = compile_only_options("");
+    other_arch.arch = "sm_80";
+    BOOST_TEST(to_hex(JitEngine(other_arch).key(base)) != to_hex(k0));
+    // The file name is not part of the key (it is readable decoration only).
+    s = base;
+    s.name = "renamed";
+    BOOST_TEST(to_hex(engine.key(s)) == to_hex(k0));
+}
+
+BOOST_AUTO_TEST_CASE(compile_error_returns_the_log) {
+    JitEngine engine(compile_only_options(""));
+    KernelSource bad = tiny_kernel();
+    bad.source += "\nthis_is_not_cuda;\n";
+    try {
+        engine.get(bad);
+        BOOST_FAIL("expected a compile error");
+    } catch (const Error &e) {
+        BOOST_TEST(e.status() == MOEJIT_ERROR_COMPILE);
+        BOOST_TEST(std::string(e.what()).find("this_is_not_cuda") != std::string::npos);
+    }
+    BOOST_TEST(engine.counters().compile_failures == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(hits_and_misses_across_fresh_engines) {
+    TempDir dir;
+    {
+        JitEngine engine(compile_only_options(dir.path.string()));
+        engine.get(tiny_kernel(0));
+        engine.get(tiny_kernel(1));
+        engine.get(tiny_kernel(0));
+        CacheCounters c = engine.counters();
+        BOOST_TEST(c.compiles == 2u);
+        BOOST_TEST(c.misses == 2u);
+        BOOST_TEST(c.memory_hits == 1u);
+        BOOST_TEST(c.disk_hits == 0u);
+    }
+    JitEngine engine(compile_only_options(dir.path.string()));
+    engine.get(tiny_kernel(0));
+    engine.get(tiny_kernel(1));
+    CacheCounters c = engine.counters();
+    BOOST_TEST(c.compiles == 0u);
+    BOOST_TEST(c.disk_hits == 2u);
+    BOOST_TEST(entries(dir.path).size() == 2u);  // no temp files left behind
+    for (auto &p : entries(dir.path)) BOOST_TEST(p.extension() == ".cubin");
+}
+
+namespace {
+// Damages the single entry in `dir` with `damage`, then expects a rejected entry + recompile.
+template <class F> void expect_rebuild_after(F damage) {
+    TempDir dir;
+    { JitEngine(compile_only_options(dir.path.string())).get(tiny_kernel()); }
+    auto files = entries(dir.path);
+    BOOST_REQUIRE(files.size() == 1u);
+    std::string bytes;
+    {
+        std::ifstream in(files[0], std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    damage(bytes);
+    {
+        std::ofstream out(files[0], std::ios::binary | std::ios::trunc);
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    LogCapture log;
+    JitEngine engine(compile_only_options(dir.path.string(), log.logger()));
+    engine.get(tiny_kernel());
+    CacheCounters c = engine.counters();
+    BOOST_TEST(c.disk_hits == 0u);
+    BOOST_TEST(c.disk_rejects == 1u);
+    BOOST_TEST(c.compiles == 1u);
+    BOOST_TEST(log.warnings.size() == 1u);
+    // The rebuilt entry is valid again.
+    JitEngine again(compile_only_options(dir.path.string()));
+    again.get(tiny_kernel());
+    BOOST_TEST(again.counters().disk_hits == 1u);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(truncated_entry_is_rebuilt) {
+    expect_rebuild_after([](std::string &b) { b.resize(b.size() / 2); });
+    expect_rebuild_after([](std::string &b) { b.resize(10); });
+}
+BOOST_AUTO_TEST_CASE(flipped_payload_byte_is_rebuilt) {
+    expect_rebuild_after([](std::string &b) { b[b.size() - 100] ^= 0x01; });
+}
+BOOST_AUTO_TEST_CASE(wrong_format_version_is_rebuilt) {
+    expect_rebuild_after([](std::string &b) { b[8] = char(kCacheFormatVersion + 1); });
+}
+BOOST_AUTO_TEST_CASE(wrong_key_in_header_is_rebuilt) {
+    expect_rebuild_after([](std::string &b) { b[20] ^= 0x40; });
+}
+
+BOOST_AUTO_TEST_CASE(four_processes_racing_leave_one_valid_entry) {
+    TempDir dir;
+    std::vector<pid_t> children;
+    for (int i = 0; i < 4; ++i) {
+        pid_t pid = ::fork();
+        BOOST_REQUIRE(pid >= 0);
+        if (pid == 0) {
+            int code = 0;
+            try {
+                JitEngine engine(compile_only_options(dir.path.string()));
+                engine.get(tiny_kernel());
+            } catch (...) {
+                code = 1;
+            }
+            ::_exit(code);
+        }
+        children.push_back(pid);
+    }
+    for (pid_t pid : children) {
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+        BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    }
+    BOOST_TEST(entries(dir.path).size() == 1u);
+    JitEngine engine(compile_only_options(dir.path.string()));
+    engine.get(tiny_kernel());
+    BOOST_TEST(engine.counters().disk_hits == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(unwritable_cache_folder_degrades_to_memory) {
+    // CI runs as root, which ignores permission bits: a folder under a regular file can never
+    // be created, whoever we are.
+    TempDir dir;
+    fs::path file = dir.path / "not-a-folder";
+    std::ofstream(file) << "x";
+    LogCapture log;
+    JitEngine engine(compile_only_options((file / "cache").string(), log.logger()));
+    engine.get(tiny_kernel());
+    engine.get(tiny_kernel());
+    BOOST_TEST(engine.counters().compiles == 1u);
+    BOOST_TEST(engine.counters().memory_hits == 1u);
+    BOOST_TEST(log.warnings.size() == 1u);
+    BOOST_TEST(engine.cache_dir().empty());
+}
+
+BOOST_AUTO_TEST_CASE(jit_disabled_turns_a_miss_into_an_error) {
+    TempDir dir;
+    JitOptions o = compile_only_options(dir.path.string());
+    o.jit_enabled = false;
+    JitEngine engine(o);
+    try {
+        engine.get(tiny_kernel());
+        BOOST_FAIL("expected MOEJIT_ERROR_JIT_DISABLED");
+    } catch (const Error &e) {
+        BOOST_TEST(e.status() == MOEJIT_ERROR_JIT_DISABLED);
+    }
+    // A warmed cache serves it with JIT off.
+    { JitEngine(compile_only_options(dir.path.string())).get(tiny_kernel()); }
+    JitEngine warmed(o);
+    warmed.get(tiny_kernel());
+    BOOST_TEST(warmed.counters().disk_hits == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(compiles_for_sm80_and_sm90a) {
+    for (const char *arch : {"sm_80", "sm_90a"}) {
+        JitOptions o = compile_only_options("");
+        o.arch = arch;
+        JitEngine engine(o);
+        engine.get(tiny_kernel());
+        BOOST_TEST(engine.counters().compiles == 1u);
+    }
+    BOOST_TEST(valid_arch("sm_90a"));
+    BOOST_TEST(valid_arch("sm_80"));
+    BOOST_TEST(!valid_arch("sm_75"));
+    BOOST_TEST(!valid_arch("compute_90"));
+    BOOST_TEST(!valid_arch("sm_9x"));
+}
+
+BOOST_AUTO_TEST_CASE(cache_folder_is_versioned) {
+    BOOST_TEST(versioned_cache_dir("/x") == std::string("/x/") + MOEJIT_VERSION_STRING);
+    BOOST_TEST(versioned_cache_dir("").empty());
+    BOOST_TEST(cache_root("/explicit") == "/explicit");
+}

@@ -1,0 +1,22 @@
+// main() for a GPU test executable (Boost.Test header-only variant): exits 77 — Meson's
+// "skipped" — with a clear message when no CUDA device is usable, so CI never counts a GPU
+// suite as passed.
+#pragma once
+
+#define BOOST_TEST_NO_MAIN
+#define BOOST_TEST_ALTERNATIVE_INIT_API
+#include <boost/test/included/unit_test.hpp>
+
+#include "gpu.hpp"
+
+#define MOEJIT_GPU_TEST_MAIN(suite_name)                                              \
+    static bool moejit_init_unit_test() {                                             \
+        boost::unit_test::framework::master_test_suite().p_name.value = suite_name;   \
+        std::printf("%s: MOEJIT_TEST_SEED=%llu\n", suite_name,                        \
+                    static_cast<unsigned long long>(::moejit::test::test_seed()));    \
+        return true;                                                                  \
+    }                                                                                 \
+    int main(int argc, char **argv) {                                                 \
+        if (int code = ::moejit::test::gpu_skip_code(suite_name)) return code;        \
+        return boost::unit_test::unit_test_main(&moejit_init_unit_test, argc, argv);  \
+    }
