@@ -1,1 +1,188 @@
-// placeholder: filled by its owner
+#include "dispatch/tile_config.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace moejit {
+
+std::string to_string(const GemmTileConfig &c) {
+    return fmt::format("{}x{}x{}_s{}_w{}x{}_g{}_o{}", c.block_m, c.block_n, c.block_k, c.stages,
+                       c.warps_m, c.warps_n, c.group_m, c.min_blocks_per_sm);
+}
+
+namespace {
+
+bool parse_int(std::string_view &text, int &out) {
+    const char *end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, out);
+    if (ec != std::errc() || ptr == text.data()) return false;
+    text.remove_prefix(static_cast<std::size_t>(ptr - text.data()));
+    return true;
+}
+
+bool consume(std::string_view &text, char c) {
+    if (text.empty() || text.front() != c) return false;
+    text.remove_prefix(1);
+    return true;
+}
+
+}  // namespace
+
+GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
+    const std::string original(text);
+    auto bad = [&]() -> GemmTileConfig {
+        fail(MOEJIT_ERROR_INVALID_ARGUMENT,
+             "{}: cannot parse tile config '{}' (expected BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP]"
+             "[_oMINBLOCKS], e.g. 128x128x32_s4_w2x4)",
+             what, original);
+    };
+    GemmTileConfig c;
+    if (!parse_int(text, c.block_m) || !consume(text, 'x') || !parse_int(text, c.block_n) ||
+        !consume(text, 'x') || !parse_int(text, c.block_k))
+        return bad();
+    while (!text.empty()) {
+        if (!consume(text, '_') || text.empty()) return bad();
+        char field = text.front();
+        text.remove_prefix(1);
+        bool ok = false;
+        switch (field) {
+        case 's': ok = parse_int(text, c.stages); break;
+        case 'w': ok = parse_int(text, c.warps_m) && consume(text, 'x') && parse_int(text, c.warps_n); break;
+        case 'g': ok = parse_int(text, c.group_m); break;
+        case 'o': ok = parse_int(text, c.min_blocks_per_sm); break;
+        default: break;
+        }
+        if (!ok) return bad();
+    }
+    return c;
+}
+
+SmemLimits smem_limits(int cc) {
+    constexpr std::size_t KiB = 1024;
+    switch (cc) {
+    case 80:
+    case 87: return {163 * KiB, 164 * KiB};
+    case 90:
+    case 100:
+    case 101:
+    case 103: return {227 * KiB, 228 * KiB};
+    default: return {99 * KiB, 100 * KiB};  // sm_86, sm_89, sm_120 and unknown: the small one
+    }
+}
+
+std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t num_experts) {
+    std::size_t stage = static_cast<std::size_t>(c.block_m + c.block_n) * c.block_k * 2;
+    std::size_t bytes = stage * static_cast<std::size_t>(c.stages);
+    if (kind == GemmKind::same_nk)
+        bytes += (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * sizeof(int);
+    return (bytes + 15) / 16 * 16;
+}
+
+namespace {
+
+// Static shared memory of the kernels (the scan's per-warp sums), plus slack.
+constexpr std::size_t kStaticSmem = 256;
+
+bool one_of(int v, std::initializer_list<int> allowed) {
+    return std::find(allowed.begin(), allowed.end(), v) != allowed.end();
+}
+
+}  // namespace
+
+void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
+    const std::string name = to_string(c);
+    auto unsupported = [&](std::string_view why) {
+        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", name, why);
+    };
+    if (cc < 80)
+        fail(MOEJIT_ERROR_UNSUPPORTED,
+             "grouped GEMM: compute capability {} is not supported (needs sm_80 or newer for "
+             "bf16/fp16 mma.sync m16n8k16)",
+             cc);
+    if (!one_of(c.block_m, {32, 64, 128, 256})) unsupported("block_m must be 32, 64, 128 or 256");
+    if (!one_of(c.block_n, {32, 64, 128, 256})) unsupported("block_n must be 32, 64, 128 or 256");
+    if (!one_of(c.block_k, {32, 64})) unsupported("block_k must be 32 or 64");
+    if (c.stages < 2 || c.stages > 8) unsupported("stages must be in [2, 8]");
+    if (!one_of(c.warps_m * c.warps_n, {4, 8}) || c.warps_m < 1 || c.warps_n < 1)
+        unsupported("warps_m * warps_n must be 4 or 8");
+    if (c.block_m % (16 * c.warps_m) != 0 || c.block_n % (16 * c.warps_n) != 0)
+        unsupported("the warp tile (block / warps) must be a multiple of 16 in M and N");
+    if (c.group_m < 1 || c.group_m > 64) unsupported("group_m must be in [1, 64]");
+    if (c.min_blocks_per_sm < 1 || c.min_blocks_per_sm > 4)
+        unsupported("min_blocks_per_sm must be in [1, 4]");
+    const int threads = c.threads();
+    // Every thread issues the same number of 16-byte copies per operand tile.
+    if ((c.block_m * c.block_k / 8) % threads != 0 || (c.block_n * c.block_k / 8) % threads != 0)
+        unsupported(fmt::format("each operand tile must hold a multiple of {} 16-byte chunks",
+                                threads));
+    // Accumulators plus ~48 registers of fragments and addresses must fit the register cap
+    // implied by __launch_bounds__(threads, min_blocks), or ptxas spills.
+    const int reg_cap = std::min(255, 65536 / (threads * c.min_blocks_per_sm) / 8 * 8);
+    const int acc_regs = c.block_m * c.block_n / threads;
+    if (acc_regs + 48 > reg_cap)
+        unsupported(fmt::format("{} accumulator registers per thread exceed the cap of {} at "
+                                "{} blocks per SM (use a smaller tile or min_blocks_per_sm)",
+                                acc_regs, reg_cap, c.min_blocks_per_sm));
+    if (p.kind == GemmKind::same_nk && (p.num_experts < 1 || p.num_experts > 65536))
+        unsupported("same_nk supports 1 to 65536 experts");
+    const std::size_t smem = gemm_smem_bytes(c, p.kind, p.num_experts) + kStaticSmem;
+    const SmemLimits limits = smem_limits(cc);
+    if (smem > limits.per_block)
+        unsupported(fmt::format("needs {} bytes of shared memory, sm_{} allows {} per block",
+                                smem, cc, limits.per_block));
+}
+
+int blocks_per_sm(const GemmTileConfig &c, GemmKind kind, std::int32_t num_experts, int cc) {
+    const std::size_t smem = gemm_smem_bytes(c, kind, num_experts) + kStaticSmem + 1024;
+    const int by_smem = static_cast<int>(smem_limits(cc).per_sm / smem);
+    return std::max(1, std::min(c.min_blocks_per_sm, by_smem));
+}
+
+// The heuristic. Why these tiles:
+//  - 128x128x32, 4 stages, 8 warps of 64x32, 2 CTAs per SM (64 KiB shared memory each) is
+//    the mma.sync sweet spot on sm_80/sm_90: 16 HMMA per 6 ldmatrix per warp and k-step,
+//    enough CTAs per SM to hide the epilogue and the scheduler's prologue.
+//  - Few rows per expert (S/E <= 64, small batches): BLOCK_M = 64 halves the padding rows
+//    each expert's last tile computes for nothing.
+//  - Narrow outputs (N <= 64): BLOCK_N = 64 for the same reason in N.
+//  - Arches with 99 KiB of shared memory per block (sm_86/89/120) use 3 stages.
+GemmTileConfig heuristic_tile_config(const GemmProblem &p, int cc) {
+    GemmTileConfig c;
+    const std::int64_t out_rows = p.kind == GemmKind::same_mn ? p.m : 0;
+    if (p.kind == GemmKind::same_nk && p.rows_hint > 0 && p.num_experts > 0 &&
+        p.rows_hint / p.num_experts <= 64) {
+        c.block_m = 64;
+        c.warps_m = 2;
+        c.warps_n = 4;
+    }
+    if (p.kind == GemmKind::same_mn && out_rows > 0 && out_rows <= 64) {
+        c.block_m = 64;
+    }
+    if (p.n > 0 && p.n <= 64) {
+        c.block_n = 64;
+        c.warps_m = c.block_m >= 128 ? 4 : 2;
+        c.warps_n = 8 / c.warps_m;
+    }
+    if (smem_limits(cc).per_block < 160 * 1024) c.stages = 3;
+    // Fall back to smaller tiles until valid (e.g. a huge expert count on a small-smem arch).
+    try {
+        validate_tile_config(c, p, cc);
+    } catch (const Error &) {
+        c.stages = 2;
+        c.min_blocks_per_sm = 1;
+    }
+    return c;
+}
+
+GemmTileConfig choose_tile_config(const GemmProblem &p, int cc) {
+    if (const char *env = std::getenv("MOEJIT_GEMM_TILE"); env && *env)
+        return parse_tile_config(env, "MOEJIT_GEMM_TILE");
+    return heuristic_tile_config(p, cc);
+}
+
+}  // namespace moejit

@@ -1,1 +1,120 @@
-// placeholder: filled by its owner
+#include "dispatch/tile_schedule.hpp"
+
+#include <algorithm>
+
+#include "templates/group_gemm_schedule.cuh"
+
+namespace moejit {
+
+std::int64_t m_tile_bound(std::int64_t rows, std::int32_t num_experts, int block_m) {
+    if (rows <= 0 || num_experts <= 0) return 0;
+    return (rows + block_m - 1) / block_m + std::min<std::int64_t>(num_experts, rows);
+}
+
+std::int64_t nk_tile_bound(std::int64_t rows, std::int32_t num_experts, int block_m,
+                           std::int64_t n, int block_n) {
+    return m_tile_bound(rows, num_experts, block_m) * ((n + block_n - 1) / block_n);
+}
+
+std::int64_t mn_tile_count(std::int32_t num_experts, std::int64_t m, int block_m,
+                           std::int64_t n, int block_n) {
+    if (num_experts <= 0) return 0;
+    return std::int64_t{num_experts} * ((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n);
+}
+
+std::uint32_t persistent_ctas(std::int64_t tiles, std::int64_t max_resident) {
+    return static_cast<std::uint32_t>(std::max<std::int64_t>(0, std::min(tiles, max_resident)));
+}
+
+std::int64_t ScheduleCoverage::missed() const {
+    return std::count(hits.begin(), hits.end(), 0);
+}
+std::int64_t ScheduleCoverage::duplicated() const {
+    return std::count_if(hits.begin(), hits.end(), [](int h) { return h > 1; });
+}
+
+namespace {
+
+ScheduleCoverage empty_coverage(std::int64_t rows, int n_tiles) {
+    ScheduleCoverage cov;
+    cov.rows = rows;
+    cov.n_tiles = n_tiles;
+    cov.hits.assign(static_cast<std::size_t>(std::max<std::int64_t>(rows, 0)) * n_tiles, 0);
+    return cov;
+}
+
+void mark(ScheduleCoverage &cov, int row_begin, int row_end, int n_block) {
+    for (int r = row_begin; r < row_end; ++r) ++cov.hits[static_cast<std::size_t>(r) * cov.n_tiles + n_block];
+}
+
+}  // namespace
+
+ScheduleCoverage emulate_nk_schedule(std::span<const std::int32_t> offsets, std::int64_t rows,
+                                     int block_m, int n_tiles, int group_m,
+                                     std::int64_t m_tile_limit, std::uint32_t ctas) {
+    ScheduleCoverage cov = empty_coverage(rows, n_tiles);
+    const int E = static_cast<int>(offsets.size()) - 1;
+    const int S = static_cast<int>(rows);
+    if (E < 1) return cov;
+    // The kernel's block-wide scan, serially.
+    std::vector<int> cum(static_cast<std::size_t>(E) + 1, 0);
+    for (int e = 0; e < E; ++e) cum[e + 1] = cum[e] + sched::expert_m_tiles(offsets.data(), e, S, block_m);
+    const std::int64_t m_tiles = std::min<std::int64_t>(cum[E], m_tile_limit);
+    const std::int64_t total = m_tiles * n_tiles;
+    for (std::uint32_t b = 0; b < ctas; ++b) {
+        for (std::int64_t t = b; t < total; t += ctas) {
+            ++cov.tiles_run;
+            sched::TileCoord tc = sched::nk_tile(cum.data(), E, n_tiles, group_m, static_cast<int>(t));
+            sched::RowRange rr = sched::expert_rows(offsets.data(), tc.expert, S);
+            const int expert_tiles = cum[tc.expert + 1] - cum[tc.expert];
+            if (tc.m_block < 0 || tc.m_block >= expert_tiles || tc.n_block < 0 || tc.n_block >= n_tiles) {
+                ++cov.bad_tiles;
+                continue;
+            }
+            const int row0 = rr.begin + tc.m_block * block_m;
+            mark(cov, row0, std::min(row0 + block_m, rr.end), tc.n_block);
+        }
+    }
+    return cov;
+}
+
+ScheduleCoverage emulate_per_expert_grid(std::span<const std::int32_t> offsets,
+                                         std::int64_t rows, int block_m, int n_tiles,
+                                         std::int64_t blocks_per_expert) {
+    ScheduleCoverage cov = empty_coverage(rows, n_tiles);
+    const int E = static_cast<int>(offsets.size()) - 1;
+    const int S = static_cast<int>(rows);
+    for (int e = 0; e < E; ++e) {
+        sched::RowRange rr = sched::expert_rows(offsets.data(), e, S);
+        for (std::int64_t b = 0; b < blocks_per_expert; ++b) {
+            const std::int64_t row0 = rr.begin + b * block_m;
+            if (row0 >= rr.end) break;  // the CTA finds no rows and exits
+            for (int n = 0; n < n_tiles; ++n) {
+                ++cov.tiles_run;
+                mark(cov, static_cast<int>(row0), static_cast<int>(std::min<std::int64_t>(row0 + block_m, rr.end)), n);
+            }
+        }
+    }
+    return cov;
+}
+
+std::int64_t emulate_mn_schedule_errors(std::int32_t num_experts, int m_tiles, int n_tiles,
+                                        int group_m, std::uint32_t ctas) {
+    const std::int64_t total = std::int64_t{num_experts} * m_tiles * n_tiles;
+    std::vector<int> hits(static_cast<std::size_t>(total), 0);
+    std::int64_t bad = 0;
+    for (std::uint32_t b = 0; b < ctas; ++b) {
+        for (std::int64_t t = b; t < total; t += ctas) {
+            sched::TileCoord tc = sched::mn_tile(m_tiles, n_tiles, group_m, static_cast<int>(t));
+            if (tc.expert < 0 || tc.expert >= num_experts || tc.m_block < 0 || tc.m_block >= m_tiles ||
+                tc.n_block < 0 || tc.n_block >= n_tiles) {
+                ++bad;
+                continue;
+            }
+            ++hits[(static_cast<std::size_t>(tc.expert) * m_tiles + tc.m_block) * n_tiles + tc.n_block];
+        }
+    }
+    return bad + std::count_if(hits.begin(), hits.end(), [](int h) { return h != 1; });
+}
+
+}  // namespace moejit

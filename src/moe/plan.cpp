@@ -1,1 +1,246 @@
-// placeholder: filled by its owner
+#include "moe/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "core/dtype.hpp"
+#include "moe/layer_gemms.hpp"
+#include "ops/routing.hpp"
+#include "ops/scatter_gather.hpp"
+#include "ops/swiglu.hpp"
+
+namespace moejit {
+namespace {
+
+bool merged(const moejit_plan_desc_t &d) { return d.fc1_layout == MOEJIT_FC1_MERGED; }
+bool has_limit(const moejit_plan_desc_t &d) { return d.swiglu_limit > 0.0f; }
+
+void require_tensor(const void *p, const char *name, bool needed) {
+    if (!needed) return;
+    MOEJIT_REQUIRE(p != nullptr, "{} is NULL", name);
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % 16 == 0,
+                   "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
+}
+
+SwigluSpec swiglu_spec_of(const moejit_plan_desc_t &d) {
+    SwigluSpec s;
+    s.dtype = d.dtype;
+    s.intermediate = d.intermediate_size;
+    s.merged = merged(d);
+    s.has_limit = has_limit(d);
+    s.has_weights = true;
+    return s;
+}
+
+}  // namespace
+
+void validate_plan_desc(const moejit_plan_desc_t &d) {
+    MOEJIT_REQUIRE(is_half_precision(d.dtype), "desc->dtype is {} ({}), expected MOEJIT_DTYPE_BF16 or MOEJIT_DTYPE_FP16",
+                   static_cast<int>(d.dtype), dtype_name(d.dtype));
+    MOEJIT_REQUIRE(d.hidden_size > 0 && d.hidden_size % 8 == 0,
+                   "desc->hidden_size is {}, expected a positive multiple of 8", d.hidden_size);
+    MOEJIT_REQUIRE(d.intermediate_size > 0 && d.intermediate_size % 8 == 0,
+                   "desc->intermediate_size is {}, expected a positive multiple of 8", d.intermediate_size);
+    MOEJIT_REQUIRE(d.num_experts >= 1 && d.num_experts <= 4096,
+                   "desc->num_experts is {}, expected 1..4096", d.num_experts);
+    MOEJIT_REQUIRE(d.top_k >= 1 && d.top_k <= std::min<std::int32_t>(64, d.num_experts * 64),
+                   "desc->top_k is {}, expected 1..64", d.top_k);
+    MOEJIT_REQUIRE(d.fc1_layout == MOEJIT_FC1_SPLIT || d.fc1_layout == MOEJIT_FC1_MERGED,
+                   "desc->fc1_layout is {}, expected MOEJIT_FC1_SPLIT (0) or MOEJIT_FC1_MERGED (1)",
+                   static_cast<int>(d.fc1_layout));
+    MOEJIT_REQUIRE(d.activation == MOEJIT_ACTIVATION_SWIGLU,
+                   "desc->activation is {}, expected MOEJIT_ACTIVATION_SWIGLU (0)", static_cast<int>(d.activation));
+    MOEJIT_REQUIRE(std::isfinite(d.swiglu_limit), "desc->swiglu_limit is not finite");
+    MOEJIT_REQUIRE(d.weight_grad_dtype == d.dtype || d.weight_grad_dtype == MOEJIT_DTYPE_FP32,
+                   "desc->weight_grad_dtype is {}, expected the layer dtype ({}) or MOEJIT_DTYPE_FP32",
+                   dtype_name(d.weight_grad_dtype), dtype_name(d.dtype));
+    MOEJIT_REQUIRE(!d.weight_grad_accumulate || d.weight_grad_dtype == MOEJIT_DTYPE_FP32,
+                   "desc->weight_grad_accumulate is set, which requires weight_grad_dtype MOEJIT_DTYPE_FP32 (got {})",
+                   dtype_name(d.weight_grad_dtype));
+    MOEJIT_REQUIRE(d.index_dtype == MOEJIT_DTYPE_INT32 || d.index_dtype == MOEJIT_DTYPE_INT64,
+                   "desc->index_dtype is {}, expected MOEJIT_DTYPE_INT32 or MOEJIT_DTYPE_INT64", dtype_name(d.index_dtype));
+    MOEJIT_REQUIRE(d.routing_dtype == d.dtype || d.routing_dtype == MOEJIT_DTYPE_FP32,
+                   "desc->routing_dtype is {}, expected the layer dtype ({}) or MOEJIT_DTYPE_FP32",
+                   dtype_name(d.routing_dtype), dtype_name(d.dtype));
+    MOEJIT_REQUIRE(d.tokens_hint >= 0, "desc->tokens_hint is {}, expected >= 0", d.tokens_hint);
+}
+
+std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int compute_capability) {
+    validate_plan_desc(d);
+    std::vector<KernelSource> all;
+    RoutingSpec routing{d.index_dtype, d.num_experts};
+    for (KernelSource &s : routing_index_sources(routing)) all.push_back(std::move(s));
+    all.push_back(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}));
+    all.push_back(render_gather(GatherSpec{d.dtype, d.hidden_size, d.top_k, static_cast<moejit_dtype_t>(0)}));
+    all.push_back(render_scatter_weights(d.routing_dtype));
+    all.push_back(render_gather_weights(d.routing_dtype));
+    SwigluSpec act = swiglu_spec_of(d);
+    all.push_back(render_swiglu_forward(act));
+    all.push_back(render_swiglu_backward(act));
+    for (KernelSource &s : layer_gemm_sources(d, compute_capability)) all.push_back(std::move(s));
+    // Remove duplicates (e.g. the same GEMM shape used twice), keeping the first.
+    std::set<std::string> seen;
+    std::vector<KernelSource> unique;
+    for (KernelSource &s : all)
+        if (seen.insert(s.source).second) unique.push_back(std::move(s));
+    return unique;
+}
+
+Plan::Plan(Context &ctx, const moejit_plan_desc_t &desc)
+    : ctx_(ctx), desc_(desc), gemm_specs_((validate_plan_desc(desc), layer_specs(desc, ctx.compute_capability()))) {
+    // Compile or load every kernel now, so forward/backward never compile on the hot path.
+    for (const KernelSource &s : plan_kernel_sources(desc_, ctx_.compute_capability())) ctx_.kernel(s);
+}
+
+void Plan::forward(const moejit_forward_args_t &a) {
+    const moejit_plan_desc_t &d = desc_;
+    MOEJIT_REQUIRE(a.num_tokens >= 0, "args->num_tokens is {}, expected >= 0", a.num_tokens);
+    MOEJIT_REQUIRE(a.num_tokens * d.top_k <= INT32_MAX, "args->num_tokens is {}: T·k exceeds 2^31-1", a.num_tokens);
+    PlanLayout L(d, a.num_tokens);
+    const bool T0 = a.num_tokens > 0;
+    require_tensor(a.x, "args->x", T0);
+    require_tensor(a.selected_experts, "args->selected_experts", T0);
+    require_tensor(a.routing_weights, "args->routing_weights", T0);
+    require_tensor(a.w_gate, "args->w_gate", !merged(d));
+    require_tensor(a.w_up, "args->w_up", !merged(d));
+    require_tensor(a.w_gate_up, "args->w_gate_up", merged(d));
+    require_tensor(a.w_down, "args->w_down", true);
+    require_tensor(a.out, "args->out", T0);
+    require_tensor(a.saved, "args->saved", true);
+    require_tensor(a.workspace, "args->workspace", L.workspace_bytes > 0);
+    MOEJIT_REQUIRE(a.saved_size >= L.saved_bytes, "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})",
+                   a.saved_size, L.saved_bytes, a.num_tokens);
+    MOEJIT_REQUIRE(a.workspace_size >= L.workspace_bytes,
+                   "args->workspace_size is {}, expected >= {} (moejit_plan_workspace_size for T={})",
+                   a.workspace_size, L.workspace_bytes, a.num_tokens);
+    ctx_.require_device("moejit_plan_forward");
+
+    const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
+    const std::size_t el = dtype_size(d.dtype);
+    auto *offsets = L.offsets.in<std::int32_t>(a.saved);
+    auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
+    auto *w_s = L.w_s.in<float>(a.saved);
+    void *xs = L.xs.in<char>(a.saved);
+    char *gate_up = L.gate_up.in<char>(a.saved);
+    void *aw = L.aw.in<char>(a.saved);
+    void *y = L.y.in<char>(a.workspace);
+
+    routing_index(ctx_, RoutingIndexArgs{d.index_dtype, a.selected_experts, a.num_tokens, d.top_k, d.num_experts,
+                                         L.counts.in<std::int32_t>(a.workspace), offsets, scatter_index,
+                                         L.routing.in<char>(a.workspace), L.routing.bytes, a.stream});
+    if (!T0) return;  // offsets are zero; nothing else to do (out has no rows)
+    scatter_weights(ctx_, WeightsScatterArgs{d.routing_dtype, a.routing_weights, scatter_index, a.num_tokens,
+                                             d.top_k, w_s, a.stream});
+    scatter(ctx_, ScatterArgs{ScatterSpec{d.dtype, H, d.top_k}, a.x, scatter_index, a.num_tokens, xs, a.stream});
+
+    LayerGemms gemms(ctx_, d, gemm_specs_, S, offsets, a.stream);
+    void *g = gate_up;
+    void *u = gate_up + S * I * el;
+    if (merged(d)) {
+        gemms.fc1_merged(xs, a.w_gate_up, gate_up);
+    } else {
+        gemms.fc1_split(xs, a.w_gate, g);
+        gemms.fc1_split(xs, a.w_up, u);
+    }
+    SwigluForwardArgs act;
+    act.dtype = d.dtype;
+    act.rows = S;
+    act.intermediate = I;
+    act.merged = merged(d);
+    act.limit = d.swiglu_limit;
+    act.gate = g;
+    act.up = u;
+    act.gate_up = gate_up;
+    act.w_s = w_s;
+    act.aw = aw;
+    act.stream = a.stream;
+    swiglu_forward(ctx_, act);
+    gemms.fc2(aw, a.w_down, y);
+    gather(ctx_, GatherArgs{GatherSpec{d.dtype, H, d.top_k, static_cast<moejit_dtype_t>(0)}, y, scatter_index,
+                            nullptr, a.num_tokens, a.out, a.stream});
+}
+
+void Plan::backward(const moejit_backward_args_t &a) {
+    const moejit_plan_desc_t &d = desc_;
+    MOEJIT_REQUIRE(a.num_tokens >= 0, "args->num_tokens is {}, expected >= 0", a.num_tokens);
+    MOEJIT_REQUIRE(a.num_tokens * d.top_k <= INT32_MAX, "args->num_tokens is {}: T·k exceeds 2^31-1", a.num_tokens);
+    PlanLayout L(d, a.num_tokens);
+    const bool T0 = a.num_tokens > 0;
+    require_tensor(a.dout, "args->dout", T0);
+    require_tensor(a.w_gate, "args->w_gate", !merged(d));
+    require_tensor(a.w_up, "args->w_up", !merged(d));
+    require_tensor(a.w_gate_up, "args->w_gate_up", merged(d));
+    require_tensor(a.w_down, "args->w_down", true);
+    require_tensor(a.saved, "args->saved", true);
+    require_tensor(a.dx, "args->dx", T0);
+    require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
+    require_tensor(a.dw_gate, "args->dw_gate", !merged(d));
+    require_tensor(a.dw_up, "args->dw_up", !merged(d));
+    require_tensor(a.dw_gate_up, "args->dw_gate_up", merged(d));
+    require_tensor(a.dw_down, "args->dw_down", true);
+    require_tensor(a.workspace, "args->workspace", L.workspace_bytes > 0);
+    MOEJIT_REQUIRE(a.saved_size >= L.saved_bytes, "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})",
+                   a.saved_size, L.saved_bytes, a.num_tokens);
+    MOEJIT_REQUIRE(a.workspace_size >= L.workspace_bytes,
+                   "args->workspace_size is {}, expected >= {} (moejit_plan_workspace_size for T={})",
+                   a.workspace_size, L.workspace_bytes, a.num_tokens);
+    ctx_.require_device("moejit_plan_backward");
+
+    const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
+    const std::size_t el = dtype_size(d.dtype);
+    const auto *offsets = L.offsets.in<std::int32_t>(a.saved);
+    const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
+    const auto *w_s = L.w_s.in<float>(a.saved);
+    const void *xs = L.xs.in<char>(a.saved);
+    const char *gate_up = L.gate_up.in<char>(a.saved);
+    const void *aw = L.aw.in<char>(a.saved);
+    void *dy = L.dy.in<char>(a.workspace);
+    void *daw = L.daw.in<char>(a.workspace);
+    char *d_gate_up = L.d_gate_up.in<char>(a.workspace);
+    float *d_w_s = L.d_w_s.in<float>(a.workspace);
+    void *dxs = L.dxs.in<char>(a.workspace);
+
+    // Weight gradients of every expert are written even at T = 0 (zeros, or untouched when
+    // accumulating), so the GEMMs run whatever T is; the row ops are skipped when T = 0.
+    LayerGemms gemms(ctx_, d, gemm_specs_, S, offsets, a.stream);
+    if (test_hooks.backward_bound_from_tokens) gemms.bound_rows_per_expert(a.num_tokens);
+    if (T0) scatter(ctx_, ScatterArgs{ScatterSpec{d.dtype, H, d.top_k}, a.dout, scatter_index, a.num_tokens, dy, a.stream});
+    gemms.fc2_dgrad(dy, a.w_down, daw);
+    gemms.fc2_wgrad(dy, aw, a.dw_down);
+
+    SwigluBackwardArgs act;
+    act.dtype = d.dtype;
+    act.rows = S;
+    act.intermediate = I;
+    act.merged = merged(d);
+    act.limit = d.swiglu_limit;
+    act.gate = gate_up;
+    act.up = gate_up + S * I * el;
+    act.gate_up = gate_up;
+    act.w_s = w_s;
+    act.daw = daw;
+    act.d_gate = d_gate_up;
+    act.d_up = d_gate_up + S * I * el;
+    act.d_gate_up = d_gate_up;
+    act.d_w_s = d_w_s;
+    act.stream = a.stream;
+    if (T0) swiglu_backward(ctx_, act);
+    if (T0)
+        gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
+                                               a.d_routing_weights, a.stream});
+    if (merged(d)) {
+        gemms.fc1_dgrad_merged(d_gate_up, a.w_gate_up, dxs);
+        gemms.fc1_wgrad_merged(d_gate_up, xs, a.dw_gate_up);
+    } else {
+        gemms.fc1_dgrad_split(act.d_gate, a.w_gate, act.d_up, a.w_up, dxs);
+        gemms.fc1_wgrad_split(act.d_gate, xs, a.dw_gate);
+        gemms.fc1_wgrad_split(act.d_up, xs, a.dw_up);
+    }
+    if (T0)
+        gather(ctx_, GatherArgs{GatherSpec{d.dtype, H, d.top_k, static_cast<moejit_dtype_t>(0)}, dxs, scatter_index,
+                                nullptr, a.num_tokens, a.dx, a.stream});
+}
+
+}  // namespace moejit

@@ -1,1 +1,348 @@
-// placeholder: filled by its owner
+#include "ops/group_gemm.hpp"
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "dispatch/tile_schedule.hpp"
+
+namespace moejit {
+namespace {
+
+// Sizes are template constants and 32-bit ints on the device; 2^20 columns is far beyond any
+// MoE layer and keeps every in-tile index product well inside int32.
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 20;
+constexpr std::int32_t kMaxExperts = 65536;
+
+void check_dtypes(moejit_dtype_t dtype, moejit_dtype_t c_dtype, const char *prefix) {
+    MOEJIT_REQUIRE(is_half_precision(dtype),
+                   "{}dtype must be MOEJIT_DTYPE_BF16 or MOEJIT_DTYPE_FP16, got {} ({})", prefix,
+                   static_cast<int>(dtype), dtype_name(dtype));
+    MOEJIT_REQUIRE(c_dtype == dtype || c_dtype == MOEJIT_DTYPE_FP32,
+                   "{}c_dtype must be the operand dtype ({}) or MOEJIT_DTYPE_FP32, got {} ({})",
+                   prefix, dtype_name(dtype), static_cast<int>(c_dtype), dtype_name(c_dtype));
+}
+
+void check_dim(std::int64_t v, const char *prefix, const char *name) {
+    MOEJIT_REQUIRE(v > 0 && v % 8 == 0,
+                   "{}{} must be a positive multiple of 8 (16-byte rows), got {}", prefix, name,
+                   v);
+    if (v > kMaxDim)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "{}{} = {} exceeds the supported maximum of {}", prefix,
+             name, v, kMaxDim);
+}
+
+void check_experts(std::int32_t e, const char *prefix) {
+    MOEJIT_REQUIRE(e >= 1, "{}num_experts must be >= 1, got {}", prefix, e);
+    if (e > kMaxExperts)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "{}num_experts = {} exceeds the supported maximum of {}",
+             prefix, e, kMaxExperts);
+}
+
+GemmProblem nk_problem(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t experts) {
+    GemmProblem p;
+    p.kind = GemmKind::same_nk;
+    p.dtype = s.dtype;
+    p.c_dtype = s.c_dtype;
+    p.n = s.n;
+    p.k = s.k;
+    p.b_transposed = s.b_transposed;
+    p.rows_hint = rows_hint;
+    p.num_experts = experts;
+    return p;
+}
+
+GemmProblem mn_problem(const GemmMnSpec &s, std::int64_t rows_hint, std::int32_t experts) {
+    GemmProblem p;
+    p.kind = GemmKind::same_mn;
+    p.dtype = s.dtype;
+    p.c_dtype = s.c_dtype;
+    p.m = s.m;
+    p.n = s.n;
+    p.rows_hint = rows_hint;
+    p.num_experts = experts;
+    return p;
+}
+
+void validate_nk_shape(const GemmNkSpec &s, const char *prefix) {
+    check_dtypes(s.dtype, s.c_dtype, prefix);
+    check_dim(s.n, prefix, "n");
+    check_dim(s.k, prefix, "k");
+}
+
+void validate_mn_shape(const GemmMnSpec &s, const char *prefix) {
+    check_dtypes(s.dtype, s.c_dtype, prefix);
+    check_dim(s.m, prefix, "m");
+    check_dim(s.n, prefix, "n");
+    MOEJIT_REQUIRE(!s.accumulate || s.c_dtype == MOEJIT_DTYPE_FP32,
+                   "{}accumulate = 1 requires c_dtype MOEJIT_DTYPE_FP32 (got {}): weight "
+                   "gradients accumulate across micro-batches in fp32 only",
+                   prefix, dtype_name(s.c_dtype));
+}
+
+std::string config_type(const GemmTileConfig &t, moejit_dtype_t dtype, moejit_dtype_t c_dtype) {
+    return fmt::format("moejit::gg::Config<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                       dtype_cuda_type(dtype), dtype_cuda_type(c_dtype), t.block_m, t.block_n,
+                       t.block_k, t.stages, t.warps_m, t.warps_n, t.group_m);
+}
+
+bool aligned(const void *p, std::size_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, bool need_c,
+                    const char *prefix) {
+    MOEJIT_REQUIRE(ops.rows >= 0 && ops.rows <= INT32_MAX,
+                   "{}rows must be in [0, 2147483647] (offsets are int32), got {}", prefix,
+                   ops.rows);
+    check_experts(ops.num_experts, prefix);
+    if (need_ab) {
+        MOEJIT_REQUIRE(ops.a != nullptr, "{}a is NULL (rows = {})", prefix, ops.rows);
+        MOEJIT_REQUIRE(ops.b != nullptr, "{}b is NULL (rows = {})", prefix, ops.rows);
+        MOEJIT_REQUIRE(aligned(ops.a, 16), "{}a must be 16-byte aligned", prefix);
+        MOEJIT_REQUIRE(aligned(ops.b, 16), "{}b must be 16-byte aligned", prefix);
+    }
+    if (need_c) {
+        MOEJIT_REQUIRE(ops.c != nullptr, "{}c is NULL", prefix);
+        MOEJIT_REQUIRE(aligned(ops.c, 2 * c_elem), "{}c must be {}-byte aligned", prefix,
+                       2 * c_elem);
+        MOEJIT_REQUIRE(ops.offsets != nullptr, "{}offsets is NULL", prefix);
+        MOEJIT_REQUIRE(aligned(ops.offsets, 4), "{}offsets must be 4-byte aligned", prefix);
+    }
+}
+
+void launch_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
+               const char *prefix, const char *what) {
+    validate_nk_shape(spec, prefix);
+    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix);
+    const int cc = ctx.compute_capability();
+    validate_tile_config(spec.tile, nk_problem(spec, ops.rows, ops.num_experts), cc);
+    const std::int64_t m_bound = m_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m);
+    const std::int64_t tiles =
+        nk_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m, spec.n, spec.tile.block_n);
+    if (tiles > INT32_MAX)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
+    ctx.require_device(what);
+    if (ops.rows == 0) return;  // nothing to write: no launch, no compile
+    Kernel &kernel = ctx.kernel(render_group_gemm_nk(spec));
+    LaunchShape shape;
+    shape.grid_x = persistent_ctas(
+        tiles, std::int64_t{blocks_per_sm(spec.tile, GemmKind::same_nk, ops.num_experts, cc)} *
+                   ctx.sm_count());
+    shape.block_x = static_cast<std::uint32_t>(spec.tile.threads());
+    shape.shared_bytes = static_cast<std::uint32_t>(
+        gemm_smem_bytes(spec.tile, GemmKind::same_nk, ops.num_experts));
+    const void *a = ops.a, *b = ops.b;
+    void *c = ops.c;
+    const std::int32_t *offsets = ops.offsets;
+    const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
+    const int bound = static_cast<int>(m_bound);
+    ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts, bound);
+}
+
+void launch_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
+               const char *prefix, const char *what) {
+    validate_mn_shape(spec, prefix);
+    // Accumulating into C with no rows adds nothing; otherwise C = 0 must still be written.
+    const bool nothing = ops.rows == 0 && spec.accumulate;
+    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, !nothing, prefix);
+    const int cc = ctx.compute_capability();
+    validate_tile_config(spec.tile, mn_problem(spec, ops.rows, ops.num_experts), cc);
+    const std::int64_t tiles = mn_tile_count(ops.num_experts, spec.m, spec.tile.block_m, spec.n,
+                                             spec.tile.block_n);
+    if (tiles > INT32_MAX)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
+    ctx.require_device(what);
+    if (nothing) return;
+    Kernel &kernel = ctx.kernel(render_group_gemm_mn(spec));
+    LaunchShape shape;
+    shape.grid_x = persistent_ctas(
+        tiles, std::int64_t{blocks_per_sm(spec.tile, GemmKind::same_mn, ops.num_experts, cc)} *
+                   ctx.sm_count());
+    shape.block_x = static_cast<std::uint32_t>(spec.tile.threads());
+    shape.shared_bytes = static_cast<std::uint32_t>(
+        gemm_smem_bytes(spec.tile, GemmKind::same_mn, ops.num_experts));
+    // With rows == 0 nothing is read: a and b may be null; pass c so addresses stay valid.
+    const void *a = ops.a ? ops.a : ops.c, *b = ops.b ? ops.b : ops.c;
+    void *c = ops.c;
+    const std::int32_t *offsets = ops.offsets;
+    const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
+    ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts);
+}
+
+}  // namespace
+
+GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n,
+                        std::int64_t k, bool b_transposed, bool accumulate,
+                        std::int64_t rows_hint, std::int32_t num_experts, int cc) {
+    GemmNkSpec s;
+    s.dtype = dtype;
+    s.c_dtype = c_dtype;
+    s.n = n;
+    s.k = k;
+    s.b_transposed = b_transposed;
+    s.accumulate = accumulate;
+    s.tile = choose_tile_config(nk_problem(s, rows_hint, num_experts), cc);
+    return s;
+}
+
+GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t m,
+                        std::int64_t n, bool accumulate, std::int64_t rows_hint,
+                        std::int32_t num_experts, int cc) {
+    GemmMnSpec s;
+    s.dtype = dtype;
+    s.c_dtype = c_dtype;
+    s.m = m;
+    s.n = n;
+    s.accumulate = accumulate;
+    s.tile = choose_tile_config(mn_problem(s, rows_hint, num_experts), cc);
+    return s;
+}
+
+void validate_nk_spec(const GemmNkSpec &spec, std::int32_t num_experts, int cc) {
+    validate_nk_shape(spec, "");
+    check_experts(num_experts, "");
+    validate_tile_config(spec.tile, nk_problem(spec, 0, num_experts), cc);
+}
+
+void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int cc) {
+    validate_mn_shape(spec, "");
+    check_experts(num_experts, "");
+    validate_tile_config(spec.tile, mn_problem(spec, 0, num_experts), cc);
+}
+
+KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
+    validate_nk_shape(s, "");
+    const GemmTileConfig &t = s.tile;
+    KernelSource ks;
+    ks.name = fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}_{}", dtype_name(s.dtype),
+                          dtype_name(s.c_dtype), s.n, s.k, s.b_transposed ? "bt" : "bn",
+                          s.accumulate ? "_acc" : "", to_string(t));
+    ks.template_name = "group_gemm.cuh";
+    ks.entry = "moejit_group_gemm_nk";
+    ks.source = fmt::format(
+        "// moejit grouped GEMM same_nk: {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"group_gemm.cuh\"\n"
+        "\n"
+        "namespace {{\n"
+        "using Cfg = {cfg};\n"
+        "}}  // namespace\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks})\n"
+        "{entry}(const {T} *a, const {T} *b, {CT} *c, const int *offsets, int rows,\n"
+        "        int num_experts, int m_tile_bound) {{\n"
+        "    moejit::gg::group_gemm_nk<Cfg, {n}, {k}, {bt}, {acc}>(a, b, c, offsets, rows,\n"
+        "                                                          num_experts, m_tile_bound);\n"
+        "}}\n",
+        fmt::arg("name", ks.name), fmt::arg("cfg", config_type(t, s.dtype, s.c_dtype)),
+        fmt::arg("threads", t.threads()), fmt::arg("min_blocks", t.min_blocks_per_sm),
+        fmt::arg("entry", ks.entry), fmt::arg("T", dtype_cuda_type(s.dtype)),
+        fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("n", s.n), fmt::arg("k", s.k),
+        fmt::arg("bt", s.b_transposed ? "true" : "false"),
+        fmt::arg("acc", s.accumulate ? "true" : "false"));
+    return ks;
+}
+
+KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
+    validate_mn_shape(s, "");
+    const GemmTileConfig &t = s.tile;
+    KernelSource ks;
+    ks.name = fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype),
+                          dtype_name(s.c_dtype), s.m, s.n, s.accumulate ? "_acc" : "",
+                          to_string(t));
+    ks.template_name = "group_gemm.cuh";
+    ks.entry = "moejit_group_gemm_mn";
+    ks.source = fmt::format(
+        "// moejit grouped GEMM same_mn: {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"group_gemm.cuh\"\n"
+        "\n"
+        "namespace {{\n"
+        "using Cfg = {cfg};\n"
+        "}}  // namespace\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks})\n"
+        "{entry}(const {T} *a, const {T} *b, {CT} *c, const int *offsets, int rows,\n"
+        "        int num_experts) {{\n"
+        "    moejit::gg::group_gemm_mn<Cfg, {m}, {n}, {acc}>(a, b, c, offsets, rows,\n"
+        "                                                    num_experts);\n"
+        "}}\n",
+        fmt::arg("name", ks.name), fmt::arg("cfg", config_type(t, s.dtype, s.c_dtype)),
+        fmt::arg("threads", t.threads()), fmt::arg("min_blocks", t.min_blocks_per_sm),
+        fmt::arg("entry", ks.entry), fmt::arg("T", dtype_cuda_type(s.dtype)),
+        fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("m", s.m), fmt::arg("n", s.n),
+        fmt::arg("acc", s.accumulate ? "true" : "false"));
+    return ks;
+}
+
+void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops) {
+    launch_nk(ctx, spec, ops, "", "launch_group_gemm_nk");
+}
+
+void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops) {
+    launch_mn(ctx, spec, ops, "", "launch_group_gemm_mn");
+}
+
+void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
+                        const GemmTileConfig *tile) {
+    constexpr const char *prefix = "args->";
+    GemmNkSpec spec;
+    spec.dtype = args.dtype;
+    spec.c_dtype = args.c_dtype;
+    spec.n = args.n;
+    spec.k = args.k;
+    MOEJIT_REQUIRE(args.b_transposed == 0 || args.b_transposed == 1,
+                   "args->b_transposed must be 0 or 1, got {}", args.b_transposed);
+    MOEJIT_REQUIRE(args.accumulate == 0 || args.accumulate == 1,
+                   "args->accumulate must be 0 or 1, got {}", args.accumulate);
+    spec.b_transposed = args.b_transposed == 1;
+    spec.accumulate = args.accumulate == 1;
+    validate_nk_shape(spec, prefix);
+    check_experts(args.num_experts, prefix);
+    spec.tile = tile ? *tile
+                     : choose_tile_config(nk_problem(spec, args.rows, args.num_experts),
+                                          ctx.compute_capability());
+    GemmOperands ops;
+    ops.a = args.a;
+    ops.b = args.b;
+    ops.c = args.c;
+    ops.offsets = args.offsets;
+    ops.rows = args.rows;
+    ops.num_experts = args.num_experts;
+    ops.stream = args.stream;
+    launch_nk(ctx, spec, ops, prefix, "moejit_group_gemm_same_nk");
+}
+
+void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,
+                        const GemmTileConfig *tile) {
+    constexpr const char *prefix = "args->";
+    GemmMnSpec spec;
+    spec.dtype = args.dtype;
+    spec.c_dtype = args.c_dtype;
+    spec.m = args.m;
+    spec.n = args.n;
+    MOEJIT_REQUIRE(args.accumulate == 0 || args.accumulate == 1,
+                   "args->accumulate must be 0 or 1, got {}", args.accumulate);
+    spec.accumulate = args.accumulate == 1;
+    validate_mn_shape(spec, prefix);
+    check_experts(args.num_experts, prefix);
+    spec.tile = tile ? *tile
+                     : choose_tile_config(mn_problem(spec, args.rows, args.num_experts),
+                                          ctx.compute_capability());
+    GemmOperands ops;
+    ops.a = args.a;
+    ops.b = args.b;
+    ops.c = args.c;
+    ops.offsets = args.offsets;
+    ops.rows = args.rows;
+    ops.num_experts = args.num_experts;
+    ops.stream = args.stream;
+    launch_mn(ctx, spec, ops, prefix, "moejit_group_gemm_same_mn");
+}
+
+}  // namespace moejit

@@ -1,1 +1,299 @@
-// placeholder: filled by its owner
+#include "ops/scatter_gather.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace moejit {
+namespace {
+
+constexpr std::int64_t kMaxRows = std::numeric_limits<std::int32_t>::max();  // int32 indices
+constexpr std::uint32_t kWeightThreads = 256;
+constexpr std::int32_t kElementsPerVector = 8;  // 16 bytes of bf16 / fp16
+
+bool known_dtype(moejit_dtype_t dtype) { return dtype_name(dtype) != "unknown"; }
+
+void validate_row_dtype(moejit_dtype_t dtype) {
+    MOEJIT_REQUIRE(known_dtype(dtype), "dtype = {} is not a moejit_dtype_t value",
+                   static_cast<int>(dtype));
+    if (dtype == MOEJIT_DTYPE_FP32)  // a valid row dtype, not implemented
+        fail(MOEJIT_ERROR_UNSUPPORTED, "dtype = fp32 is not supported (bf16 or fp16)");
+    MOEJIT_REQUIRE(is_half_precision(dtype),
+                   "dtype must be MOEJIT_DTYPE_BF16 or MOEJIT_DTYPE_FP16, got {}",
+                   dtype_name(dtype));
+}
+
+void validate_hidden_and_k(std::int64_t hidden_size, std::int32_t top_k) {
+    MOEJIT_REQUIRE(hidden_size >= 1, "hidden_size must be >= 1, got {}", hidden_size);
+    if (hidden_size % kElementsPerVector != 0)
+        fail(MOEJIT_ERROR_UNSUPPORTED,
+             "hidden_size = {} must be a multiple of 8 (rows move as 16-byte vectors)",
+             hidden_size);
+    if (hidden_size > kScatterMaxHidden)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "hidden_size = {} exceeds the supported maximum of {}",
+             hidden_size, kScatterMaxHidden);
+    MOEJIT_REQUIRE(top_k >= 1, "top_k must be >= 1, got {}", top_k);
+    if (top_k > kScatterMaxTopK)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "top_k = {} exceeds the supported maximum of {}", top_k,
+             kScatterMaxTopK);
+}
+
+void validate_tokens(std::int64_t num_tokens, std::int32_t top_k) {
+    MOEJIT_REQUIRE(num_tokens >= 0, "num_tokens must be >= 0, got {}", num_tokens);
+    if (num_tokens > kMaxRows / top_k)
+        fail(MOEJIT_ERROR_UNSUPPORTED,
+             "num_tokens * top_k = {} * {} exceeds {} (scatter_index is int32)", num_tokens,
+             top_k, kMaxRows);
+}
+
+void require_tensor(const void *ptr, const char *name, std::int64_t elements, const char *shape,
+                    std::size_t alignment) {
+    if (elements == 0) return;  // empty tensors may be null (e.g. PyTorch's data_ptr() of T = 0)
+    MOEJIT_REQUIRE(ptr != nullptr, "{} is NULL (expected a device pointer to {} = {} elements)",
+                   name, shape, elements);
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(ptr) % alignment == 0,
+                   "{} = {} is not {}-byte aligned", name, ptr, alignment);
+}
+
+std::uint32_t next_pow2(std::int64_t v) {
+    std::uint32_t p = 1;
+    while (p < v) p <<= 1;
+    return p;
+}
+
+// Renders a row kernel (scatter or gather): constants, the template, the extern "C" wrapper.
+KernelSource render_rows(const std::string &name, const std::string &constants,
+                         std::int64_t hidden_size, const char *params, const char *call) {
+    const RowGeometry g = row_geometry(hidden_size);
+    KernelSource ks;
+    ks.name = name;
+    ks.template_name = "scatter_gather.cuh";
+    ks.entry = "moejit_" + name;
+    ks.source = fmt::format(
+        "// moejit {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"scatter_gather.cuh\"\n"
+        "\n"
+        "namespace {{\n"
+        "{constants}"
+        "constexpr int kHidden = {h};\n"
+        "constexpr int kThreadsPerRow = {tpr};\n"
+        "constexpr int kVecsPerThread = {vpt};\n"
+        "constexpr int kRowsPerBlock = {rpb};\n"
+        "}}  // namespace\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
+        "    moejit::sg::{call};\n"
+        "}}\n",
+        fmt::arg("name", name), fmt::arg("constants", constants), fmt::arg("h", hidden_size),
+        fmt::arg("tpr", g.threads_per_row), fmt::arg("vpt", g.vectors_per_thread),
+        fmt::arg("rpb", g.rows_per_block), fmt::arg("threads", g.block_threads),
+        fmt::arg("entry", ks.entry), fmt::arg("params", params), fmt::arg("call", call));
+    return ks;
+}
+
+KernelSource render_weights(const char *kind, moejit_dtype_t weight_dtype, const char *params,
+                            const char *call) {
+    validate_weight_dtype(weight_dtype);
+    KernelSource ks;
+    ks.name = fmt::format("{}_{}", kind, dtype_name(weight_dtype));
+    ks.template_name = "scatter_gather.cuh";
+    ks.entry = "moejit_" + ks.name;
+    ks.source = fmt::format(
+        "// moejit {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"scatter_gather.cuh\"\n"
+        "\n"
+        "namespace {{\n"
+        "using W = {w};\n"
+        "}}  // namespace\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
+        "    moejit::sg::{call};\n"
+        "}}\n",
+        fmt::arg("name", ks.name), fmt::arg("w", dtype_cuda_type(weight_dtype)),
+        fmt::arg("threads", kWeightThreads), fmt::arg("entry", ks.entry),
+        fmt::arg("params", params), fmt::arg("call", call));
+    return ks;
+}
+
+LaunchShape row_launch(std::int64_t num_tokens, const RowGeometry &g) {
+    LaunchShape s;
+    s.grid_x = static_cast<std::uint32_t>((num_tokens + g.rows_per_block - 1) / g.rows_per_block);
+    s.block_x = static_cast<std::uint32_t>(g.block_threads);
+    return s;
+}
+
+LaunchShape flat_launch(std::int64_t rows) {
+    LaunchShape s;
+    s.grid_x = static_cast<std::uint32_t>((rows + kWeightThreads - 1) / kWeightThreads);
+    s.block_x = kWeightThreads;
+    return s;
+}
+
+}  // namespace
+
+RowGeometry row_geometry(std::int64_t hidden_size) {
+    RowGeometry g;
+    g.vectors = static_cast<std::int32_t>(hidden_size / kElementsPerVector);
+    // Up to 4 vectors per thread (loads in flight), more only once a row has 1024 threads.
+    g.threads_per_row =
+        static_cast<std::int32_t>(std::min<std::uint32_t>(1024, next_pow2((g.vectors + 3) / 4)));
+    g.vectors_per_thread = (g.vectors + g.threads_per_row - 1) / g.threads_per_row;
+    g.block_threads = std::max<std::int32_t>(g.threads_per_row, 128);
+    g.rows_per_block = g.block_threads / g.threads_per_row;
+    return g;
+}
+
+void validate_scatter_spec(const ScatterSpec &spec) {
+    validate_row_dtype(spec.dtype);
+    validate_hidden_and_k(spec.hidden_size, spec.top_k);
+}
+
+void validate_gather_spec(const GatherSpec &spec) {
+    validate_row_dtype(spec.dtype);
+    validate_hidden_and_k(spec.hidden_size, spec.top_k);
+    const auto w = spec.weight_dtype;
+    if (w == 0) return;  // unweighted
+    MOEJIT_REQUIRE(known_dtype(w), "weight_dtype = {} is not a moejit_dtype_t value",
+                   static_cast<int>(w));
+    if (w != MOEJIT_DTYPE_FP32 && w != spec.dtype)
+        fail(is_half_precision(w) ? MOEJIT_ERROR_UNSUPPORTED : MOEJIT_ERROR_INVALID_ARGUMENT,
+             "weight_dtype must be MOEJIT_DTYPE_FP32 or dtype ({}), got {}",
+             dtype_name(spec.dtype), dtype_name(w));
+}
+
+void validate_weight_dtype(moejit_dtype_t weight_dtype) {
+    MOEJIT_REQUIRE(weight_dtype == MOEJIT_DTYPE_BF16 || weight_dtype == MOEJIT_DTYPE_FP16 ||
+                       weight_dtype == MOEJIT_DTYPE_FP32,
+                   "weight_dtype must be MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16 or "
+                   "MOEJIT_DTYPE_FP32, got {} ({})",
+                   static_cast<int>(weight_dtype), dtype_name(weight_dtype));
+}
+
+KernelSource render_scatter(const ScatterSpec &spec) {
+    validate_scatter_spec(spec);
+    return render_rows(
+        fmt::format("scatter_{}_h{}_k{}", dtype_name(spec.dtype), spec.hidden_size, spec.top_k),
+        fmt::format("using T = {};\nconstexpr int kTopK = {};\n", dtype_cuda_type(spec.dtype),
+                    spec.top_k),
+        spec.hidden_size,
+        "const T *__restrict__ x, const int *__restrict__ scatter_index, long long num_tokens, "
+        "T *__restrict__ xs",
+        "scatter<T, kHidden, kTopK, kThreadsPerRow, kVecsPerThread, kRowsPerBlock>(x, "
+        "scatter_index, num_tokens, xs)");
+}
+
+KernelSource render_gather(const GatherSpec &spec) {
+    validate_gather_spec(spec);
+    const bool weighted = spec.weight_dtype != 0;
+    return render_rows(
+        fmt::format("gather_{}_h{}_k{}_w{}", dtype_name(spec.dtype), spec.hidden_size,
+                    spec.top_k, weighted ? dtype_name(spec.weight_dtype) : "none"),
+        fmt::format("using T = {};\nusing W = {};\nconstexpr bool kWeighted = {};\n"
+                    "constexpr int kTopK = {};\n",
+                    dtype_cuda_type(spec.dtype),
+                    weighted ? dtype_cuda_type(spec.weight_dtype) : "float", weighted,
+                    spec.top_k),
+        spec.hidden_size,
+        "const T *__restrict__ ys, const int *__restrict__ scatter_index, "
+        "const W *__restrict__ weights, long long num_tokens, T *__restrict__ out",
+        "gather<T, W, kWeighted, kHidden, kTopK, kThreadsPerRow, kVecsPerThread, "
+        "kRowsPerBlock>(ys, scatter_index, weights, num_tokens, out)");
+}
+
+KernelSource render_scatter_weights(moejit_dtype_t weight_dtype) {
+    return render_weights("scatter_weights", weight_dtype,
+                          "const W *__restrict__ weights, const int *__restrict__ scatter_index, "
+                          "long long rows, float *__restrict__ w_s",
+                          "scatter_weights<W>(weights, scatter_index, rows, w_s)");
+}
+
+KernelSource render_gather_weights(moejit_dtype_t weight_dtype) {
+    return render_weights("gather_weights", weight_dtype,
+                          "const float *__restrict__ d_w_s, const int *__restrict__ "
+                          "scatter_index, long long rows, W *__restrict__ d_weights",
+                          "gather_weights<W>(d_w_s, scatter_index, rows, d_weights)");
+}
+
+void scatter(Context &ctx, const ScatterArgs &args) {
+    validate_scatter_spec(args.spec);
+    validate_tokens(args.num_tokens, args.spec.top_k);
+    const std::int64_t rows = args.num_tokens * args.spec.top_k;
+    const std::int64_t h = args.spec.hidden_size;
+    require_tensor(args.x, "x", args.num_tokens * h, "[T,H]", 16);
+    require_tensor(args.scatter_index, "scatter_index", rows, "[T,k]", 4);
+    require_tensor(args.xs, "xs", rows * h, "[S,H]", 16);
+    ctx.require_device("moejit_scatter");
+    if (args.num_tokens == 0) return;
+
+    const RowGeometry g = row_geometry(h);
+    Kernel &kernel = ctx.kernel(render_scatter(args.spec));
+    const long long tokens = args.num_tokens;
+    ctx.launch(kernel, row_launch(args.num_tokens, g), args.stream, args.x, args.scatter_index,
+               tokens, args.xs);
+}
+
+void gather(Context &ctx, const GatherArgs &args) {
+    GatherSpec spec = args.spec;
+    if (args.weights == nullptr) spec.weight_dtype = static_cast<moejit_dtype_t>(0);
+    validate_gather_spec(spec);
+    validate_tokens(args.num_tokens, spec.top_k);
+    const std::int64_t rows = args.num_tokens * spec.top_k;
+    const std::int64_t h = spec.hidden_size;
+    require_tensor(args.ys, "ys", rows * h, "[S,H]", 16);
+    require_tensor(args.scatter_index, "scatter_index", rows, "[T,k]", 4);
+    if (args.weights != nullptr)
+        require_tensor(args.weights, "weights", rows, "[T,k]", dtype_size(spec.weight_dtype));
+    require_tensor(args.out, "out", args.num_tokens * h, "[T,H]", 16);
+    ctx.require_device("moejit_gather");
+    if (args.num_tokens == 0) return;
+
+    const RowGeometry g = row_geometry(h);
+    Kernel &kernel = ctx.kernel(render_gather(spec));
+    const long long tokens = args.num_tokens;
+    ctx.launch(kernel, row_launch(args.num_tokens, g), args.stream, args.ys, args.scatter_index,
+               args.weights, tokens, args.out);
+}
+
+void scatter_weights(Context &ctx, const WeightsScatterArgs &args) {
+    validate_weight_dtype(args.weight_dtype);
+    MOEJIT_REQUIRE(args.top_k >= 1, "top_k must be >= 1, got {}", args.top_k);
+    validate_tokens(args.num_tokens, args.top_k);
+    const std::int64_t rows = args.num_tokens * args.top_k;
+    require_tensor(args.weights, "weights", rows, "[T,k]", dtype_size(args.weight_dtype));
+    require_tensor(args.scatter_index, "scatter_index", rows, "[T,k]", 4);
+    require_tensor(args.w_s, "w_s", rows, "[S]", 4);
+    ctx.require_device("moejit_scatter_weights");
+    if (rows == 0) return;
+
+    Kernel &kernel = ctx.kernel(render_scatter_weights(args.weight_dtype));
+    const long long rows_arg = rows;
+    ctx.launch(kernel, flat_launch(rows), args.stream, args.weights, args.scatter_index, rows_arg,
+               args.w_s);
+}
+
+void gather_weights(Context &ctx, const WeightsGatherArgs &args) {
+    validate_weight_dtype(args.weight_dtype);
+    MOEJIT_REQUIRE(args.top_k >= 1, "top_k must be >= 1, got {}", args.top_k);
+    validate_tokens(args.num_tokens, args.top_k);
+    const std::int64_t rows = args.num_tokens * args.top_k;
+    require_tensor(args.d_w_s, "d_w_s", rows, "[S]", 4);
+    require_tensor(args.scatter_index, "scatter_index", rows, "[T,k]", 4);
+    require_tensor(args.d_weights, "d_weights", rows, "[T,k]", dtype_size(args.weight_dtype));
+    ctx.require_device("moejit_gather_weights");
+    if (rows == 0) return;
+
+    Kernel &kernel = ctx.kernel(render_gather_weights(args.weight_dtype));
+    const long long rows_arg = rows;
+    ctx.launch(kernel, flat_launch(rows), args.stream, args.d_w_s, args.scatter_index, rows_arg,
+               args.d_weights);
+}
+
+}  // namespace moejit

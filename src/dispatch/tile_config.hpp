@@ -1,0 +1,81 @@
+// Tile configurations of the grouped GEMMs: the heuristic that picks BLOCK_M/N/K, pipeline
+// stages and the warp layout per problem and arch, their validation, and the test override.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "moejit.h"
+
+namespace moejit {
+
+// One mma.sync specialization's tiling. Warp tile = (block_m / warps_m) x (block_n / warps_n).
+struct GemmTileConfig {
+    int block_m = 128;
+    int block_n = 128;
+    int block_k = 32;
+    int stages = 4;
+    int warps_m = 2;
+    int warps_n = 4;
+    int group_m = 8;          // row blocks walked together (L2 reuse), see grouped_order
+    int min_blocks_per_sm = 2;  // __launch_bounds__ minimum; caps registers at 64K / (threads * it)
+
+    int threads() const { return 32 * warps_m * warps_n; }
+    bool operator==(const GemmTileConfig &) const = default;
+};
+
+// "128x128x32_s4_w2x4_g8_o2": readable and file-name safe; used in kernel names.
+std::string to_string(const GemmTileConfig &config);
+// Parses "BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS]" (omitted fields keep defaults);
+// throws MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on malformed text.
+GemmTileConfig parse_tile_config(std::string_view text, const char *what);
+
+enum class GemmKind {
+    same_nk,  // C[S,N] = A[S,K] · B_e(ᵀ): forward (B [E,N,K]) and input gradients (B [E,K,N])
+    same_mn,  // C[E,M,N] = A_eᵀ · B_e: weight gradients, reduction over the expert's rows
+};
+
+// What the heuristic looks at. For same_mn, `m`/`n` are the output sizes; for same_nk `n`/`k`.
+struct GemmProblem {
+    GemmKind kind = GemmKind::same_nk;
+    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
+    moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
+    std::int64_t m = 0;  // same_mn only
+    std::int64_t n = 0;
+    std::int64_t k = 0;  // same_nk only
+    bool b_transposed = true;  // same_nk only
+    std::int64_t rows_hint = 0;  // typical S; 0: unknown (assume large)
+    std::int32_t num_experts = 1;
+};
+
+// Shared memory per SM and per block for a compute capability (major*10+minor).
+struct SmemLimits {
+    std::size_t per_block;  // largest dynamic + static allocation of one block
+    std::size_t per_sm;     // total, including the 1 KiB the hardware reserves per block
+};
+SmemLimits smem_limits(int compute_capability);
+
+// Dynamic shared memory of a specialization: the pipeline stages, plus (same_nk) the per-expert
+// cumulative tile counts the device scheduler keeps in shared memory.
+std::size_t gemm_smem_bytes(const GemmTileConfig &config, GemmKind kind, std::int32_t num_experts);
+
+// Throws MOEJIT_ERROR_UNSUPPORTED (naming the field and the allowed values) if `config` cannot
+// run `problem` on `compute_capability`: divisibility, warp tiles, registers, shared memory.
+void validate_tile_config(const GemmTileConfig &config, const GemmProblem &problem,
+                          int compute_capability);
+
+// The heuristic (documented in tile_config.cpp). Always returns a config that validates.
+// MOEJIT_GEMM_TILE (same syntax as parse_tile_config) overrides it, for tests and tuning.
+GemmTileConfig choose_tile_config(const GemmProblem &problem, int compute_capability);
+// The heuristic alone, ignoring the environment.
+GemmTileConfig heuristic_tile_config(const GemmProblem &problem, int compute_capability);
+
+// Blocks per SM the persistent grid assumes: min_blocks_per_sm, reduced if shared memory
+// does not allow it.
+int blocks_per_sm(const GemmTileConfig &config, GemmKind kind, std::int32_t num_experts,
+                  int compute_capability);
+
+}  // namespace moejit

@@ -1,0 +1,60 @@
+// Host side of the grouped-GEMM tile schedule: the launch bound computed from S (never from
+// T), the persistent grid size, and a CPU emulation of the device scheduler for tests.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace moejit {
+
+// Upper bound on the M-tiles of a same_nk grouped GEMM: sum_e ceil(count_e / BM) over any
+// counts that sum to S = rows is at most ceil(S / BM) + min(E, S) (each non-empty expert wastes
+// less than one tile, and at most S experts are non-empty). Computed from the scattered
+// tensor's rows: with duplicate top-k routes one expert can own all S = T*k rows, so a bound
+// from T misses rows (DESIGN.md §3).
+std::int64_t m_tile_bound(std::int64_t rows, std::int32_t num_experts, int block_m);
+
+// Linear tiles of a same_nk launch: m_tile_bound * ceil(N / BN).
+std::int64_t nk_tile_bound(std::int64_t rows, std::int32_t num_experts, int block_m,
+                           std::int64_t n, int block_n);
+// Tiles of a same_mn launch (exact, independent of the routing): E * ceil(M/BM) * ceil(N/BN).
+std::int64_t mn_tile_count(std::int32_t num_experts, std::int64_t m, int block_m,
+                           std::int64_t n, int block_n);
+
+// Persistent grid: one CTA per tile up to `max_resident` (blocks per SM x SMs); each CTA then
+// loops over tiles with stride gridDim.x, so a tile bound larger than the grid costs nothing.
+std::uint32_t persistent_ctas(std::int64_t tiles, std::int64_t max_resident);
+
+// Result of replaying a schedule on the CPU: how often each (row, column block) was written.
+struct ScheduleCoverage {
+    std::int64_t rows = 0;
+    int n_tiles = 0;
+    std::vector<int> hits;          // [rows * n_tiles]
+    std::int64_t tiles_run = 0;     // tiles the CTAs processed
+    std::int64_t bad_tiles = 0;     // tiles mapped outside their expert's blocks
+    std::int64_t missed() const;     // (row, n-block) pairs never written
+    std::int64_t duplicated() const; // pairs written more than once
+    bool exact() const { return bad_tiles == 0 && missed() == 0 && duplicated() == 0; }
+};
+
+// Replays the same_nk device scheduler (templates/group_gemm_schedule.cuh, the same code the
+// kernel runs): `ctas` persistent CTAs walk tile ids below min(true M-tiles, m_tile_limit) *
+// n_tiles. offsets has E+1 entries.
+ScheduleCoverage emulate_nk_schedule(std::span<const std::int32_t> offsets, std::int64_t rows,
+                                     int block_m, int n_tiles, int group_m,
+                                     std::int64_t m_tile_limit, std::uint32_t ctas);
+
+// The classic non-persistent layout the invariant forbids: a grid of E x blocks_per_expert x
+// n_tiles CTAs, CTA (e, b, n) computing row block b of expert e. With blocks_per_expert taken
+// from T (ceil(T / BM)), an expert owning more than T rows (duplicate routes) loses rows.
+ScheduleCoverage emulate_per_expert_grid(std::span<const std::int32_t> offsets,
+                                         std::int64_t rows, int block_m, int n_tiles,
+                                         std::int64_t blocks_per_expert);
+
+// Replays the same_mn scheduler: every (expert, m-block, n-block) tile exactly once?
+// Returns the number of tiles not visited exactly once (0 = exact).
+std::int64_t emulate_mn_schedule_errors(std::int32_t num_experts, int m_tiles, int n_tiles,
+                                        int group_m, std::uint32_t ctas);
+
+}  // namespace moejit

@@ -1,0 +1,81 @@
+#include "moe/layer_gemms.hpp"
+
+namespace moejit {
+
+LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
+    const bool merged = d.fc1_layout == MOEJIT_FC1_MERGED;
+    const std::int64_t H = d.hidden_size, I = d.intermediate_size, E = d.num_experts;
+    const std::int64_t fc1_n = merged ? 2 * I : I;
+    // Typical scattered rows, for the tile heuristic (4096 tokens when the caller gives no hint).
+    const std::int64_t rows_hint = (d.tokens_hint > 0 ? d.tokens_hint : 4096) * d.top_k;
+    const moejit_dtype_t t = d.dtype, wg = d.weight_grad_dtype;
+    const bool acc = d.weight_grad_accumulate != 0;
+    LayerSpecs s;
+    s.fc1 = make_nk_spec(t, t, fc1_n, H, true, false, rows_hint, E, cc);
+    s.fc2 = make_nk_spec(t, t, H, I, true, false, rows_hint, E, cc);
+    s.fc2_dgrad = make_nk_spec(t, t, I, H, false, false, rows_hint, E, cc);
+    // Split fc1: dxs = dg·W_gate, then += du·W_up (accumulating in the layer dtype; merged
+    // fc1 does it in one GEMM over K = 2I, so the two layouts' dx may differ by rounding).
+    s.fc1_dgrad = make_nk_spec(t, t, H, fc1_n, false, false, rows_hint, E, cc);
+    s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, false, true, rows_hint, E, cc);
+    s.fc2_wgrad = make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc);
+    s.fc1_wgrad = make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc);
+    return s;
+}
+
+std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, int cc) {
+    LayerSpecs s = layer_specs(d, cc);
+    std::vector<KernelSource> out = {render_group_gemm_nk(s.fc1), render_group_gemm_nk(s.fc2),
+                                     render_group_gemm_nk(s.fc2_dgrad), render_group_gemm_nk(s.fc1_dgrad),
+                                     render_group_gemm_mn(s.fc2_wgrad), render_group_gemm_mn(s.fc1_wgrad)};
+    if (d.fc1_layout == MOEJIT_FC1_SPLIT) out.push_back(render_group_gemm_nk(s.fc1_dgrad_acc));
+    return out;
+}
+
+LayerGemms::LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs,
+                       std::int64_t rows, const std::int32_t *offsets, void *stream)
+    : ctx_(ctx), desc_(desc), specs_(specs), rows_(rows), offsets_(offsets), stream_(stream) {}
+
+void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c) {
+    GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
+    (void)rows_cap_;  // pending: the GEMM scheduler's test-only per-expert row cap
+    launch_group_gemm_nk(ctx_, spec, ops);
+}
+
+void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *c) {
+    GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
+    (void)rows_cap_;  // pending: the GEMM scheduler's test-only per-expert row cap
+    launch_group_gemm_mn(ctx_, spec, ops);
+}
+
+void LayerGemms::fc1_split(const void *xs, const void *w, void *out) {
+    nk(specs_.fc1, xs, w, out);
+}
+void LayerGemms::fc1_merged(const void *xs, const void *w, void *gu) {
+    nk(specs_.fc1, xs, w, gu);
+}
+void LayerGemms::fc2(const void *aw, const void *w_down, void *y) {
+    nk(specs_.fc2, aw, w_down, y);
+}
+void LayerGemms::fc2_dgrad(const void *dy, const void *w_down, void *daw) {
+    nk(specs_.fc2_dgrad, dy, w_down, daw);
+}
+void LayerGemms::fc2_wgrad(const void *dy, const void *aw, void *dw_down) {
+    mn(specs_.fc2_wgrad, dy, aw, dw_down);
+}
+void LayerGemms::fc1_dgrad_split(const void *dg, const void *w_gate, const void *du, const void *w_up,
+                                 void *dxs) {
+    nk(specs_.fc1_dgrad, dg, w_gate, dxs);
+    nk(specs_.fc1_dgrad_acc, du, w_up, dxs);
+}
+void LayerGemms::fc1_dgrad_merged(const void *dgu, const void *w_gate_up, void *dxs) {
+    nk(specs_.fc1_dgrad, dgu, w_gate_up, dxs);
+}
+void LayerGemms::fc1_wgrad_split(const void *d, const void *xs, void *dw) {
+    mn(specs_.fc1_wgrad, d, xs, dw);
+}
+void LayerGemms::fc1_wgrad_merged(const void *dgu, const void *xs, void *dw) {
+    mn(specs_.fc1_wgrad, dgu, xs, dw);
+}
+
+}  // namespace moejit

@@ -1,0 +1,61 @@
+// The grouped GEMMs of one MoE layer, named by their role (DESIGN.md §2), with the operand
+// shapes, B layouts and output dtypes of the plan's descriptor decided in one place.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/context.hpp"
+#include "jit/kernel_source.hpp"
+#include "moejit.h"
+#include "ops/group_gemm.hpp"
+
+namespace moejit {
+
+// The specs of the layer's GEMMs. B layouts: forward weights are [E,N,K] (b_transposed);
+// input gradients use the same weights as [E,K,N].
+struct LayerSpecs {
+    GemmNkSpec fc1, fc2, fc2_dgrad, fc1_dgrad, fc1_dgrad_acc;
+    GemmMnSpec fc2_wgrad, fc1_wgrad;
+};
+LayerSpecs layer_specs(const moejit_plan_desc_t &desc, int compute_capability);
+
+// Every GEMM specialization a plan of `desc` launches (pure; for warmup).
+std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, int compute_capability);
+
+class LayerGemms {
+public:
+    // rows: S, the scattered tensors' row count — the launch bound of every GEMM.
+    LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs, std::int64_t rows,
+               const std::int32_t *offsets, void *stream);
+
+    // Test-only: reproduce the historical bug (see PlanTestHooks).
+    void bound_rows_per_expert(std::int64_t cap) { rows_cap_ = cap; }
+
+    // forward
+    void fc1_split(const void *xs, const void *w, void *out);         // [S,H]·[E,I,H]ᵀ → [S,I]
+    void fc1_merged(const void *xs, const void *w_gate_up, void *gu); // → [S,2I]
+    void fc2(const void *aw, const void *w_down, void *y);            // [S,I]·[E,H,I]ᵀ → [S,H]
+    // backward
+    void fc2_dgrad(const void *dy, const void *w_down, void *daw);    // [S,H]·[E,H,I] → [S,I]
+    void fc2_wgrad(const void *dy, const void *aw, void *dw_down);    // dyᵀ·aw → [E,H,I]
+    void fc1_dgrad_split(const void *dg, const void *w_gate, const void *du, const void *w_up,
+                         void *dxs);                                  // dg·Wg + du·Wu → [S,H]
+    void fc1_dgrad_merged(const void *dgu, const void *w_gate_up, void *dxs);
+    void fc1_wgrad_split(const void *d, const void *xs, void *dw);    // dᵀ·xs → [E,I,H]
+    void fc1_wgrad_merged(const void *dgu, const void *xs, void *dw); // → [E,2I,H]
+
+private:
+    void nk(const GemmNkSpec &spec, const void *a, const void *b, void *c);
+    void mn(const GemmMnSpec &spec, const void *a, const void *b, void *c);
+
+    Context &ctx_;
+    const moejit_plan_desc_t &desc_;
+    const LayerSpecs &specs_;
+    std::int64_t rows_;
+    const std::int32_t *offsets_;
+    void *stream_;
+    std::int64_t rows_cap_ = -1;
+};
+
+}  // namespace moejit

@@ -1,0 +1,56 @@
+// The fused MoE layer (DESIGN.md §2): one plan per layer shape; forward and backward compose
+// the routing, scatter/gather, grouped-GEMM and SwiGLU ops on the caller's stream, with every
+// buffer caller-provided (saved activations and scratch workspace), no allocation and no host
+// synchronisation, so a whole training step can be captured in a CUDA graph.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/context.hpp"
+#include "jit/kernel_source.hpp"
+#include "moe/layer_gemms.hpp"
+#include "moe/plan_layout.hpp"
+#include "moejit.h"
+
+namespace moejit {
+
+// Throws MOEJIT_ERROR_INVALID_ARGUMENT / UNSUPPORTED naming the bad field.
+void validate_plan_desc(const moejit_plan_desc_t &desc);
+
+// Every kernel specialization a plan of `desc` launches, for `arch` (pure; used by plan
+// creation and by warmup on a compile-only context). Duplicates removed.
+std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, int compute_capability);
+
+// Test-only hooks. bound_rows_per_expert_from_tokens reproduces the historical bug (a grouped
+// GEMM whose per-expert row bound is T instead of the expert's actual rows): the regression
+// suite must fail with it set, proving it can catch the bug.
+struct PlanTestHooks {
+    bool backward_bound_from_tokens = false;
+};
+
+class Plan {
+public:
+    Plan(Context &ctx, const moejit_plan_desc_t &desc);
+
+    const moejit_plan_desc_t &desc() const { return desc_; }
+    PlanLayout layout(std::int64_t num_tokens) const { return PlanLayout(desc_, num_tokens); }
+
+    void forward(const moejit_forward_args_t &args);
+    void backward(const moejit_backward_args_t &args);
+
+    PlanTestHooks test_hooks;
+
+private:
+    Context &ctx_;
+    moejit_plan_desc_t desc_;
+    LayerSpecs gemm_specs_;  // chosen once: tiles depend on the shape, not on T
+};
+
+}  // namespace moejit
+
+struct moejit_plan_s {
+    moejit::Plan impl;
+    moejit_plan_s(moejit::Context &ctx, const moejit_plan_desc_t &desc) : impl(ctx, desc) {}
+};

@@ -1,0 +1,53 @@
+// Where a plan keeps its tensors: the caller's `saved` buffer (forward → backward) and
+// `workspace` (scratch for one call). Pure arithmetic on the descriptor and T, so the size
+// queries need no device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "moejit.h"
+
+namespace moejit {
+
+// Every region starts on a 256-byte boundary (16-byte vector loads need 16; 256 keeps rows of
+// the grouped GEMMs' operands aligned for TMA later).
+inline constexpr std::size_t kRegionAlignment = 256;
+
+struct Region {
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+    template <class T> T *in(void *base) const {
+        return reinterpret_cast<T *>(static_cast<char *>(base) + offset);
+    }
+    template <class T> const T *in(const void *base) const {
+        return reinterpret_cast<const T *>(static_cast<const char *>(base) + offset);
+    }
+};
+
+struct PlanLayout {
+    PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens);
+
+    std::int64_t tokens = 0, rows = 0;  // T and S = T·k
+    // saved (written by forward, read by backward)
+    Region offsets;        // [E+1] int32
+    Region scatter_index;  // [T,k] int32
+    Region w_s;            // [S] fp32 routing weight per scattered row
+    Region xs;             // [S,H] scattered input
+    Region gate_up;        // split: g [S,I] then u [S,I]; merged: [S,2I]
+    Region aw;             // [S,I] a·w_s (fc2 input)
+    std::size_t saved_bytes = 0;
+    // forward workspace
+    Region counts;         // [E] int32
+    Region routing;        // the routing index's scratch
+    Region y;              // [S,H] fc2 output
+    // backward workspace (overlaps forward's: a call uses one or the other)
+    Region dy;             // [S,H]
+    Region daw;            // [S,I]
+    Region d_gate_up;      // like gate_up
+    Region d_w_s;          // [S] fp32
+    Region dxs;            // [S,H]
+    std::size_t workspace_bytes = 0;
+};
+
+}  // namespace moejit

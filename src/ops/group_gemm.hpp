@@ -1,0 +1,93 @@
+// Grouped GEMMs over expert row groups (DESIGN.md §2-3): pure render functions (spec ->
+// KernelSource, usable on a compile-only context for warmup) and launchers taking device
+// pointers (used by the C ABI and by the layer plan).
+//
+// Expert e owns rows [offsets[e], offsets[e+1]) of the scattered operands (offsets int32 [E+1]
+// on the device; offsets[E] = S = `rows`).
+//   same_nk: A [S,K], C [S,N]. b_transposed: B [E,N,K], C_e = A_e · B_eᵀ (forward fc1/fc2);
+//            else B [E,K,N], C_e = A_e · B_e (input gradients).
+//   same_mn: A [S,M], B [S,N], C [E,M,N], C_e = A_eᵀ · B_e (weight gradients); an expert with
+//            no rows gets exactly 0, or is left untouched when accumulating.
+// A and B bf16 or fp16, fp32 accumulation, C in the operand dtype or fp32, optionally C += .
+// N, K (same_nk) and M, N (same_mn) are compile-time constants of a specialization and must be
+// multiples of 8 (16-byte rows); ragged tile edges are zero-filled. Tensors are row-major,
+// contiguous; A and B 16-byte aligned, C aligned to two elements.
+//
+// Launch bound: the grid comes from S on the host (ceil(S/BM) + E M-tiles, dispatch/
+// tile_schedule.hpp), a device scheduler maps tiles to experts from `offsets`: no device->host
+// sync, CUDA-graph capturable. Deterministic: no split-K, no atomics.
+#pragma once
+
+#include <cstdint>
+
+#include "core/context.hpp"
+#include "dispatch/tile_config.hpp"
+#include "jit/kernel_source.hpp"
+#include "moejit.h"
+
+namespace moejit {
+
+// The compile-time part of a same_nk kernel.
+struct GemmNkSpec {
+    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;    // A, B
+    moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;  // dtype or FP32
+    std::int64_t n = 0;
+    std::int64_t k = 0;
+    bool b_transposed = true;
+    bool accumulate = false;
+    GemmTileConfig tile;
+};
+
+// The compile-time part of a same_mn kernel.
+struct GemmMnSpec {
+    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
+    moejit_dtype_t c_dtype = MOEJIT_DTYPE_FP32;
+    std::int64_t m = 0;
+    std::int64_t n = 0;
+    bool accumulate = false;  // requires c_dtype FP32
+    GemmTileConfig tile;
+};
+
+// Specs with the tile config chosen for the problem (heuristic, or MOEJIT_GEMM_TILE).
+// rows_hint: the typical S (0 = unknown); compute_capability: e.g. ctx.compute_capability().
+GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n,
+                        std::int64_t k, bool b_transposed, bool accumulate,
+                        std::int64_t rows_hint, std::int32_t num_experts,
+                        int compute_capability);
+GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t m,
+                        std::int64_t n, bool accumulate, std::int64_t rows_hint,
+                        std::int32_t num_experts, int compute_capability);
+
+// Throws MOEJIT_ERROR_INVALID_ARGUMENT (bad dtype, size) or MOEJIT_ERROR_UNSUPPORTED (tile
+// config not runnable on the arch, sizes too large), naming the field.
+void validate_nk_spec(const GemmNkSpec &spec, std::int32_t num_experts, int compute_capability);
+void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int compute_capability);
+
+// Pure: the full translation unit of one specialization (validates dtypes and sizes).
+KernelSource render_group_gemm_nk(const GemmNkSpec &spec);
+KernelSource render_group_gemm_mn(const GemmMnSpec &spec);
+
+struct GemmOperands {
+    const void *a = nullptr;
+    const void *b = nullptr;
+    void *c = nullptr;
+    const std::int32_t *offsets = nullptr;  // [E+1], device
+    std::int64_t rows = 0;                  // S >= 0
+    std::int32_t num_experts = 0;           // E >= 1
+    void *stream = nullptr;                 // CUstream
+};
+
+// Validate every argument (before touching the device), then compile/load and launch.
+// same_nk with rows == 0 launches nothing (null tensors accepted); same_mn with rows == 0
+// still writes C = 0 unless accumulating. A compile-only context is rejected after validation.
+void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops);
+void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops);
+
+// The C ABI's ops: validate the args struct, pick the spec (tile: the heuristic unless given),
+// launch. Messages name the args fields ("args->n", ...).
+void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
+                        const GemmTileConfig *tile = nullptr);
+void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,
+                        const GemmTileConfig *tile = nullptr);
+
+}  // namespace moejit
