@@ -36,6 +36,19 @@ inline moejit_context_t gpu_context() {
     return context;
 }
 
+// One line per suite, so a run's log shows whether kernels were compiled or served from the
+// cache (a second run of the suite must show compiles=0).
+inline void print_cache_stats(const char *suite) {
+    moejit_cache_stats_t s;
+    moejit_cache_stats_init(&s);
+    if (moejit_context_cache_stats(gpu_context(), &s) != MOEJIT_SUCCESS) return;
+    std::printf("%s cache: compiles=%llu disk_hits=%llu memory_hits=%llu misses=%llu "
+                "rejects=%llu compile_s=%.2f disk_load_s=%.4f\n",
+                suite, (unsigned long long)s.compiles, (unsigned long long)s.disk_hits,
+                (unsigned long long)s.memory_hits, (unsigned long long)s.misses,
+                (unsigned long long)s.disk_rejects, s.compile_seconds, s.disk_load_seconds);
+}
+
 // For a GPU test executable's main(): 0 when a device is usable, else prints why and returns
 // 77 (Meson's "skipped" exit code), so CI shows SKIP, never PASS, for GPU suites.
 inline int gpu_skip_code(const char *suite) {

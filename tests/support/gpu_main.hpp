@@ -18,5 +18,7 @@
     }                                                                                 \
     int main(int argc, char **argv) {                                                 \
         if (int code = ::moejit::test::gpu_skip_code(suite_name)) return code;        \
-        return boost::unit_test::unit_test_main(&moejit_init_unit_test, argc, argv);  \
+        int code = boost::unit_test::unit_test_main(&moejit_init_unit_test, argc, argv); \
+        ::moejit::test::print_cache_stats(suite_name);                                \
+        return code;                                                                  \
     }

@@ -1,0 +1,93 @@
+// The JIT path end to end on a real device: compile, cache, load, launch, and the disk cache
+// serving a fresh context with compilation switched off.
+#include "gpu_main.hpp"
+
+#include <filesystem>
+
+#include "core/context.hpp"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+
+KernelSource scale_kernel(int factor) {
+    KernelSource s;
+    s.name = fmt::format("test_scale_{}", factor);
+    s.template_name = "moejit_common.cuh";
+    s.entry = "moejit_test_scale";
+    s.source = fmt::format(R"(#include "moejit_common.cuh"
+extern "C" __global__ void moejit_test_scale(const __nv_bfloat16 *x, float *y, int n) {{
+    long long i = moejit::global_thread_id();
+    if (i < n) y[i] = {}.0f * moejit::to_float(x[i]);
+}}
+)", factor);
+    return s;
+}
+
+void run_scale(Context &ctx, int factor) {
+    std::mt19937_64 rng(test_seed());
+    const int n = 10007;
+    HalfTensor x = random_half(n, MOEJIT_DTYPE_BF16, rng);
+    DeviceBuffer dx = DeviceBuffer::from(x.bits);
+    DeviceBuffer dy(n * sizeof(float));
+    dy.poison();
+    Kernel &k = ctx.kernel(scale_kernel(factor));
+    LaunchShape shape;
+    shape.grid_x = (n + 255) / 256;
+    shape.block_x = 256;
+    ctx.launch(k, shape, nullptr, dx.as<const void>(), dy.as<float>(), n);
+    std::vector<float> y = dy.download<float>();
+    for (int i = 0; i < n; ++i) BOOST_REQUIRE_EQUAL(y[i], float(factor * x.values[i]));
+}
+
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        std::string pattern = (std::filesystem::temp_directory_path() / "moejit-gpu-XXXXXX").string();
+        path = ::mkdtemp(pattern.data());
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(device_arch_is_detected) {
+    const char *arch = nullptr;
+    MOEJIT_TEST_OK(moejit_context_arch(gpu_context(), &arch));
+    std::printf("device arch: %s\n", arch);
+    BOOST_TEST(std::string(arch).rfind("sm_", 0) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(compile_load_launch_and_reload_from_disk) {
+    TempDir dir;
+    std::string cache = dir.path.string();
+    moejit_context_options_t o;
+    moejit_context_options_init(&o);
+    o.cache_dir = cache.c_str();
+    {
+        Context ctx(o);
+        run_scale(ctx, 3);
+        run_scale(ctx, 3);
+        BOOST_TEST(ctx.jit().counters().compiles == 1u);
+        BOOST_TEST(ctx.jit().counters().memory_hits == 1u);
+    }
+    o.jit_mode = MOEJIT_JIT_OFF;  // the disk entry must serve it
+    Context ctx(o);
+    run_scale(ctx, 3);
+    BOOST_TEST(ctx.jit().counters().compiles == 0u);
+    BOOST_TEST(ctx.jit().counters().disk_hits == 1u);
+    BOOST_CHECK_THROW(run_scale(ctx, 5), Error);  // not cached, JIT off
+}
+
+BOOST_AUTO_TEST_CASE(zero_grid_is_a_no_op) {
+    Context &ctx = gpu_context()->impl;
+    Kernel &k = ctx.kernel(scale_kernel(2));
+    LaunchShape shape;
+    shape.grid_x = 0;
+    shape.block_x = 256;
+    ctx.launch(k, shape, nullptr, static_cast<const void *>(nullptr), static_cast<float *>(nullptr), 0);
+    synchronize();
+}
+
+MOEJIT_GPU_TEST_MAIN("jit_gpu")
