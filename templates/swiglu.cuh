@@ -20,6 +20,8 @@ namespace moejit {
 namespace swiglu_detail {
 
 constexpr int kWarpSize = 32;
+// 16-byte vectors per input a lane loads before computing: bytes in flight to hide latency.
+constexpr int kSwigluUnroll = 2;
 
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + __expf(-z)); }
 
@@ -56,6 +58,9 @@ __device__ __forceinline__ void swiglu_forward(const void *gate, const void *up,
     static_assert(kI % kVec == 0, "I must be a multiple of the 16-byte vector width");
     constexpr int kVecsPerRow = kI / kVec;
     constexpr long long kInVecStride = (kMerged ? 2LL : 1LL) * kVecsPerRow;
+    // A row of at most 32 vectors gives each lane one: no second slot to keep registers for.
+    constexpr int kUnroll = kVecsPerRow <= kWarpSize ? 1 : kSwigluUnroll;
+    constexpr int kChunk = kUnroll * kWarpSize;
 
     const long long row = swiglu_row<kWarpsPerBlock>();
     if (row >= rows) return;
@@ -64,25 +69,39 @@ __device__ __forceinline__ void swiglu_forward(const void *gate, const void *up,
     const long long in_base = row * kInVecStride;
     const long long out_base = row * kVecsPerRow;
 
-#pragma unroll 4
-    for (int v = lane; v < kVecsPerRow; v += kWarpSize) {
-        const Vec16<T> gv = load_vec<T>(gate, in_base + v);
-        const Vec16<T> uv = load_vec<T>(up, in_base + v);
-        Vec16<T> av, awv;
+#pragma unroll 1
+    for (int base = lane; base < kVecsPerRow; base += kChunk) {
+        // All loads of the chunk first: gate/up may not be assumed free of aliasing with the
+        // outputs, so the compiler would not hoist them past the stores by itself.
+        Vec16<T> gv[kUnroll], uv[kUnroll];
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-            float g = to_float(gv.v[j]);
-            float u = to_float(uv.v[j]);
-            if (kLimit) {
-                g = clamp_gate(g, limit);
-                u = clamp_up(u, limit);
+        for (int r = 0; r < kUnroll; ++r) {
+            const int v = base + r * kWarpSize;
+            if (v < kVecsPerRow) {
+                gv[r] = load_vec<T>(gate, in_base + v);
+                uv[r] = load_vec<T>(up, in_base + v);
             }
-            const float act = g * sigmoid(g) * u;
-            av.v[j] = from_float<T>(act);
-            awv.v[j] = from_float<T>(act * w);  // from the fp32 a: one rounding, not two
         }
-        if (a) store_vec<T>(a, out_base + v, av);
-        if (aw) store_vec<T>(aw, out_base + v, awv);
+#pragma unroll
+        for (int r = 0; r < kUnroll; ++r) {
+            const int v = base + r * kWarpSize;
+            if (v >= kVecsPerRow) break;
+            Vec16<T> av, awv;
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) {
+                float g = to_float(gv[r].v[j]);
+                float u = to_float(uv[r].v[j]);
+                if (kLimit) {
+                    g = clamp_gate(g, limit);
+                    u = clamp_up(u, limit);
+                }
+                const float act = g * sigmoid(g) * u;
+                av.v[j] = from_float<T>(act);
+                awv.v[j] = from_float<T>(act * w);  // from the fp32 a: one rounding, not two
+            }
+            if (a) store_vec<T>(a, out_base + v, av);
+            if (aw) store_vec<T>(aw, out_base + v, awv);
+        }
     }
 }
 
@@ -101,6 +120,9 @@ __device__ __forceinline__ void swiglu_backward(const void *gate, const void *up
     static_assert(kI % kVec == 0, "I must be a multiple of the 16-byte vector width");
     constexpr int kVecsPerRow = kI / kVec;
     constexpr long long kInVecStride = (kMerged ? 2LL : 1LL) * kVecsPerRow;
+    // A row of at most 32 vectors gives each lane one: no second slot to keep registers for.
+    constexpr int kUnroll = kVecsPerRow <= kWarpSize ? 1 : kSwigluUnroll;
+    constexpr int kChunk = kUnroll * kWarpSize;
 
     const long long row = swiglu_row<kWarpsPerBlock>();
     if (row >= rows) return;  // whole warps exit together: the shuffles below see full warps
@@ -111,34 +133,46 @@ __device__ __forceinline__ void swiglu_backward(const void *gate, const void *up
 
     // Fixed order: each lane sums its own vectors v = lane, lane+32, ... element by element.
     float partial = 0.0f;
-#pragma unroll 4
-    for (int v = lane; v < kVecsPerRow; v += kWarpSize) {
-        const Vec16<T> gv = load_vec<T>(gate, in_base + v);
-        const Vec16<T> uv = load_vec<T>(up, in_base + v);
-        const Vec16<T> dv = load_vec<T>(daw, out_base + v);
-        Vec16<T> dgv, duv, awv;
+#pragma unroll 1
+    for (int base = lane; base < kVecsPerRow; base += kChunk) {
+        Vec16<T> gv[kUnroll], uv[kUnroll], dv[kUnroll];
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-            const float g = to_float(gv.v[j]);
-            const float u = to_float(uv.v[j]);
-            const float d = to_float(dv.v[j]);
-            const float gc = kLimit ? clamp_gate(g, limit) : g;
-            const float uc = kLimit ? clamp_up(u, limit) : u;
-            const float s = sigmoid(gc);
-            const float silu = gc * s;
-            const float act = silu * uc;
-            const float da = d * w;
-            const float du = da * silu;
-            const float dg = da * uc * (s * (1.0f + gc * (1.0f - s)));
-            // Masks: the gradient is cut only strictly outside [-L, L] (inclusive at == L).
-            duv.v[j] = from_float<T>(kLimit && (u > limit || u < -limit) ? 0.0f : du);
-            dgv.v[j] = from_float<T>(kLimit && g > limit ? 0.0f : dg);
-            awv.v[j] = from_float<T>(act * w);
-            partial += act * d;
+        for (int r = 0; r < kUnroll; ++r) {
+            const int v = base + r * kWarpSize;
+            if (v < kVecsPerRow) {
+                gv[r] = load_vec<T>(gate, in_base + v);
+                uv[r] = load_vec<T>(up, in_base + v);
+                dv[r] = load_vec<T>(daw, out_base + v);
+            }
         }
-        store_vec<T>(d_gate, in_base + v, dgv);
-        store_vec<T>(d_up, in_base + v, duv);
-        if (aw) store_vec<T>(aw, out_base + v, awv);
+#pragma unroll
+        for (int r = 0; r < kUnroll; ++r) {
+            const int v = base + r * kWarpSize;
+            if (v >= kVecsPerRow) break;
+            Vec16<T> dgv, duv, awv;
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) {
+                const float g = to_float(gv[r].v[j]);
+                const float u = to_float(uv[r].v[j]);
+                const float d = to_float(dv[r].v[j]);
+                const float gc = kLimit ? clamp_gate(g, limit) : g;
+                const float uc = kLimit ? clamp_up(u, limit) : u;
+                const float s = sigmoid(gc);
+                const float silu = gc * s;
+                const float act = silu * uc;
+                const float da = d * w;
+                const float du = da * silu;
+                const float dg = da * uc * (s * (1.0f + gc * (1.0f - s)));
+                // Masks: the gradient is cut only strictly outside [-L, L] (passes at == L).
+                duv.v[j] = from_float<T>(kLimit && (u > limit || u < -limit) ? 0.0f : du);
+                dgv.v[j] = from_float<T>(kLimit && g > limit ? 0.0f : dg);
+                awv.v[j] = from_float<T>(act * w);
+                partial += act * d;
+            }
+            store_vec<T>(d_gate, in_base + v, dgv);
+            store_vec<T>(d_up, in_base + v, duv);
+            if (aw) store_vec<T>(aw, out_base + v, awv);
+        }
     }
     if (d_w_s) {
         // Xor butterfly: every lane ends with the same sum (fp32 addition is commutative).

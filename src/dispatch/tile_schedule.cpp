@@ -44,7 +44,8 @@ ScheduleCoverage empty_coverage(std::int64_t rows, int n_tiles) {
 }
 
 void mark(ScheduleCoverage &cov, int row_begin, int row_end, int n_block) {
-    for (int r = row_begin; r < row_end; ++r) ++cov.hits[static_cast<std::size_t>(r) * cov.n_tiles + n_block];
+    // at(): a row outside [0, S) is a scheduler bug and must fail loudly, not corrupt memory.
+    for (int r = row_begin; r < row_end; ++r) ++cov.hits.at(static_cast<std::size_t>(r) * cov.n_tiles + n_block);
 }
 
 }  // namespace

@@ -1,0 +1,284 @@
+"""Python objects over the C handles: Context, Plan, warmup(). No framework dependency:
+tensors are device pointers (ints) or anything with data_ptr()."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
+from typing import Callable, Dict, Optional, Union
+
+from . import _capi, errors
+
+DType = Union[int, str, object]
+
+_JIT_MODES = {None: _capi.JIT_FROM_ENV, "env": _capi.JIT_FROM_ENV, True: _capi.JIT_ON,
+              "on": _capi.JIT_ON, False: _capi.JIT_OFF, "off": _capi.JIT_OFF}
+
+
+def library_version() -> str:
+    """moejit_version() of the loaded library."""
+    return _capi.lib().moejit_version().decode()
+
+
+def library_version_number() -> int:
+    return int(_capi.lib().moejit_version_number())
+
+
+def nvrtc_version() -> int:
+    """NVRTC version as major * 100 + minor."""
+    v = c_int()
+    _capi.check(_capi.lib().moejit_nvrtc_version(byref(v)))
+    return v.value
+
+
+def _finalizing() -> bool:
+    return sys is None or sys.is_finalizing()
+
+
+class Context:
+    """A moejit context: one CUDA device (its primary context) or compile-only, and its JIT
+    cache. `log` receives (level, message) for warnings and compile logs."""
+
+    def __init__(self, *, device_ordinal: int = 0, arch: Optional[str] = None,
+                 cache_dir: Optional[str] = None, jit: Union[None, bool, str] = None,
+                 compile_only: bool = False,
+                 log: Optional[Callable[[int, str], None]] = None) -> None:
+        self._handle: Optional[int] = None
+        if jit not in _JIT_MODES:
+            raise errors.InvalidArgumentError(f"jit must be None, 'env', 'on' or 'off', got {jit!r}")
+        if not isinstance(device_ordinal, int) or device_ordinal < 0:
+            raise errors.InvalidArgumentError(
+                f"device_ordinal must be a non-negative int, got {device_ordinal!r}")
+        options = _capi.init_struct(_capi.ContextOptions)
+        # The library copies the strings; keeping the bytes here is only belt and braces.
+        self._keep = [s.encode() if s is not None else None for s in (cache_dir, arch)]
+        options.cache_dir = self._keep[0]
+        options.arch = self._keep[1]
+        options.device_ordinal = device_ordinal
+        options.jit_mode = _JIT_MODES[jit]
+        options.compile_only = 1 if compile_only else 0
+        self._log_fn = _capi.moejit_log_fn(_log_trampoline(log)) if log else _capi.moejit_log_fn()
+        options.log_fn = self._log_fn
+        handle = c_void_p()
+        _capi.check(_capi.lib().moejit_context_create(byref(options), byref(handle)))
+        self._handle = handle.value
+        self.device_ordinal = device_ordinal
+        self.compile_only = bool(compile_only)
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise errors.InvalidArgumentError("the moejit context is closed")
+        return self._handle
+
+    @property
+    def arch(self) -> str:
+        out = c_char_p()
+        _capi.check(_capi.lib().moejit_context_arch(self.handle, byref(out)))
+        return out.value.decode()
+
+    @property
+    def cache_dir(self) -> str:
+        out = c_char_p()
+        _capi.check(_capi.lib().moejit_context_cache_dir(self.handle, byref(out)))
+        return (out.value or b"").decode()
+
+    def cache_stats(self) -> Dict[str, float]:
+        stats = _capi.init_struct(_capi.CacheStats)
+        _capi.check(_capi.lib().moejit_context_cache_stats(self.handle, byref(stats)))
+        return {name: getattr(stats, name) for name, _ in stats._fields_ if name != "struct_size"}
+
+    def close(self) -> None:
+        if self._handle is not None and not _finalizing():
+            _capi.lib().moejit_context_destroy(self._handle)
+        self._handle = None
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return "<moejit.Context closed>"
+        what = "compile-only" if self.compile_only else f"device {self.device_ordinal}"
+        return f"<moejit.Context {what} arch={self.arch}>"
+
+
+def _log_trampoline(log: Callable[[int, str], None]):
+    def trampoline(level, message, _user):
+        try:
+            log(int(level), (message or b"").decode("utf-8", "replace"))
+        except Exception:  # an exception may not unwind into C
+            pass
+    return trampoline
+
+
+def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_experts: int,
+              top_k: int, merged: bool = False, swiglu_limit: Optional[float] = None,
+              weight_grad_dtype: Optional[DType] = None, weight_grad_accumulate: bool = False,
+              index_dtype: DType = "int64", routing_dtype: Optional[DType] = None,
+              tokens_hint: int = 0) -> _capi.PlanDesc:
+    """A moejit_plan_desc_t. swiglu_limit None means no limit; weight_grad_dtype and
+    routing_dtype default to dtype."""
+    for name, value in (("hidden_size", hidden_size), ("intermediate_size", intermediate_size),
+                        ("num_experts", num_experts), ("top_k", top_k),
+                        ("tokens_hint", tokens_hint)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise errors.InvalidArgumentError(f"{name} must be an int, got {value!r}")
+    code = _capi.dtype_code(dtype)
+    desc = _capi.init_struct(_capi.PlanDesc)
+    desc.dtype = code
+    desc.hidden_size = hidden_size
+    desc.intermediate_size = intermediate_size
+    desc.num_experts = num_experts
+    desc.top_k = top_k
+    desc.fc1_layout = _capi.FC1_MERGED if merged else _capi.FC1_SPLIT
+    desc.activation = _capi.ACTIVATION_SWIGLU
+    desc.swiglu_limit = check_swiglu_limit(swiglu_limit)
+    desc.weight_grad_dtype = _capi.dtype_code(weight_grad_dtype) if weight_grad_dtype is not None \
+        else code
+    desc.weight_grad_accumulate = 1 if weight_grad_accumulate else 0
+    desc.index_dtype = _capi.dtype_code(index_dtype)
+    desc.routing_dtype = _capi.dtype_code(routing_dtype) if routing_dtype is not None else code
+    desc.tokens_hint = tokens_hint
+    return desc
+
+
+def check_swiglu_limit(limit: Optional[float]) -> float:
+    """None -> 0.0 (no limit); otherwise a finite number > 0."""
+    if limit is None:
+        return 0.0
+    try:
+        value = float(limit)
+    except (TypeError, ValueError):
+        raise errors.InvalidArgumentError(
+            f"swiglu_limit must be None or a positive float, got {limit!r}") from None
+    # Judged as the float32 the library receives: 1e-50 would silently mean "no limit".
+    if not math.isfinite(value) or ctypes.c_float(value).value <= 0.0 or value > 3.4e38:
+        raise errors.InvalidArgumentError(
+            f"swiglu_limit must be None (no limit) or a finite value > 0, got {limit!r}")
+    return value
+
+
+def warmup(context: Context, **desc) -> int:
+    """Compiles every kernel of a plan into the cache (works on a compile-only context);
+    returns how many kernels the plan needs. Keyword arguments as for plan_desc()."""
+    d = plan_desc(**desc)
+    kernels = c_int()
+    _capi.check(_capi.lib().moejit_plan_warmup(context.handle, byref(d), byref(kernels)))
+    return kernels.value
+
+
+class Plan:
+    """A compiled MoE layer for one shape (keyword arguments as for plan_desc()). forward()
+    and backward() take device pointers (ints) or tensors with data_ptr()."""
+
+    def __init__(self, context: Context, **desc) -> None:
+        self._handle: Optional[int] = None
+        self.context = context  # the plan must not outlive its context
+        self.desc = plan_desc(**desc)
+        handle = c_void_p()
+        _capi.check(_capi.lib().moejit_plan_create(context.handle, byref(self.desc),
+                                                   byref(handle)))
+        self._handle = handle.value
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise errors.InvalidArgumentError("the moejit plan is closed")
+        return self._handle
+
+    @property
+    def merged(self) -> bool:
+        return self.desc.fc1_layout == _capi.FC1_MERGED
+
+    def saved_size(self, num_tokens: int) -> int:
+        out = c_size_t()
+        _capi.check(_capi.lib().moejit_plan_saved_size(self.handle, num_tokens, byref(out)))
+        return out.value
+
+    def workspace_size(self, num_tokens: int) -> int:
+        out = c_size_t()
+        _capi.check(_capi.lib().moejit_plan_workspace_size(self.handle, num_tokens, byref(out)))
+        return out.value
+
+    def forward(self, *, num_tokens: int, x, selected_experts, routing_weights, w_down, out,
+                saved, saved_size: int, workspace, workspace_size: int, w_gate=None, w_up=None,
+                w_gate_up=None, stream: Optional[int] = None) -> None:
+        p = _capi.pointer
+        args = _capi.init_struct(_capi.ForwardArgs)
+        args.num_tokens = num_tokens
+        args.x = p(x)
+        args.selected_experts = p(selected_experts)
+        args.routing_weights = p(routing_weights)
+        args.w_gate = p(w_gate)
+        args.w_up = p(w_up)
+        args.w_gate_up = p(w_gate_up)
+        args.w_down = p(w_down)
+        args.out = p(out)
+        args.saved = p(saved)
+        args.saved_size = saved_size
+        args.workspace = p(workspace)
+        args.workspace_size = workspace_size
+        args.stream = stream
+        _capi.check(_capi.lib().moejit_plan_forward(self.handle, byref(args)))
+
+    def backward(self, *, num_tokens: int, dout, routing_weights, w_down, saved, saved_size: int,
+                 dx, d_routing_weights, dw_down, workspace, workspace_size: int, w_gate=None,
+                 w_up=None, w_gate_up=None, dw_gate=None, dw_up=None, dw_gate_up=None,
+                 stream: Optional[int] = None) -> None:
+        p = _capi.pointer
+        args = _capi.init_struct(_capi.BackwardArgs)
+        args.num_tokens = num_tokens
+        args.dout = p(dout)
+        args.routing_weights = p(routing_weights)
+        args.w_gate = p(w_gate)
+        args.w_up = p(w_up)
+        args.w_gate_up = p(w_gate_up)
+        args.w_down = p(w_down)
+        args.saved = p(saved)
+        args.saved_size = saved_size
+        args.dx = p(dx)
+        args.d_routing_weights = p(d_routing_weights)
+        args.dw_gate = p(dw_gate)
+        args.dw_up = p(dw_up)
+        args.dw_gate_up = p(dw_gate_up)
+        args.dw_down = p(dw_down)
+        args.workspace = p(workspace)
+        args.workspace_size = workspace_size
+        args.stream = stream
+        _capi.check(_capi.lib().moejit_plan_backward(self.handle, byref(args)))
+
+    def close(self) -> None:
+        if self._handle is not None and not _finalizing():
+            _capi.lib().moejit_plan_destroy(self._handle)
+        self._handle = None
+
+    def __enter__(self) -> "Plan":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        d = self.desc
+        return (f"<moejit.Plan {_capi.DTYPE_NAMES.get(d.dtype, d.dtype)} H={d.hidden_size} "
+                f"I={d.intermediate_size} E={d.num_experts} k={d.top_k} "
+                f"{'merged' if self.merged else 'split'}"
+                f"{f' limit={d.swiglu_limit:g}' if d.swiglu_limit > 0 else ''}>")

@@ -1,0 +1,129 @@
+"""The ctypes mirror of moejit.h: every function, enum value and struct field, with the
+layouts checked against the library's *_init() functions and a C compiler."""
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import moejit
+from moejit import _capi
+from conftest import HEADER
+
+
+def _strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def _header_structs(text):
+    """{C typedef name: [field names in order]} for every typedef'd struct with a body."""
+    structs = {}
+    for m in re.finditer(r"typedef\s+struct\s+\w+\s*\{(.*?)\}\s*(moejit_\w+_t)\s*;",
+                         _strip_comments(text), flags=re.S):
+        body, name = m.group(1), m.group(2)
+        fields = [re.search(r"(\w+)\s*$", decl.strip()).group(1)
+                  for decl in body.split(";") if decl.strip()]
+        structs[name] = fields
+    return structs
+
+
+def test_every_function_has_a_prototype(header_text):
+    declared = set(re.findall(r"^MOEJIT_API\b[^;]*?\b(moejit_\w+)\s*\(", header_text,
+                              flags=re.M | re.S))
+    assert declared, "no functions found in the header"
+    assert declared == set(_capi.PROTOTYPES), (
+        f"missing in _capi: {sorted(declared - set(_capi.PROTOTYPES))}; "
+        f"not in the header: {sorted(set(_capi.PROTOTYPES) - declared)}")
+
+
+def test_every_enum_value_matches(header_text):
+    values = re.findall(r"\b(MOEJIT_[A-Z0-9_]+)\s*=\s*(\d+)", _strip_comments(header_text))
+    assert len(values) >= 20
+    for name, value in values:
+        attr = name[len("MOEJIT_"):]
+        assert getattr(_capi, attr) == int(value), name
+
+
+def test_every_struct_is_mirrored_field_by_field(header_text):
+    structs = _header_structs(header_text)
+    mirrored = {c_name: cls for cls, (c_name, _) in _capi.STRUCTS.items()}
+    assert set(structs) == set(mirrored)
+    for c_name, fields in structs.items():
+        cls = mirrored[c_name]
+        assert [f for f, _ in cls._fields_] == fields, c_name
+        assert fields[0] == "struct_size"
+
+
+@pytest.mark.parametrize("cls", list(_capi.STRUCTS), ids=lambda c: c.__name__)
+def test_struct_size_matches_the_c_init(lib, cls):
+    init_name = _capi.STRUCTS[cls][1]
+    if not lib.has(init_name):
+        pytest.fail(f"{lib.path} does not export {init_name}")
+    # c_init_struct gives the library a larger zeroed buffer and checks what it wrote.
+    value = _capi.c_init_struct(cls)
+    assert value.struct_size == ctypes.sizeof(cls)
+    assert cls().struct_size == ctypes.sizeof(cls)  # filled automatically
+    assert cls(struct_size=3).struct_size == 3       # unless given
+    copy = _capi.init_struct(cls)
+    assert copy.struct_size == ctypes.sizeof(cls)
+
+
+def _c_compiler():
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def test_struct_layouts_match_a_c_compiler(header_text, tmp_path):
+    compiler = _c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler found")
+    # moejit.h includes the generated moejit_version.h; its macros do not affect layouts.
+    (tmp_path / "moejit_version.h").write_text(
+        "#define MOEJIT_VERSION_MAJOR 0\n#define MOEJIT_VERSION_MINOR 0\n"
+        "#define MOEJIT_VERSION_PATCH 0\n#define MOEJIT_VERSION_STRING \"0.0.0\"\n")
+    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "moejit.h"',
+             "int main(void) {"]
+    for cls, (c_name, _) in _capi.STRUCTS.items():
+        lines.append(f'    printf("{c_name} %zu\\n", sizeof({c_name}));')
+        for field, _ in cls._fields_:
+            lines.append(f'    printf("{c_name}.{field} %zu %zu\\n", offsetof({c_name}, {field}), '
+                         f'sizeof((({c_name} *)0)->{field}));')
+    lines += ["    return 0;", "}"]
+    source = tmp_path / "layout.c"
+    source.write_text("\n".join(lines) + "\n")
+    exe = tmp_path / "layout"
+    subprocess.run([compiler, "-std=c99", "-I", str(tmp_path), "-I", os.path.dirname(HEADER),
+                    str(source), "-o", str(exe)], check=True, capture_output=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    c_layout = dict(line.split(" ", 1) for line in out.splitlines())
+    for cls, (c_name, _) in _capi.STRUCTS.items():
+        assert int(c_layout[c_name]) == ctypes.sizeof(cls), c_name
+        for field, _ in cls._fields_:
+            offset, size = (int(v) for v in c_layout[f"{c_name}.{field}"].split())
+            descriptor = getattr(cls, field)
+            assert (descriptor.offset, descriptor.size) == (offset, size), f"{c_name}.{field}"
+
+
+def test_library_rejects_a_wrong_struct_size(compile_only_context):
+    lib = _capi.lib()
+    stats = _capi.CacheStats()
+    stats.struct_size = ctypes.sizeof(stats) + 8  # "from a newer header"
+    with pytest.raises(moejit.InvalidArgumentError, match="struct_size"):
+        _capi.check(lib.moejit_context_cache_stats(compile_only_context.handle,
+                                                   ctypes.byref(stats)))
+    stats = _capi.CacheStats(struct_size=8)
+    with pytest.raises(moejit.InvalidArgumentError, match="struct_size"):
+        _capi.check(lib.moejit_context_cache_stats(compile_only_context.handle,
+                                                   ctypes.byref(stats)))
+
+
+def test_options_defaults_from_the_library(lib):
+    options = _capi.init_struct(_capi.ContextOptions)
+    assert options.cache_dir is None and options.arch is None
+    assert options.jit_mode == _capi.JIT_FROM_ENV and options.compile_only == 0

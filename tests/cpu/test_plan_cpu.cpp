@@ -1,0 +1,386 @@
+// The MoE layer plan without a GPU: descriptor validation through the C ABI (each bad field is
+// named), plan creation refused on a compile-only context, warmup of a plan's kernels on a
+// compile-only context (split and merged fc1) with a second context seeing only disk hits, and
+// the saved/workspace layout arithmetic.
+#define BOOST_TEST_MODULE plan_cpu
+#include <boost/test/included/unit_test.hpp>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "moe/plan.hpp"
+#include "moe/plan_layout.hpp"
+#include "moejit.h"
+
+namespace {
+
+// A fresh, private cache root (removed afterwards).
+struct TempDir {
+    std::string path;
+    TempDir() {
+        std::string pattern = (std::filesystem::temp_directory_path() / "moejit-plan-XXXXXX").string();
+        if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+        path = pattern;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
+
+class CompileOnlyContext {
+public:
+    explicit CompileOnlyContext(const std::string &cache_dir, int jit_mode = MOEJIT_JIT_ON,
+                                const char *arch = "sm_90a") {
+        moejit_context_options_t options;
+        BOOST_REQUIRE(moejit_context_options_init(&options) == MOEJIT_SUCCESS);
+        options.compile_only = 1;
+        options.arch = arch;
+        options.cache_dir = cache_dir.c_str();
+        options.jit_mode = jit_mode;
+        BOOST_REQUIRE_MESSAGE(moejit_context_create(&options, &context_) == MOEJIT_SUCCESS,
+                              moejit_last_error());
+    }
+    ~CompileOnlyContext() { moejit_context_destroy(context_); }
+    CompileOnlyContext(const CompileOnlyContext &) = delete;
+    CompileOnlyContext &operator=(const CompileOnlyContext &) = delete;
+    moejit_context_t get() const { return context_; }
+    moejit_cache_stats_t stats() const {
+        moejit_cache_stats_t s;
+        moejit_cache_stats_init(&s);
+        BOOST_REQUIRE(moejit_context_cache_stats(context_, &s) == MOEJIT_SUCCESS);
+        return s;
+    }
+
+private:
+    moejit_context_t context_ = nullptr;
+};
+
+// A small valid layer: H=256, I=128, E=4, k=2, bf16.
+moejit_plan_desc_t small_desc(moejit_fc1_layout_t layout = MOEJIT_FC1_SPLIT) {
+    moejit_plan_desc_t d;
+    moejit_plan_desc_init(&d);
+    d.dtype = MOEJIT_DTYPE_BF16;
+    d.hidden_size = 256;
+    d.intermediate_size = 128;
+    d.num_experts = 4;
+    d.top_k = 2;
+    d.fc1_layout = layout;
+    d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
+    d.index_dtype = MOEJIT_DTYPE_INT64;
+    d.routing_dtype = MOEJIT_DTYPE_FP32;
+    return d;
+}
+
+bool message_names(const char *field) {
+    return std::string(moejit_last_error()).find(field) != std::string::npos;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(desc_init_gives_a_valid_default_shape) {
+    moejit_plan_desc_t d;
+    BOOST_TEST(moejit_plan_desc_init(&d) == MOEJIT_SUCCESS);
+    BOOST_TEST(d.struct_size == sizeof d);
+    BOOST_TEST(d.dtype == MOEJIT_DTYPE_BF16);
+    BOOST_TEST(d.fc1_layout == MOEJIT_FC1_SPLIT);
+    BOOST_TEST(d.weight_grad_accumulate == 0);
+    BOOST_TEST(moejit_plan_desc_init(nullptr) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    moejit_forward_args_t f;
+    moejit_backward_args_t b;
+    BOOST_TEST(moejit_forward_args_init(&f) == MOEJIT_SUCCESS);
+    BOOST_TEST(moejit_backward_args_init(&b) == MOEJIT_SUCCESS);
+    BOOST_TEST(f.struct_size == sizeof f);
+    BOOST_TEST(b.struct_size == sizeof b);
+    BOOST_TEST(f.x == nullptr);
+    BOOST_TEST(b.dx == nullptr);
+}
+
+// Every bad field gives MOEJIT_ERROR_INVALID_ARGUMENT with a message naming it, before anything
+// is compiled (moejit_plan_warmup validates first; it works without a GPU).
+BOOST_AUTO_TEST_CASE(bad_descriptors_name_the_field) {
+    TempDir dir;
+    CompileOnlyContext ctx(dir.path);
+    struct Bad {
+        const char *field;
+        void (*edit)(moejit_plan_desc_t &);
+    };
+    const Bad cases[] = {
+        {"dtype", [](moejit_plan_desc_t &d) { d.dtype = MOEJIT_DTYPE_FP32; }},
+        {"dtype", [](moejit_plan_desc_t &d) { d.dtype = static_cast<moejit_dtype_t>(99); }},
+        {"hidden_size", [](moejit_plan_desc_t &d) { d.hidden_size = 100; }},
+        {"hidden_size", [](moejit_plan_desc_t &d) { d.hidden_size = 0; }},
+        {"hidden_size", [](moejit_plan_desc_t &d) { d.hidden_size = -256; }},
+        {"intermediate_size", [](moejit_plan_desc_t &d) { d.intermediate_size = 12; }},
+        {"intermediate_size", [](moejit_plan_desc_t &d) { d.intermediate_size = 0; }},
+        {"num_experts", [](moejit_plan_desc_t &d) { d.num_experts = 0; }},
+        {"num_experts", [](moejit_plan_desc_t &d) { d.num_experts = -3; }},
+        {"top_k", [](moejit_plan_desc_t &d) { d.top_k = 0; }},
+        {"top_k", [](moejit_plan_desc_t &d) { d.top_k = 65; }},
+        {"fc1_layout", [](moejit_plan_desc_t &d) { d.fc1_layout = static_cast<moejit_fc1_layout_t>(2); }},
+        {"activation", [](moejit_plan_desc_t &d) { d.activation = static_cast<moejit_activation_t>(1); }},
+        {"swiglu_limit", [](moejit_plan_desc_t &d) { d.swiglu_limit = std::numeric_limits<float>::quiet_NaN(); }},
+        {"swiglu_limit", [](moejit_plan_desc_t &d) { d.swiglu_limit = std::numeric_limits<float>::infinity(); }},
+        {"weight_grad_dtype", [](moejit_plan_desc_t &d) { d.weight_grad_dtype = MOEJIT_DTYPE_FP16; }},
+        {"weight_grad_dtype", [](moejit_plan_desc_t &d) { d.weight_grad_dtype = MOEJIT_DTYPE_INT32; }},
+        {"weight_grad_accumulate", [](moejit_plan_desc_t &d) {
+             d.weight_grad_dtype = MOEJIT_DTYPE_BF16;
+             d.weight_grad_accumulate = 1;
+         }},
+        {"index_dtype", [](moejit_plan_desc_t &d) { d.index_dtype = MOEJIT_DTYPE_FP32; }},
+        {"index_dtype", [](moejit_plan_desc_t &d) { d.index_dtype = MOEJIT_DTYPE_BF16; }},
+        {"routing_dtype", [](moejit_plan_desc_t &d) { d.routing_dtype = MOEJIT_DTYPE_INT32; }},
+        {"routing_dtype", [](moejit_plan_desc_t &d) { d.routing_dtype = MOEJIT_DTYPE_FP16; }},
+        {"tokens_hint", [](moejit_plan_desc_t &d) { d.tokens_hint = -1; }},
+        {"struct_size", [](moejit_plan_desc_t &d) { d.struct_size += 8; }},  // a newer header
+        {"struct_size", [](moejit_plan_desc_t &d) { d.struct_size -= 8; }},  // truncated
+    };
+    for (const Bad &c : cases) {
+        moejit_plan_desc_t d = small_desc();
+        c.edit(d);
+        int kernels = -1;
+        BOOST_TEST_CONTEXT("bad field " << c.field) {
+            BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, &kernels) == MOEJIT_ERROR_INVALID_ARGUMENT);
+            BOOST_TEST(message_names(c.field), "message: " << moejit_last_error());
+        }
+    }
+    // NULL pointers name themselves too.
+    moejit_plan_desc_t d = small_desc();
+    BOOST_TEST(moejit_plan_warmup(ctx.get(), nullptr, nullptr) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(message_names("desc"));
+    BOOST_TEST(moejit_plan_warmup(nullptr, &d, nullptr) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(message_names("context"));
+    moejit_plan_t plan = reinterpret_cast<moejit_plan_t>(&d);  // must be overwritten with NULL
+    BOOST_TEST(moejit_plan_create(nullptr, &d, &plan) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(plan == nullptr);
+    BOOST_TEST(moejit_plan_create(ctx.get(), &d, nullptr) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(message_names("plan"));
+    size_t bytes = 0;
+    BOOST_TEST(moejit_plan_saved_size(nullptr, 4, &bytes) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(moejit_plan_workspace_size(nullptr, 4, &bytes) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(moejit_plan_forward(nullptr, nullptr) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(moejit_plan_backward(nullptr, nullptr) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    // Validation runs before compilation: nothing was compiled for all those failures.
+    BOOST_TEST(ctx.stats().compiles == 0u);
+    BOOST_TEST(ctx.stats().misses == 0u);
+}
+
+// The edges of the valid range are accepted (validation is not stricter than documented).
+BOOST_AUTO_TEST_CASE(valid_edge_descriptors_pass_validation) {
+    moejit_plan_desc_t d = small_desc();
+    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
+    d.weight_grad_accumulate = 1;  // with FP32 gradients
+    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
+    d = small_desc();
+    d.weight_grad_dtype = MOEJIT_DTYPE_BF16;  // the layer dtype
+    d.routing_dtype = MOEJIT_DTYPE_BF16;
+    d.index_dtype = MOEJIT_DTYPE_INT32;
+    d.swiglu_limit = 7.0f;
+    d.hidden_size = 8;
+    d.intermediate_size = 8;
+    d.num_experts = 1;
+    d.top_k = 1;
+    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
+    d = small_desc();
+    d.dtype = MOEJIT_DTYPE_FP16;
+    d.weight_grad_dtype = MOEJIT_DTYPE_FP16;
+    d.routing_dtype = MOEJIT_DTYPE_FP16;
+    d.swiglu_limit = -1.0f;  // <= 0: no limit
+    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
+}
+
+BOOST_AUTO_TEST_CASE(plan_create_on_a_compile_only_context_is_rejected) {
+    TempDir dir;
+    CompileOnlyContext ctx(dir.path);
+    moejit_plan_desc_t d = small_desc();
+    moejit_plan_t plan = reinterpret_cast<moejit_plan_t>(&d);
+    BOOST_TEST(moejit_plan_create(ctx.get(), &d, &plan) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(plan == nullptr);
+    // The message says what is wrong and what to do instead.
+    BOOST_TEST(message_names("compile-only"), moejit_last_error());
+    BOOST_TEST(message_names("moejit_plan_warmup"), moejit_last_error());
+    BOOST_TEST(ctx.stats().compiles == 0u);
+}
+
+// Warmup compiles every kernel of a plan on a machine without a GPU; a second process (here a
+// second fresh context on the same folder) then loads them all from disk, and a context with
+// compilation switched off proves that warmup covered everything the plans need.
+BOOST_AUTO_TEST_CASE(warmup_compiles_split_and_merged_then_disk_hits_only) {
+    TempDir dir;
+    const moejit_plan_desc_t split = small_desc(MOEJIT_FC1_SPLIT);
+    const moejit_plan_desc_t merged = small_desc(MOEJIT_FC1_MERGED);
+
+    // The pure kernel list: unique sources, readable file-name-safe names.
+    const auto split_sources = moejit::plan_kernel_sources(split, 90);
+    const auto merged_sources = moejit::plan_kernel_sources(merged, 90);
+    std::set<std::string> unique_sources;
+    for (const auto *list : {&split_sources, &merged_sources})
+        for (const moejit::KernelSource &s : *list) {
+            unique_sources.insert(s.source);
+            BOOST_TEST(!s.name.empty());
+            BOOST_TEST(s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos,
+                       "kernel name " << s.name);
+        }
+    BOOST_TEST(split_sources.size() >= 10u);  // routing (3), scatter/gather (4), swiglu (2), GEMMs
+    // Merged fc1 shares routing, scatter/gather, fc2 and its gradients with split.
+    BOOST_TEST(unique_sources.size() < split_sources.size() + merged_sources.size());
+
+    int n_split = 0, n_merged = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+        CompileOnlyContext ctx(dir.path);
+        BOOST_REQUIRE_MESSAGE(moejit_plan_warmup(ctx.get(), &split, &n_split) == MOEJIT_SUCCESS,
+                              moejit_last_error());
+        BOOST_TEST(n_split == static_cast<int>(split_sources.size()));
+        BOOST_TEST(ctx.stats().compiles == static_cast<std::uint64_t>(n_split));
+        BOOST_REQUIRE_MESSAGE(moejit_plan_warmup(ctx.get(), &merged, &n_merged) == MOEJIT_SUCCESS,
+                              moejit_last_error());
+        BOOST_TEST(n_merged == static_cast<int>(merged_sources.size()));
+        const moejit_cache_stats_t s = ctx.stats();
+        BOOST_TEST(s.compiles == unique_sources.size());
+        BOOST_TEST(s.compile_failures == 0u);
+        BOOST_TEST(s.disk_hits == 0u);
+        BOOST_TEST(s.memory_hits == static_cast<std::uint64_t>(n_split + n_merged) - unique_sources.size());
+        // Warming again is free: memory hits only.
+        int again = 0;
+        BOOST_REQUIRE(moejit_plan_warmup(ctx.get(), &split, &again) == MOEJIT_SUCCESS);
+        BOOST_TEST(again == n_split);
+        BOOST_TEST(ctx.stats().compiles == unique_sources.size());
+        std::printf("plan warmup: %d split + %d merged kernels, %zu unique, compiled in %.2f s (%.2f s NVRTC)\n",
+                    n_split, n_merged, unique_sources.size(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    s.compile_seconds);
+    }
+    {
+        CompileOnlyContext fresh(dir.path);
+        int a = 0, b = 0;
+        BOOST_REQUIRE_MESSAGE(moejit_plan_warmup(fresh.get(), &split, &a) == MOEJIT_SUCCESS, moejit_last_error());
+        BOOST_REQUIRE_MESSAGE(moejit_plan_warmup(fresh.get(), &merged, &b) == MOEJIT_SUCCESS, moejit_last_error());
+        BOOST_TEST(a == n_split);
+        BOOST_TEST(b == n_merged);
+        const moejit_cache_stats_t s = fresh.stats();
+        BOOST_TEST(s.disk_hits == unique_sources.size());
+        BOOST_TEST(s.compiles == 0u);
+        BOOST_TEST(s.misses == 0u);
+        BOOST_TEST(s.disk_rejects == 0u);
+    }
+    {
+        // Compilation off: everything the two plans need is on disk.
+        CompileOnlyContext strict(dir.path, MOEJIT_JIT_OFF);
+        BOOST_TEST(moejit_plan_warmup(strict.get(), &split, nullptr) == MOEJIT_SUCCESS, moejit_last_error());
+        BOOST_TEST(moejit_plan_warmup(strict.get(), &merged, nullptr) == MOEJIT_SUCCESS, moejit_last_error());
+        // A desc that was not warmed (with a limit: other SwiGLU kernels) is a distinct error.
+        moejit_plan_desc_t other = split;
+        other.swiglu_limit = 7.0f;
+        BOOST_TEST(moejit_plan_warmup(strict.get(), &other, nullptr) == MOEJIT_ERROR_JIT_DISABLED);
+        BOOST_TEST(strict.stats().compiles == 0u);
+    }
+}
+
+namespace {
+
+struct NamedRegion {
+    const char *name;
+    moejit::Region region;
+    std::size_t min_bytes;
+};
+
+// Regions are 256-byte aligned, at least as large as their tensors, inside the buffer and
+// pairwise disjoint.
+void check_regions(const std::vector<NamedRegion> &regions, std::size_t total, const char *buffer) {
+    for (const NamedRegion &r : regions) {
+        BOOST_TEST_CONTEXT(buffer << "." << r.name) {
+            BOOST_TEST(r.region.offset % moejit::kRegionAlignment == 0u);
+            BOOST_TEST(r.region.bytes >= r.min_bytes);
+            BOOST_TEST(r.region.offset + r.region.bytes <= total);
+        }
+    }
+    for (std::size_t i = 0; i < regions.size(); ++i)
+        for (std::size_t j = i + 1; j < regions.size(); ++j) {
+            const moejit::Region &a = regions[i].region, &b = regions[j].region;
+            const bool disjoint = a.bytes == 0 || b.bytes == 0 || a.offset + a.bytes <= b.offset ||
+                                  b.offset + b.bytes <= a.offset;
+            BOOST_TEST(disjoint, buffer << ": " << regions[i].name << " overlaps " << regions[j].name);
+        }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED})
+        for (moejit_dtype_t dtype : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16})
+            for (std::int64_t T : {0, 1, 3, 128, 1000, 4096}) {
+                moejit_plan_desc_t d = small_desc(layout);
+                d.dtype = dtype;
+                d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
+                d.hidden_size = 2048;
+                d.intermediate_size = 768;
+                d.num_experts = 128;
+                d.top_k = 8;
+                const moejit::PlanLayout L(d, T);
+                const std::size_t S = static_cast<std::size_t>(T * d.top_k), H = 2048, I = 768, E = 128;
+                const std::size_t el = 2;
+                BOOST_TEST(L.tokens == T);
+                BOOST_TEST(L.rows == T * d.top_k);
+                check_regions({{"offsets", L.offsets, (E + 1) * 4},
+                               {"scatter_index", L.scatter_index, S * 4},
+                               {"w_s", L.w_s, S * 4},
+                               {"xs", L.xs, S * H * el},
+                               {"gate_up", L.gate_up, S * 2 * I * el},
+                               {"aw", L.aw, S * I * el}},
+                              L.saved_bytes, "saved");
+                // Forward and backward scratch may overlap each other (one call uses one set),
+                // never within a set.
+                check_regions({{"counts", L.counts, E * 4}, {"routing", L.routing, 0}, {"y", L.y, S * H * el}},
+                              L.workspace_bytes, "forward workspace");
+                check_regions({{"dy", L.dy, S * H * el},
+                               {"daw", L.daw, S * I * el},
+                               {"d_gate_up", L.d_gate_up, S * 2 * I * el},
+                               {"d_w_s", L.d_w_s, S * 4},
+                               {"dxs", L.dxs, S * H * el}},
+                              L.workspace_bytes, "backward workspace");
+            }
+}
+
+BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
+        moejit_plan_desc_t d = small_desc(layout);
+        std::size_t prev_saved = 0, prev_ws = 0;
+        for (std::int64_t T = 0; T <= 600; ++T) {
+            const moejit::PlanLayout L(d, T);
+            BOOST_TEST_CONTEXT("T=" << T) {
+                BOOST_TEST(L.saved_bytes >= prev_saved);
+                BOOST_TEST(L.workspace_bytes >= prev_ws);
+            }
+            prev_saved = L.saved_bytes;
+            prev_ws = L.workspace_bytes;
+        }
+        // T = 0: only the offsets (E+1 int32) and alignment padding remain.
+        const moejit::PlanLayout zero(d, 0);
+        BOOST_TEST(zero.rows == 0);
+        BOOST_TEST(zero.saved_bytes <= 8 * moejit::kRegionAlignment);
+        BOOST_TEST(zero.workspace_bytes <= 8 * moejit::kRegionAlignment);
+        BOOST_TEST(zero.offsets.bytes == (static_cast<std::size_t>(d.num_experts) + 1) * 4);
+        // Large T: linear, dominated by the row tensors (xs, g|u, aw in saved).
+        const moejit::PlanLayout a(d, 1000), b(d, 2000);
+        const std::size_t per_row_saved = 4 + 4 + (d.hidden_size + 3 * d.intermediate_size) * 2;
+        const double growth = static_cast<double>(b.saved_bytes - a.saved_bytes) / (1000.0 * d.top_k);
+        // Alignment padding between regions changes by less than 256 bytes per region.
+        BOOST_TEST(growth >= static_cast<double>(per_row_saved) - 1.0);
+        BOOST_TEST(growth <= static_cast<double>(per_row_saved) + 1.0);
+    }
+    // Many experts: offsets grow with E even at T = 0.
+    moejit_plan_desc_t d = small_desc();
+    d.num_experts = 4096;
+    BOOST_TEST(moejit::PlanLayout(d, 0).offsets.bytes == 4097u * 4u);
+}

@@ -1,0 +1,37 @@
+// Runs warmup jobs wave by wave on `jobs` worker threads, each with its own compile-only
+// context (the JIT engine compiles serially within one context), all sharing the disk cache.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moejit.h"
+#include "warmup/reporter.hpp"
+#include "warmup/variants.hpp"
+
+namespace warmup {
+
+struct RunOptions {
+    std::string arch;                      // explicit, e.g. "sm_90a"
+    std::optional<std::string> cache_dir;  // root; nullopt: the library's default
+    bool check = false;                    // JIT off: a cache miss is reported as missing
+    int jobs = 1;
+};
+
+struct RunTotals {
+    // moejit_context_cache_stats summed over the workers' contexts (kernel lookups are
+    // memory_hits + disk_hits + misses):
+    std::uint64_t compiled = 0, memory_hits = 0, disk_hits = 0, misses = 0, rejected = 0, compile_failures = 0;
+    double compile_seconds = 0;
+    std::vector<JobResult> failures;  // every job that did not succeed, in job order
+};
+
+// A compile-only context with the run's settings; nullptr and `status`/`message` on failure.
+moejit_context_t create_worker_context(const RunOptions &options, Reporter *log_sink, moejit_status_t &status,
+                                       std::string &message);
+
+RunTotals run_jobs(const std::vector<WarmupJob> &jobs, const RunOptions &options, Reporter &reporter);
+
+}  // namespace warmup
