@@ -5,7 +5,7 @@
 // chain, then a fixed xor butterfly) and needs no shared memory or atomics.
 //
 // Split and merged layouts share one code path: the launcher passes `up` = gate_up + I for the
-// merged layout and the row stride (kInStride) is 2I instead of I. The math is identical, so
+// merged layout and the row stride is 2I instead of I. The math is identical, so
 // split and merged results are bitwise equal.
 //
 // Limit semantics (gpt-oss / DeepSeek-V4): g' = min(g, L), u' = clamp(u, -L, L). The gradient
@@ -49,7 +49,7 @@ template <int kWarpsPerBlock> __device__ __forceinline__ long long swiglu_row() 
 }
 
 // a = silu(g')·u' and aw = a·w_s (w_s = 1 without weights). `a` and `aw` may each be null.
-// gate/up point at element 0 of their first row; rows are kInStride elements apart.
+// gate/up point at element 0 of their first row; rows are I (split) or 2I (merged) apart.
 template <class T, int kI, bool kMerged, bool kLimit, bool kWeights, int kWarpsPerBlock>
 __device__ __forceinline__ void swiglu_forward(const void *gate, const void *up, const float *w_s,
                                                void *a, void *aw, long long rows, float limit) {
@@ -107,7 +107,7 @@ __device__ __forceinline__ void swiglu_forward(const void *gate, const void *up,
 
 // Given daw: da = daw·w_s, du = da·silu(g')·[-L <= u <= L], dg = da·u'·silu'(g')·[g <= L],
 // d_w_s[row] = Σ_i a·daw (fp32; a recomputed from g, u). d_w_s and aw (a recomputed a·w_s,
-// for the fc2 weight gradient) may be null. d_gate/d_up use the input layout (kInStride).
+// for the fc2 weight gradient) may be null. d_gate/d_up use the input layout (row stride).
 // Each element is read and written by the same thread, so d_gate == gate, d_up == up (and
 // d_gate_up == gate_up) in place is safe.
 template <class T, int kI, bool kMerged, bool kLimit, bool kWeights, int kWarpsPerBlock>

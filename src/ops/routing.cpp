@@ -149,9 +149,17 @@ std::vector<KernelSource> routing_index_sources(const RoutingSpec &spec) {
     return {std::move(k.histogram), std::move(k.row_scan), std::move(k.rank)};
 }
 
-void routing_index(Context &ctx, const RoutingIndexArgs &args) {
-    const RoutingSpec spec{args.index_dtype, args.num_experts};
-    validate_routing_spec(spec);
+LoadedRoutingKernels load_routing_index(Context &ctx, const RoutingSpec &spec) {
+    const RoutingKernels sources = render_routing_index(spec);
+    return LoadedRoutingKernels{spec, &ctx.kernel(sources.histogram), &ctx.kernel(sources.row_scan),
+                                &ctx.kernel(sources.rank)};
+}
+
+namespace {
+
+// Every argument check, in the order a caller fixes them; returns the chunking to launch.
+RoutingChunking validate_routing_args(const RoutingIndexArgs &args) {
+    validate_routing_spec(RoutingSpec{args.index_dtype, args.num_experts});
     validate_counts(args.num_tokens, args.top_k);
     const std::int64_t rows = args.num_tokens * args.top_k;
     const std::int32_t experts = args.num_experts;
@@ -179,32 +187,31 @@ void routing_index(Context &ctx, const RoutingIndexArgs &args) {
                    chunking.workspace_bytes);
     MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(args.workspace) % 4 == 0,
                    "workspace = {} is not 4-byte aligned", args.workspace);
-    ctx.require_device("moejit_routing_index");
+    return chunking;
+}
 
-    const RoutingKernels sources = render_routing_index(spec);
-    Kernel &histogram = ctx.kernel(sources.histogram);
-    Kernel &row_scan = ctx.kernel(sources.row_scan);
-    Kernel &rank = ctx.kernel(sources.rank);
-
+void launch_routing_index(Context &ctx, const RoutingIndexArgs &args,
+                          const RoutingChunking &chunking, const LoadedRoutingKernels &kernels) {
     auto *hist = static_cast<int *>(args.workspace);
-    const long long rows_arg = rows;
+    const long long rows_arg = chunking.rows;
     const int rows_per_warp = chunking.rows_per_warp;
     const int num_chunks = chunking.num_chunks;
     const auto threads = static_cast<std::uint32_t>(chunking.warps * 32);
-    const auto *selected = args.selected_experts;
+    const void *selected = args.selected_experts;
 
     LaunchShape hist_shape;
     hist_shape.grid_x = static_cast<std::uint32_t>(num_chunks);  // 0 for T = 0: a no-op
     hist_shape.block_x = threads;
-    ctx.launch(histogram, hist_shape, args.stream, selected, rows_arg, rows_per_warp, num_chunks,
-               hist);
+    ctx.launch(*kernels.histogram, hist_shape, args.stream, selected, rows_arg, rows_per_warp,
+               num_chunks, hist);
 
     LaunchShape scan_shape;
-    scan_shape.grid_x = (static_cast<std::uint32_t>(experts) + kRowScanWarps - 1) / kRowScanWarps;
+    scan_shape.grid_x =
+        (static_cast<std::uint32_t>(args.num_experts) + kRowScanWarps - 1) / kRowScanWarps;
     scan_shape.block_x = kRowScanWarps * 32;
     int *counts = args.counts;
-    const int experts_arg = experts;
-    ctx.launch(row_scan, scan_shape, args.stream, hist, num_chunks, experts_arg, counts);
+    const int experts = args.num_experts;
+    ctx.launch(*kernels.row_scan, scan_shape, args.stream, hist, num_chunks, experts, counts);
 
     // At least one block: block 0 writes offsets even when there are no routes.
     LaunchShape rank_shape;
@@ -214,8 +221,28 @@ void routing_index(Context &ctx, const RoutingIndexArgs &args) {
     const int *counts_in = args.counts;
     int *offsets = args.offsets;
     int *scatter_index = args.scatter_index;
-    ctx.launch(rank, rank_shape, args.stream, selected, rows_arg, rows_per_warp, num_chunks,
-               chunk_prefix, counts_in, offsets, scatter_index);
+    ctx.launch(*kernels.rank, rank_shape, args.stream, selected, rows_arg, rows_per_warp,
+               num_chunks, chunk_prefix, counts_in, offsets, scatter_index);
+}
+
+}  // namespace
+
+void routing_index(Context &ctx, const RoutingIndexArgs &args) {
+    const RoutingChunking chunking = validate_routing_args(args);
+    ctx.require_device("moejit_routing_index");  // before compiling anything
+    launch_routing_index(ctx, args, chunking,
+                         load_routing_index(ctx, RoutingSpec{args.index_dtype, args.num_experts}));
+}
+
+void routing_index(Context &ctx, const RoutingIndexArgs &args,
+                   const LoadedRoutingKernels &kernels) {
+    const RoutingChunking chunking = validate_routing_args(args);
+    ctx.require_device("moejit_routing_index");
+    if (kernels.spec.index_dtype != args.index_dtype ||
+        kernels.spec.num_experts != args.num_experts || !kernels.histogram ||
+        !kernels.row_scan || !kernels.rank)
+        fail(MOEJIT_ERROR_INTERNAL, "routing_index: kernels were loaded for another spec");
+    launch_routing_index(ctx, args, chunking, kernels);
 }
 
 }  // namespace moejit

@@ -78,4 +78,17 @@ struct RoutingIndexArgs {
 // context), then compiles/loads and launches. Tensors with zero elements may be null.
 void routing_index(Context &ctx, const RoutingIndexArgs &args);
 
+// For callers that launch repeatedly (the layer plan): fetch the kernels once, then launch
+// without re-rendering or a cache lookup. `kernels` must come from load_routing_index with the
+// spec of `args` (index_dtype, num_experts); arguments are still validated.
+struct LoadedRoutingKernels {
+    RoutingSpec spec;
+    Kernel *histogram = nullptr;
+    Kernel *row_scan = nullptr;
+    Kernel *rank = nullptr;
+};
+LoadedRoutingKernels load_routing_index(Context &ctx, const RoutingSpec &spec);
+void routing_index(Context &ctx, const RoutingIndexArgs &args,
+                   const LoadedRoutingKernels &kernels);
+
 }  // namespace moejit

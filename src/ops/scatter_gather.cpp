@@ -222,7 +222,11 @@ KernelSource render_gather_weights(moejit_dtype_t weight_dtype) {
                           "gather_weights<W>(d_w_s, scatter_index, rows, d_weights)");
 }
 
-void scatter(Context &ctx, const ScatterArgs &args) {
+namespace {
+
+// Shared by the plain and the preloaded entry points: validate everything, then (unless there is
+// nothing to do) launch `preloaded` or the kernel rendered from the spec.
+void scatter_impl(Context &ctx, const ScatterArgs &args, Kernel *preloaded) {
     validate_scatter_spec(args.spec);
     validate_tokens(args.num_tokens, args.spec.top_k);
     const std::int64_t rows = args.num_tokens * args.spec.top_k;
@@ -233,16 +237,14 @@ void scatter(Context &ctx, const ScatterArgs &args) {
     ctx.require_device("moejit_scatter");
     if (args.num_tokens == 0) return;
 
-    const RowGeometry g = row_geometry(h);
-    Kernel &kernel = ctx.kernel(render_scatter(args.spec));
+    Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_scatter(args.spec));
     const long long tokens = args.num_tokens;
-    ctx.launch(kernel, row_launch(args.num_tokens, g), args.stream, args.x, args.scatter_index,
-               tokens, args.xs);
+    ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream, args.x,
+               args.scatter_index, tokens, args.xs);
 }
 
-void gather(Context &ctx, const GatherArgs &args) {
-    GatherSpec spec = args.spec;
-    if (args.weights == nullptr) spec.weight_dtype = static_cast<moejit_dtype_t>(0);
+void gather_impl(Context &ctx, const GatherArgs &args, Kernel *preloaded) {
+    const GatherSpec spec = effective_gather_spec(args);
     validate_gather_spec(spec);
     validate_tokens(args.num_tokens, spec.top_k);
     const std::int64_t rows = args.num_tokens * spec.top_k;
@@ -255,14 +257,13 @@ void gather(Context &ctx, const GatherArgs &args) {
     ctx.require_device("moejit_gather");
     if (args.num_tokens == 0) return;
 
-    const RowGeometry g = row_geometry(h);
-    Kernel &kernel = ctx.kernel(render_gather(spec));
+    Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_gather(spec));
     const long long tokens = args.num_tokens;
-    ctx.launch(kernel, row_launch(args.num_tokens, g), args.stream, args.ys, args.scatter_index,
-               args.weights, tokens, args.out);
+    ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream, args.ys,
+               args.scatter_index, args.weights, tokens, args.out);
 }
 
-void scatter_weights(Context &ctx, const WeightsScatterArgs &args) {
+void scatter_weights_impl(Context &ctx, const WeightsScatterArgs &args, Kernel *preloaded) {
     validate_weight_dtype(args.weight_dtype);
     MOEJIT_REQUIRE(args.top_k >= 1, "top_k must be >= 1, got {}", args.top_k);
     validate_tokens(args.num_tokens, args.top_k);
@@ -273,13 +274,13 @@ void scatter_weights(Context &ctx, const WeightsScatterArgs &args) {
     ctx.require_device("moejit_scatter_weights");
     if (rows == 0) return;
 
-    Kernel &kernel = ctx.kernel(render_scatter_weights(args.weight_dtype));
+    Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_scatter_weights(args.weight_dtype));
     const long long rows_arg = rows;
     ctx.launch(kernel, flat_launch(rows), args.stream, args.weights, args.scatter_index, rows_arg,
                args.w_s);
 }
 
-void gather_weights(Context &ctx, const WeightsGatherArgs &args) {
+void gather_weights_impl(Context &ctx, const WeightsGatherArgs &args, Kernel *preloaded) {
     validate_weight_dtype(args.weight_dtype);
     MOEJIT_REQUIRE(args.top_k >= 1, "top_k must be >= 1, got {}", args.top_k);
     validate_tokens(args.num_tokens, args.top_k);
@@ -290,10 +291,39 @@ void gather_weights(Context &ctx, const WeightsGatherArgs &args) {
     ctx.require_device("moejit_gather_weights");
     if (rows == 0) return;
 
-    Kernel &kernel = ctx.kernel(render_gather_weights(args.weight_dtype));
+    Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_gather_weights(args.weight_dtype));
     const long long rows_arg = rows;
     ctx.launch(kernel, flat_launch(rows), args.stream, args.d_w_s, args.scatter_index, rows_arg,
                args.d_weights);
+}
+
+}  // namespace
+
+GatherSpec effective_gather_spec(const GatherArgs &args) {
+    GatherSpec spec = args.spec;
+    if (args.weights == nullptr) spec.weight_dtype = static_cast<moejit_dtype_t>(0);
+    return spec;
+}
+
+void scatter(Context &ctx, const ScatterArgs &args) { scatter_impl(ctx, args, nullptr); }
+void scatter(Context &ctx, const ScatterArgs &args, Kernel &kernel) {
+    scatter_impl(ctx, args, &kernel);
+}
+void gather(Context &ctx, const GatherArgs &args) { gather_impl(ctx, args, nullptr); }
+void gather(Context &ctx, const GatherArgs &args, Kernel &kernel) {
+    gather_impl(ctx, args, &kernel);
+}
+void scatter_weights(Context &ctx, const WeightsScatterArgs &args) {
+    scatter_weights_impl(ctx, args, nullptr);
+}
+void scatter_weights(Context &ctx, const WeightsScatterArgs &args, Kernel &kernel) {
+    scatter_weights_impl(ctx, args, &kernel);
+}
+void gather_weights(Context &ctx, const WeightsGatherArgs &args) {
+    gather_weights_impl(ctx, args, nullptr);
+}
+void gather_weights(Context &ctx, const WeightsGatherArgs &args, Kernel &kernel) {
+    gather_weights_impl(ctx, args, &kernel);
 }
 
 }  // namespace moejit

@@ -105,4 +105,14 @@ void gather(Context &ctx, const GatherArgs &args);
 void scatter_weights(Context &ctx, const WeightsScatterArgs &args);
 void gather_weights(Context &ctx, const WeightsGatherArgs &args);
 
+// For callers that launch repeatedly (the layer plan): the same, with a kernel fetched once
+// with ctx.kernel(render_...(spec)) for the spec of `args` (for gather:
+// effective_gather_spec(args), whose weight_dtype is 0 when weights is null). Arguments are
+// still validated; the kernel is trusted to match.
+GatherSpec effective_gather_spec(const GatherArgs &args);
+void scatter(Context &ctx, const ScatterArgs &args, Kernel &kernel);
+void gather(Context &ctx, const GatherArgs &args, Kernel &kernel);
+void scatter_weights(Context &ctx, const WeightsScatterArgs &args, Kernel &kernel);
+void gather_weights(Context &ctx, const WeightsGatherArgs &args, Kernel &kernel);
+
 }  // namespace moejit

@@ -25,15 +25,30 @@ inline void check_status(moejit_status_t status, const char *what) {
 }
 #define MOEJIT_TEST_OK(call) ::moejit::test::check_status((call), #call)
 
-// One context for the whole GPU test executable, on device 0, with a private cache folder
-// unless MOEJIT_CACHE_DIR is set (so a second run of the suite shows only cache hits).
-inline moejit_context_t gpu_context() {
-    static moejit_context_t context = [] {
-        moejit_context_t created = nullptr;
-        MOEJIT_TEST_OK(moejit_context_create(nullptr, &created));
-        return created;
+// One context for the whole GPU test executable, on device 0, created once and kept for the
+// process (so the device's primary context stays current for DeviceBuffer allocations made
+// before any op runs). Cache folder: MOEJIT_CACHE_DIR or the default, so a second run of the
+// suite shows only cache hits.
+struct GpuProbe {
+    moejit_status_t status = MOEJIT_SUCCESS;
+    std::string message;
+    moejit_context_t context = nullptr;
+};
+inline const GpuProbe &gpu_probe() {
+    static const GpuProbe probe = [] {
+        GpuProbe p;
+        p.status = moejit_context_create(nullptr, &p.context);
+        if (p.status != MOEJIT_SUCCESS) p.message = moejit_last_error();
+        return p;
     }();
-    return context;
+    return probe;
+}
+inline moejit_context_t gpu_context() {
+    const GpuProbe &p = gpu_probe();
+    if (p.status != MOEJIT_SUCCESS)
+        throw std::runtime_error(std::string("no GPU context: ") + moejit_status_string(p.status) +
+                                 ": " + p.message);
+    return p.context;
 }
 
 // One line per suite, so a run's log shows whether kernels were compiled or served from the
@@ -52,19 +67,17 @@ inline void print_cache_stats(const char *suite) {
 // For a GPU test executable's main(): 0 when a device is usable, else prints why and returns
 // 77 (Meson's "skipped" exit code), so CI shows SKIP, never PASS, for GPU suites.
 inline int gpu_skip_code(const char *suite) {
-    moejit_context_t context = nullptr;
-    moejit_status_t status = moejit_context_create(nullptr, &context);
-    if (status == MOEJIT_ERROR_NO_DRIVER || status == MOEJIT_ERROR_NO_DEVICE) {
+    const GpuProbe &p = gpu_probe();
+    if (p.status == MOEJIT_ERROR_NO_DRIVER || p.status == MOEJIT_ERROR_NO_DEVICE) {
         std::printf("SKIPPED %s: no usable CUDA device (%s: %s)\n", suite,
-                    moejit_status_string(status), moejit_last_error());
+                    moejit_status_string(p.status), p.message.c_str());
         return 77;
     }
-    if (status != MOEJIT_SUCCESS) {
-        std::printf("FAILED %s: context creation: %s: %s\n", suite, moejit_status_string(status),
-                    moejit_last_error());
+    if (p.status != MOEJIT_SUCCESS) {
+        std::printf("FAILED %s: context creation: %s: %s\n", suite, moejit_status_string(p.status),
+                    p.message.c_str());
         return 1;
     }
-    moejit_context_destroy(context);
     return 0;
 }
 
