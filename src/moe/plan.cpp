@@ -150,9 +150,10 @@ void Plan::forward(const moejit_forward_args_t &a) {
     act.intermediate = I;
     act.merged = merged(d);
     act.limit = d.swiglu_limit;
-    act.gate = g;
-    act.up = u;
-    act.gate_up = gate_up;
+    // The SwiGLU op takes exactly one layout's pointers.
+    act.gate = merged(d) ? nullptr : g;
+    act.up = merged(d) ? nullptr : u;
+    act.gate_up = merged(d) ? gate_up : nullptr;
     act.w_s = w_s;
     act.aw = aw;
     act.stream = a.stream;
@@ -216,14 +217,14 @@ void Plan::backward(const moejit_backward_args_t &a) {
     act.intermediate = I;
     act.merged = merged(d);
     act.limit = d.swiglu_limit;
-    act.gate = gate_up;
-    act.up = gate_up + S * I * el;
-    act.gate_up = gate_up;
+    act.gate = merged(d) ? nullptr : gate_up;
+    act.up = merged(d) ? nullptr : gate_up + S * I * el;
+    act.gate_up = merged(d) ? gate_up : nullptr;
     act.w_s = w_s;
     act.daw = daw;
-    act.d_gate = d_gate_up;
-    act.d_up = d_gate_up + S * I * el;
-    act.d_gate_up = d_gate_up;
+    act.d_gate = merged(d) ? nullptr : d_gate_up;
+    act.d_up = merged(d) ? nullptr : d_gate_up + S * I * el;
+    act.d_gate_up = merged(d) ? d_gate_up : nullptr;
     act.d_w_s = d_w_s;
     act.stream = a.stream;
     if (T0) swiglu_backward(ctx_, act);
