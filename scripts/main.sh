@@ -14,5 +14,5 @@ else
 fi
 "$build/tools/moejit-warmup" --preset "$preset" "${arch_args[@]}"
 if [ ${#arch_args[@]} -eq 0 ]; then
-    "$build/capi/examples/moejit-example-forward-backward"
+    "$build/capi/examples/forward_backward"
 fi

@@ -28,8 +28,9 @@ __device__ __forceinline__ unsigned smem_addr(const void *p) {
     return r;
 }
 
-// 16-byte async copy global -> shared; with pred false it writes 16 zero bytes (src-size 0),
-// which is how ragged M/N/K edges are zero-filled without branches in the main loop.
+// 16-byte async copy global -> shared; with pred false it writes 16 zero bytes and reads
+// nothing (src-size 0): ragged M/N/K edges are zero-filled without branches, and the address of
+// a predicated-off chunk is never dereferenced.
 __device__ __forceinline__ void cp_async16(unsigned dst, const void *src, bool pred) {
     int bytes = pred ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -111,25 +112,70 @@ template <int CPR> __device__ __forceinline__ unsigned tile_offset(int row, int 
     return static_cast<unsigned>((row * CPR + swizzle<CPR>(row, chunk)) * 16);
 }
 
-// Asynchronously copies a ROWS x (CPR*8 elements) tile whose top-left element is `origin`
-// (row stride `ld` elements). Rows >= rows_valid and chunks >= chunks_valid are zero-filled;
-// out-of-range addresses are never formed (the predicated-off copy reads `safe`).
-template <class T, int ROWS, int CPR, int THREADS>
-__device__ __forceinline__ void load_tile(unsigned smem, const T *origin, long long ld,
-                                          int rows_valid, int chunks_valid, const T *safe,
-                                          int tid) {
-    constexpr int kTotal = ROWS * CPR;
-    static_assert(kTotal % THREADS == 0, "tile chunks must divide evenly among threads");
+// Per-thread copy state of one operand tile, set up once per output tile so that each k-step
+// only adds a constant offset and tests one predicate per 16-byte chunk. THREADS is a multiple
+// of CPR, so every chunk a thread copies sits in the same column: rows step by THREADS / CPR,
+// which keeps the swizzle (row % 8) and makes the shared-memory offset step THREADS * 16 bytes.
+// Out-of-range chunks are zero-filled; their (out-of-tensor) addresses are never read.
+//
+// K-major tile (rows m or n, contiguous k): ROWS x BK, global row stride LD, K extent KDIM.
+// row_limit = valid rows of the tile; k validity is checked per step against KDIM.
+template <class T, int ROWS, int CPR, int THREADS, long long LD, int KDIM> struct KMajorLoader {
+    static constexpr int ITERS = ROWS * CPR / THREADS;
+    static constexpr int ROW_STEP = THREADS / CPR;
+    static_assert(THREADS % CPR == 0 && ROWS * CPR % THREADS == 0 && ITERS <= 32,
+                  "tile chunks must divide evenly among threads");
+    const T *ptr;
+    unsigned smem_off;
+    unsigned row_ok;  // bit i: row r + i * ROW_STEP exists
+    int k_left;       // k extent left from this thread's chunk
+    __device__ __forceinline__ KMajorLoader(const T *origin, int row_limit, int, int tid) {
+        const int r = tid / CPR, c = tid % CPR;
+        k_left = KDIM - c * 8;
+        ptr = origin + r * LD + c * 8;
+        smem_off = tile_offset<CPR>(r, c);
+        row_ok = 0;
 #pragma unroll
-    for (int i = 0; i < kTotal / THREADS; ++i) {
-        int idx = tid + i * THREADS;
-        int r = idx / CPR;
-        int c = idx % CPR;
-        bool p = r < rows_valid && c < chunks_valid;
-        const T *src = p ? origin + r * ld + c * 8 : safe;
-        cp_async16(smem + tile_offset<CPR>(r, c), src, p);
+        for (int i = 0; i < ITERS; ++i) row_ok |= (r + i * ROW_STEP < row_limit ? 1u : 0u) << i;
     }
-}
+    __device__ __forceinline__ void load(unsigned stage, int k0) const {
+        const bool k_ok = k0 < k_left;
+#pragma unroll
+        for (int i = 0; i < ITERS; ++i) {
+            const bool p = k_ok && ((row_ok >> i) & 1u);
+            cp_async16(stage + smem_off + i * THREADS * 16, ptr + k0 + i * ROW_STEP * LD, p);
+        }
+    }
+};
+
+// MN-major tile (rows k, contiguous m or n): ROWS = BK rows x CPR chunks, row stride LD.
+// row_limit = valid k rows from the origin; chunk_limit = valid chunks of the tile's columns.
+template <class T, int ROWS, int CPR, int THREADS, long long LD> struct MnMajorLoader {
+    static constexpr int ITERS = ROWS * CPR / THREADS;
+    static constexpr int ROW_STEP = THREADS / CPR;
+    static_assert(THREADS % CPR == 0 && ROWS * CPR % THREADS == 0,
+                  "tile chunks must divide evenly among threads");
+    const T *ptr;
+    unsigned smem_off;
+    int rows_left;  // rows of this thread's column that exist (<= 0 when the column does not)
+    __device__ __forceinline__ MnMajorLoader(const T *origin, int row_limit, int chunk_limit,
+                                             int tid) {
+        const int row = tid / CPR, c = tid % CPR;
+        ptr = origin + row * LD + c * 8;
+        smem_off = tile_offset<CPR>(row, c);
+        rows_left = c < chunk_limit ? row_limit - row : 0;
+    }
+    __device__ __forceinline__ void load(unsigned stage, int k0) const {
+#pragma unroll
+        for (int i = 0; i < ITERS; ++i) {
+            const bool p = k0 + i * ROW_STEP < rows_left;
+            cp_async16(stage + smem_off + i * THREADS * 16, ptr + (k0 + i * ROW_STEP) * LD, p);
+        }
+    }
+};
+
+template <bool C, class A, class B> struct Select { using type = A; };
+template <class A, class B> struct Select<false, A, B> { using type = B; };
 
 // ---------------------------------------------------------------- configuration
 
@@ -242,19 +288,19 @@ __device__ __forceinline__ void pipeline(const ML &ml, unsigned smem, int k_tile
         if (s < k_tiles) load(smem + s * Cfg::STAGE_BYTES, smem + s * Cfg::STAGE_BYTES + Cfg::A_BYTES, s);
         cp_async_commit();  // empty groups keep the wait_group arithmetic uniform
     }
+    // Stage addresses advance round-robin (no modulo in the loop).
+    const unsigned end = smem + S * Cfg::STAGE_BYTES;
+    unsigned rd = smem, wr = smem + (S - 1) * Cfg::STAGE_BYTES;
     for (int kt = 0; kt < k_tiles; ++kt) {
         cp_async_wait<S - 2>();
         // Slice kt is visible to all threads, and every warp is done with slice kt-1, whose
         // stage the copy below overwrites.
         __syncthreads();
-        int next = kt + S - 1;
-        if (next < k_tiles) {
-            unsigned st = smem + (next % S) * Cfg::STAGE_BYTES;
-            load(st, st + Cfg::A_BYTES, next);
-        }
+        if (kt + S - 1 < k_tiles) load(wr, wr + Cfg::A_BYTES, kt + S - 1);
         cp_async_commit();
-        unsigned cur = smem + (kt % S) * Cfg::STAGE_BYTES;
-        ml.compute(cur, cur + Cfg::A_BYTES, acc);
+        ml.compute(rd, rd + Cfg::A_BYTES, acc);
+        rd = rd + Cfg::STAGE_BYTES == end ? smem : rd + Cfg::STAGE_BYTES;
+        wr = wr + Cfg::STAGE_BYTES == end ? smem : wr + Cfg::STAGE_BYTES;
     }
     cp_async_wait<0>();
 }
@@ -314,6 +360,9 @@ __device__ __forceinline__ void group_gemm_nk(const typename Cfg::T *__restrict_
     constexpr int K_TILES = (K + BK - 1) / BK;
     static_assert(N % 8 == 0 && K % 8 == 0, "N and K must be multiples of 8");
     using ML = Mainloop<Cfg, true, B_TRANSPOSED>;
+    using LoaderA = KMajorLoader<T, BM, BK / 8, THREADS, K, K>;
+    using LoaderB = typename Select<B_TRANSPOSED, KMajorLoader<T, BN, BK / 8, THREADS, K, K>,
+                                    MnMajorLoader<T, BK, BN / 8, THREADS, N>>::type;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __shared__ int warp_sums[THREADS / 32];
@@ -364,22 +413,19 @@ __device__ __forceinline__ void group_gemm_nk(const typename Cfg::T *__restrict_
         const int row0 = rr.begin + tc.m_block * BM;
         const int rows_valid = rr.end - row0;  // may exceed BM: the tile takes BM
         const int n0 = tc.n_block * BN;
-        const T *a_tile = a + static_cast<long long>(row0) * K;
         const T *b_e = b + static_cast<long long>(tc.expert) * N * K;
+
+        // A rows of the tile; B: [N,K] rows n (K-major) or [K,N] rows k (MN-major).
+        const LoaderA la(a + static_cast<long long>(row0) * K, rows_valid, 0, tid);
+        const LoaderB lb(B_TRANSPOSED ? b_e + static_cast<long long>(n0) * K : b_e + n0,
+                         B_TRANSPOSED ? N - n0 : K, (N - n0) / 8, tid);
 
         float acc[Cfg::MT][Cfg::NT][4];
         zero<Cfg>(acc);
         __syncthreads();  // the previous tile's last stage may still be read by other warps
         pipeline<Cfg>(ml, smem, K_TILES, acc, [&](unsigned sa, unsigned sb, int kt) {
-            const int k0 = kt * BK;
-            load_tile<T, BM, BK / 8, THREADS>(sa, a_tile + k0, K, rows_valid, (K - k0) / 8, a,
-                                              tid);
-            if constexpr (B_TRANSPOSED)  // B_e [N,K]: rows n, contiguous k
-                load_tile<T, BN, BK / 8, THREADS>(sb, b_e + static_cast<long long>(n0) * K + k0,
-                                                  K, N - n0, (K - k0) / 8, b, tid);
-            else  // B_e [K,N]: rows k, contiguous n
-                load_tile<T, BK, BN / 8, THREADS>(sb, b_e + static_cast<long long>(k0) * N + n0,
-                                                  N, K - k0, (N - n0) / 8, b, tid);
+            la.load(sa, kt * BK);
+            lb.load(sb, kt * BK);
         });
         store_tile<Cfg, ACCUMULATE>(acc, c + static_cast<long long>(row0) * N + n0, N,
                                     rows_valid, N - n0, warp_m0, warp_n0, lane);
@@ -403,6 +449,8 @@ __device__ __forceinline__ void group_gemm_mn(const typename Cfg::T *__restrict_
     constexpr int N_TILES = (N + BN - 1) / BN;
     static_assert(M % 8 == 0 && N % 8 == 0, "M and N must be multiples of 8");
     using ML = Mainloop<Cfg, false, false>;
+    using LoaderA = MnMajorLoader<T, BK, BM / 8, THREADS, M>;
+    using LoaderB = MnMajorLoader<T, BK, BN / 8, THREADS, N>;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -419,16 +467,16 @@ __device__ __forceinline__ void group_gemm_mn(const typename Cfg::T *__restrict_
         const int m0 = tc.m_block * BM, n0 = tc.n_block * BN;
         const int k_tiles = (rr.end - rr.begin + BK - 1) / BK;
 
+        const int k_rows = rr.end - rr.begin;
+        const LoaderA la(a + static_cast<long long>(rr.begin) * M + m0, k_rows, (M - m0) / 8, tid);
+        const LoaderB lb(b + static_cast<long long>(rr.begin) * N + n0, k_rows, (N - n0) / 8, tid);
+
         float acc[Cfg::MT][Cfg::NT][4];
         zero<Cfg>(acc);
         __syncthreads();
         pipeline<Cfg>(ml, smem, k_tiles, acc, [&](unsigned sa, unsigned sb, int kt) {
-            const int s0 = rr.begin + kt * BK;
-            const int rows_valid = rr.end - s0;
-            load_tile<T, BK, BM / 8, THREADS>(sa, a + static_cast<long long>(s0) * M + m0, M,
-                                              rows_valid, (M - m0) / 8, a, tid);
-            load_tile<T, BK, BN / 8, THREADS>(sb, b + static_cast<long long>(s0) * N + n0, N,
-                                              rows_valid, (N - n0) / 8, b, tid);
+            la.load(sa, kt * BK);
+            lb.load(sb, kt * BK);
         });
         typename Cfg::CT *c_tile =
             c + (static_cast<long long>(tc.expert) * M + m0) * N + n0;

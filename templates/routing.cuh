@@ -6,7 +6,7 @@
 // inside a chunk, warp w owns the w-th run of rows_per_warp routes.
 //   1. routing_histogram: block c counts its chunk per expert into hist[e][c].
 //   2. routing_row_scan:  one warp per expert turns hist[e][*] into its exclusive prefix over
-//                         chunks (in place) and writes counts[e].
+//                         chunks (in place) and writes counts[e] (at most kMaxChunks chunks).
 //   3. routing_rank:      each block scans counts into offsets (block 0 stores them), recounts
 //                         its chunk per warp, and every warp walks its routes in order:
 //                         index = offsets[e] + routes to e in earlier chunks + in earlier warps
@@ -81,9 +81,12 @@ __device__ __forceinline__ void histogram(const Id *__restrict__ selected, long 
     const long long begin = blockIdx.x * chunk_rows;
     const long long end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
     // Order does not matter for a count; the loop bound is uniform so match_any sees full warps.
+    // The next id is loaded one step ahead to overlap its latency with this step.
+    int e_next = begin + threadIdx.x < end ? expert_of<E>(selected[begin + threadIdx.x]) : -1;
     for (long long base = begin; base < end; base += kThreads) {
-        const long long p = base + threadIdx.x;
-        const int e = p < end ? expert_of<E>(selected[p]) : -1;
+        const int e = e_next;
+        const long long p_next = base + kThreads + threadIdx.x;
+        e_next = p_next < end ? expert_of<E>(selected[p_next]) : -1;
         const unsigned peers = __match_any_sync(0xffffffffu, e);
         if (e >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&count_s[e], __popc(peers));
     }
@@ -92,22 +95,34 @@ __device__ __forceinline__ void histogram(const Id *__restrict__ selected, long 
         hist[static_cast<long long>(e) * num_chunks + blockIdx.x] = count_s[e];
 }
 
-// Launch: grid = ceil(num_experts / 8), block = 256 (one warp per expert).
+// Launch: grid = ceil(num_experts / 8), block = 256 (one warp per expert); num_chunks <=
+// kMaxChunks. Each lane loads its contiguous run of chunks at once (no serial round trips),
+// sums it, and one warp scan gives every run its start.
+template <int kMaxChunks>
 __device__ __forceinline__ void row_scan(int *__restrict__ hist, int num_chunks, int num_experts,
                                          int *__restrict__ counts) {
+    constexpr int kPerLane = (kMaxChunks + 31) / 32;
     const int lane = threadIdx.x & 31;
     const int e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (e >= num_experts) return;  // the whole warp leaves together
     int *row = hist + static_cast<long long>(e) * num_chunks;
-    int carry = 0;
-    for (int c0 = 0; c0 < num_chunks; c0 += 32) {
-        const int c = c0 + lane;
-        const int v = c < num_chunks ? row[c] : 0;
-        const int incl = warp_inclusive_scan(v);
-        if (c < num_chunks) row[c] = carry + incl - v;
-        carry += __shfl_sync(0xffffffffu, incl, 31);
+    int v[kPerLane];
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int c = lane * kPerLane + i;
+        v[i] = c < num_chunks ? row[c] : 0;
+        sum += v[i];
     }
-    if (lane == 0) counts[e] = carry;
+    const int incl = warp_inclusive_scan(sum);
+    int run = incl - sum;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int c = lane * kPerLane + i;
+        if (c < num_chunks) row[c] = run;
+        run += v[i];
+    }
+    if (lane == 31) counts[e] = incl;
 }
 
 // Launch: grid = max(num_chunks, 1) (block 0 always stores offsets, even for S = 0),
@@ -131,10 +146,13 @@ __device__ __forceinline__ void rank(const Id *__restrict__ selected, long long 
     const long long wbegin = blockIdx.x * chunk_rows + static_cast<long long>(warp) * rows_per_warp;
     const long long wend = wbegin + rows_per_warp < rows ? wbegin + rows_per_warp : rows;
 
-    // Per-warp counts of this chunk. Only warp w touches row w; one leader per expert.
+    // Per-warp counts of this chunk. Only warp w touches row w; one leader per expert. Ids are
+    // loaded one step ahead (__syncwarp keeps the compiler from hoisting the loads itself).
+    int e_next = wbegin + lane < wend ? expert_of<E>(selected[wbegin + lane]) : -1;
     for (long long base = wbegin; base < wend; base += 32) {
-        const long long p = base + lane;
-        const int e = p < wend ? expert_of<E>(selected[p]) : -1;
+        const int e = e_next;
+        const long long p_next = base + 32 + lane;
+        e_next = p_next < wend ? expert_of<E>(selected[p_next]) : -1;
         const unsigned peers = __match_any_sync(0xffffffffu, e);
         if (e >= 0 && lane == __ffs(peers) - 1) base_s[warp][e] += __popc(peers);
         __syncwarp();
@@ -169,10 +187,13 @@ __device__ __forceinline__ void rank(const Id *__restrict__ selected, long long 
 
     // Stable ranks: lanes are in row-major order, so a route's rank inside its warp step is the
     // number of lower lanes with the same expert.
+    e_next = wbegin + lane < wend ? expert_of<E>(selected[wbegin + lane]) : -1;
     for (long long base = wbegin; base < wend; base += 32) {
         const long long p = base + lane;
         const bool in = p < wend;
-        const int e = in ? expert_of<E>(selected[p]) : -1;
+        const int e = e_next;
+        const long long p_next = p + 32;
+        e_next = p_next < wend ? expert_of<E>(selected[p_next]) : -1;
         const unsigned peers = __match_any_sync(0xffffffffu, e);
         int index = -1;
         if (e >= 0) index = base_s[warp][e] + __popc(peers & lanemask_lt());

@@ -143,14 +143,17 @@ int blocks_per_sm(const GemmTileConfig &c, GemmKind kind, std::int32_t num_exper
     return std::max(1, std::min(c.min_blocks_per_sm, by_smem));
 }
 
-// The heuristic. Why these tiles:
-//  - 128x128x32, 4 stages, 8 warps of 64x32, 2 CTAs per SM (64 KiB shared memory each) is
-//    the mma.sync sweet spot on sm_80/sm_90: 16 HMMA per 6 ldmatrix per warp and k-step,
-//    enough CTAs per SM to hide the epilogue and the scheduler's prologue.
+// The heuristic. Why these tiles (measured on an H200 with tools/bench_group_gemm.py):
+//  - 128x128x64, 3 stages, 8 warps of 64x32, 2 CTAs per SM (96 KiB shared memory each): the
+//    best mma.sync config on every reference shape (fc1 fprop 260-370 TFLOP/s, 0.54-0.65x
+//    torch._grouped_mm), ~10 % ahead of 128x128x32 with 4 stages (half the barriers and
+//    address updates per FLOP), of 64x128 / 128x64 tiles, of 4 stages at 1 CTA per SM, and of
+//    128x256 / 256x128 tiles (too few warps per SM to hide ldmatrix and barrier latency).
 //  - Few rows per expert (S/E <= 64, small batches): BLOCK_M = 64 halves the padding rows
 //    each expert's last tile computes for nothing.
 //  - Narrow outputs (N <= 64): BLOCK_N = 64 for the same reason in N.
-//  - Arches with 99 KiB of shared memory per block (sm_86/89/120) use 3 stages.
+//  - Arches with 99 KiB of shared memory per block (sm_86/89/120): BLOCK_K = 32, 3 stages
+//    (48 KiB), so that two CTAs still fit an SM.
 GemmTileConfig heuristic_tile_config(const GemmProblem &p, int cc) {
     GemmTileConfig c;
     const std::int64_t out_rows = p.kind == GemmKind::same_mn ? p.m : 0;
@@ -168,7 +171,10 @@ GemmTileConfig heuristic_tile_config(const GemmProblem &p, int cc) {
         c.warps_m = c.block_m >= 128 ? 4 : 2;
         c.warps_n = 8 / c.warps_m;
     }
-    if (smem_limits(cc).per_block < 160 * 1024) c.stages = 3;
+    if (smem_limits(cc).per_block < 160 * 1024) {
+        c.block_k = 32;
+        c.stages = 3;
+    }
     // Fall back to smaller tiles until valid (e.g. a huge expert count on a small-smem arch).
     try {
         validate_tile_config(c, p, cc);

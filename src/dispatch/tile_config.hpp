@@ -16,8 +16,8 @@ namespace moejit {
 struct GemmTileConfig {
     int block_m = 128;
     int block_n = 128;
-    int block_k = 32;
-    int stages = 4;
+    int block_k = 64;
+    int stages = 3;
     int warps_m = 2;
     int warps_n = 4;
     int group_m = 8;          // row blocks walked together (L2 reuse), see grouped_order

@@ -38,13 +38,11 @@ LayerGemms::LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const Layer
 
 void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c) {
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
-    (void)rows_cap_;  // pending: the GEMM scheduler's test-only per-expert row cap
     launch_group_gemm_nk(ctx_, spec, ops);
 }
 
 void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *c) {
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
-    (void)rows_cap_;  // pending: the GEMM scheduler's test-only per-expert row cap
     launch_group_gemm_mn(ctx_, spec, ops);
 }
 

@@ -29,9 +29,6 @@ public:
     LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs, std::int64_t rows,
                const std::int32_t *offsets, void *stream);
 
-    // Test-only: reproduce the historical bug (see PlanTestHooks).
-    void bound_rows_per_expert(std::int64_t cap) { rows_cap_ = cap; }
-
     // forward
     void fc1_split(const void *xs, const void *w, void *out);         // [S,H]·[E,I,H]ᵀ → [S,I]
     void fc1_merged(const void *xs, const void *w_gate_up, void *gu); // → [S,2I]
@@ -55,7 +52,6 @@ private:
     std::int64_t rows_;
     const std::int32_t *offsets_;
     void *stream_;
-    std::int64_t rows_cap_ = -1;
 };
 
 }  // namespace moejit

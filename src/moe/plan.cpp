@@ -205,8 +205,10 @@ void Plan::backward(const moejit_backward_args_t &a) {
 
     // Weight gradients of every expert are written even at T = 0 (zeros, or untouched when
     // accumulating), so the GEMMs run whatever T is; the row ops are skipped when T = 0.
-    LayerGemms gemms(ctx_, d, gemm_specs_, S, offsets, a.stream);
-    if (test_hooks.backward_bound_from_tokens) gemms.bound_rows_per_expert(a.num_tokens);
+    // The launch bound is S, the scattered tensors' rows (DESIGN.md §3). The test hook passes
+    // T instead — the historical bug — so the regression suite can prove it catches it.
+    const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : S;
+    LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, a.stream);
     if (T0) scatter(ctx_, ScatterArgs{ScatterSpec{d.dtype, H, d.top_k}, a.dout, scatter_index, a.num_tokens, dy, a.stream});
     gemms.fc2_dgrad(dy, a.w_down, daw);
     gemms.fc2_wgrad(dy, aw, a.dw_down);

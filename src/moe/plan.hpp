@@ -23,9 +23,9 @@ void validate_plan_desc(const moejit_plan_desc_t &desc);
 // creation and by warmup on a compile-only context). Duplicates removed.
 std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, int compute_capability);
 
-// Test-only hooks. bound_rows_per_expert_from_tokens reproduces the historical bug (a grouped
-// GEMM whose per-expert row bound is T instead of the expert's actual rows): the regression
-// suite must fail with it set, proving it can catch the bug.
+// Test-only hooks. backward_bound_from_tokens reproduces the historical bug: the backward
+// grouped GEMMs bounded by T instead of S, so with duplicate routes rows past T are never
+// written and weight gradients miss them. The regression suite must fail with it set.
 struct PlanTestHooks {
     bool backward_bound_from_tokens = false;
 };

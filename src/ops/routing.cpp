@@ -15,6 +15,7 @@ namespace {
 
 // Enough chunks to fill the GPU (each block is small), few enough that the row scan and the
 // per-block expert scans stay cheap: S = 262144, E = 256 gives 256 chunks of 1024 routes.
+// Also the row scan's compile-time bound on num_chunks (routing_chunking never exceeds it).
 constexpr std::int64_t kTargetChunks = 256;
 constexpr std::int32_t kMinRowsPerWarp = 128;
 constexpr std::uint32_t kRowScanWarps = 8;  // one warp per expert
@@ -62,12 +63,16 @@ KernelSource render_row_scan() {
         "#include \"moejit_common.cuh\"\n"
         "#include \"routing.cuh\"\n"
         "\n"
+        "namespace {{\n"
+        "constexpr int kMaxChunks = {max_chunks};\n"
+        "}}  // namespace\n"
+        "\n"
         "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}(int *hist, "
         "int num_chunks, int num_experts, int *counts) {{\n"
-        "    moejit::routing::row_scan(hist, num_chunks, num_experts, counts);\n"
+        "    moejit::routing::row_scan<kMaxChunks>(hist, num_chunks, num_experts, counts);\n"
         "}}\n",
-        fmt::arg("name", ks.name), fmt::arg("threads", kRowScanWarps * 32),
-        fmt::arg("entry", ks.entry));
+        fmt::arg("name", ks.name), fmt::arg("max_chunks", kTargetChunks),
+        fmt::arg("threads", kRowScanWarps * 32), fmt::arg("entry", ks.entry));
     return ks;
 }
 
@@ -177,6 +182,9 @@ RoutingChunking validate_routing_args(const RoutingIndexArgs &args) {
                    "counts, offsets and scatter_index must be 4-byte aligned");
 
     const RoutingChunking chunking = routing_chunking(rows, experts);
+    if (chunking.num_chunks > kTargetChunks)
+        fail(MOEJIT_ERROR_INTERNAL, "routing_index: {} chunks exceed the row scan's bound of {}",
+             chunking.num_chunks, kTargetChunks);
     MOEJIT_REQUIRE(args.workspace_size >= chunking.workspace_bytes,
                    "workspace_size = {} is too small: moejit_routing_index_workspace_size gives "
                    "{} bytes for num_tokens = {}, top_k = {}, num_experts = {}",

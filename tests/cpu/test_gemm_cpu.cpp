@@ -202,12 +202,12 @@ BOOST_AUTO_TEST_CASE(heuristic_is_valid_for_every_reference_shape) {
 }
 
 BOOST_AUTO_TEST_CASE(environment_overrides_the_heuristic) {
-    ::setenv("MOEJIT_GEMM_TILE", "64x128x64_s3", 1);
+    ::setenv("MOEJIT_GEMM_TILE", "64x128x64_s4", 1);
     GemmNkSpec spec = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 512, true, false, 4096, 8, 90);
     ::unsetenv("MOEJIT_GEMM_TILE");
     BOOST_TEST(spec.tile.block_m == 64);
     BOOST_TEST(spec.tile.block_k == 64);
-    BOOST_TEST(spec.tile.stages == 3);
+    BOOST_TEST(spec.tile.stages == 4);
     GemmNkSpec plain = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 512, true, false, 4096, 8, 90);
     BOOST_TEST((plain.tile == heuristic_tile_config(GemmProblem{GemmKind::same_nk, MOEJIT_DTYPE_BF16,
                                                                 MOEJIT_DTYPE_BF16, 0, 512, 512, true,

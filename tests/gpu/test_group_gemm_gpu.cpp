@@ -27,6 +27,11 @@ namespace {
 
 Context &ctx() { return gpu_context()->impl; }
 
+// Create the context (and make its CUDA context current) before any test allocates memory.
+struct ContextFixture {
+    ContextFixture() { gpu_context(); }
+};
+
 std::vector<std::int32_t> offsets_from_counts(const std::vector<int> &counts) {
     std::vector<std::int32_t> offsets(counts.size() + 1, 0);
     for (std::size_t e = 0; e < counts.size(); ++e) offsets[e + 1] = offsets[e] + counts[e];
@@ -281,6 +286,8 @@ std::vector<int> all_to_expert0(int tokens, int top_k, int num_experts) {
 }
 
 }  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(ContextFixture);
 
 // ================================================================ same_nk
 
