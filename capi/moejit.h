@@ -143,6 +143,10 @@ MOEJIT_API moejit_status_t moejit_nvrtc_version(int *version);
  * counts [E] int32, offsets [E+1] int32 (exclusive prefix sum, offsets[E] = S),
  * scatter_index [T,k] int32: offsets[e] + stable rank of (t,j) among routes to e in row-major
  * order. Duplicate routes are legal. No host synchronisation.
+ * An id outside [0, E) (e.g. -1 for a dropped route) is not counted: its scatter_index is -1,
+ * which scatter and scatter_weights skip and gather and gather_weights treat as zero, and
+ * offsets[E] is then the number of valid routes. The workspace needs no initialisation.
+ * T = 0 writes zero counts and offsets; tensors with no elements may be NULL.
  */
 MOEJIT_API moejit_status_t moejit_routing_index_workspace_size(int64_t num_tokens, int32_t top_k,
                                                                int32_t num_experts,
