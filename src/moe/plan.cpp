@@ -24,6 +24,24 @@ void require_tensor(const void *p, const char *name, bool needed) {
                    "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
 }
 
+PlanLayout checked_layout(const moejit_plan_desc_t &d, std::int64_t num_tokens) {
+    MOEJIT_REQUIRE(num_tokens >= 0, "args->num_tokens is {}, expected >= 0", num_tokens);
+    MOEJIT_REQUIRE(num_tokens * d.top_k <= INT32_MAX, "args->num_tokens is {}: T·k exceeds 2^31-1", num_tokens);
+    return PlanLayout(d, num_tokens);
+}
+
+// The caller's saved and workspace buffers, against the sizes the queries return for this T.
+void require_buffers(const PlanLayout &L, const void *saved, std::size_t saved_size, const void *workspace,
+                     std::size_t workspace_size) {
+    require_tensor(saved, "args->saved", true);
+    require_tensor(workspace, "args->workspace", L.workspace_bytes > 0);
+    MOEJIT_REQUIRE(saved_size >= L.saved_bytes, "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})",
+                   saved_size, L.saved_bytes, L.tokens);
+    MOEJIT_REQUIRE(workspace_size >= L.workspace_bytes,
+                   "args->workspace_size is {}, expected >= {} (moejit_plan_workspace_size for T={})",
+                   workspace_size, L.workspace_bytes, L.tokens);
+}
+
 SwigluSpec swiglu_spec_of(const moejit_plan_desc_t &d) {
     SwigluSpec s;
     s.dtype = d.dtype;
@@ -96,9 +114,7 @@ Plan::Plan(Context &ctx, const moejit_plan_desc_t &desc)
 
 void Plan::forward(const moejit_forward_args_t &a) {
     const moejit_plan_desc_t &d = desc_;
-    MOEJIT_REQUIRE(a.num_tokens >= 0, "args->num_tokens is {}, expected >= 0", a.num_tokens);
-    MOEJIT_REQUIRE(a.num_tokens * d.top_k <= INT32_MAX, "args->num_tokens is {}: T·k exceeds 2^31-1", a.num_tokens);
-    PlanLayout L(d, a.num_tokens);
+    PlanLayout L = checked_layout(d, a.num_tokens);
     const bool T0 = a.num_tokens > 0;
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.selected_experts, "args->selected_experts", T0);
@@ -108,13 +124,7 @@ void Plan::forward(const moejit_forward_args_t &a) {
     require_tensor(a.w_gate_up, "args->w_gate_up", merged(d));
     require_tensor(a.w_down, "args->w_down", true);
     require_tensor(a.out, "args->out", T0);
-    require_tensor(a.saved, "args->saved", true);
-    require_tensor(a.workspace, "args->workspace", L.workspace_bytes > 0);
-    MOEJIT_REQUIRE(a.saved_size >= L.saved_bytes, "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})",
-                   a.saved_size, L.saved_bytes, a.num_tokens);
-    MOEJIT_REQUIRE(a.workspace_size >= L.workspace_bytes,
-                   "args->workspace_size is {}, expected >= {} (moejit_plan_workspace_size for T={})",
-                   a.workspace_size, L.workspace_bytes, a.num_tokens);
+    require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_forward");
 
     const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
@@ -165,28 +175,20 @@ void Plan::forward(const moejit_forward_args_t &a) {
 
 void Plan::backward(const moejit_backward_args_t &a) {
     const moejit_plan_desc_t &d = desc_;
-    MOEJIT_REQUIRE(a.num_tokens >= 0, "args->num_tokens is {}, expected >= 0", a.num_tokens);
-    MOEJIT_REQUIRE(a.num_tokens * d.top_k <= INT32_MAX, "args->num_tokens is {}: T·k exceeds 2^31-1", a.num_tokens);
-    PlanLayout L(d, a.num_tokens);
+    PlanLayout L = checked_layout(d, a.num_tokens);
     const bool T0 = a.num_tokens > 0;
     require_tensor(a.dout, "args->dout", T0);
     require_tensor(a.w_gate, "args->w_gate", !merged(d));
     require_tensor(a.w_up, "args->w_up", !merged(d));
     require_tensor(a.w_gate_up, "args->w_gate_up", merged(d));
     require_tensor(a.w_down, "args->w_down", true);
-    require_tensor(a.saved, "args->saved", true);
     require_tensor(a.dx, "args->dx", T0);
     require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
     require_tensor(a.dw_gate, "args->dw_gate", !merged(d));
     require_tensor(a.dw_up, "args->dw_up", !merged(d));
     require_tensor(a.dw_gate_up, "args->dw_gate_up", merged(d));
     require_tensor(a.dw_down, "args->dw_down", true);
-    require_tensor(a.workspace, "args->workspace", L.workspace_bytes > 0);
-    MOEJIT_REQUIRE(a.saved_size >= L.saved_bytes, "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})",
-                   a.saved_size, L.saved_bytes, a.num_tokens);
-    MOEJIT_REQUIRE(a.workspace_size >= L.workspace_bytes,
-                   "args->workspace_size is {}, expected >= {} (moejit_plan_workspace_size for T={})",
-                   a.workspace_size, L.workspace_bytes, a.num_tokens);
+    require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_backward");
 
     const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "compile_only.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "dispatch/tile_config.hpp"
@@ -70,23 +71,10 @@ LayerGemms layer_gemms(const Shape &s, int cc, std::int64_t rows_hint) {
     return g;
 }
 
-class CompileOnlyContext {
-public:
-    explicit CompileOnlyContext(const char *arch) {
-        moejit_context_options_t options;
-        BOOST_REQUIRE(moejit_context_options_init(&options) == MOEJIT_SUCCESS);
-        options.compile_only = 1;
-        options.arch = arch;
-        options.cache_dir = "";  // memory only: every run really compiles
-        const moejit_status_t status = moejit_context_create(&options, &context_);
-        BOOST_REQUIRE_MESSAGE(status == MOEJIT_SUCCESS, moejit_last_error());
-    }
-    ~CompileOnlyContext() { moejit_context_destroy(context_); }
-    moejit_context_t get() const { return context_; }
-    Context &impl() const { return context_->impl; }
-
-private:
-    moejit_context_t context_ = nullptr;
+// Memory only: every run really compiles.
+struct CompileOnlyContext : moejit::test::CompileOnlyContext {
+    explicit CompileOnlyContext(const char *arch)
+        : moejit::test::CompileOnlyContext(arch, Cache::memory_only) {}
 };
 
 bool contains(const std::string &text, const std::string &part) {

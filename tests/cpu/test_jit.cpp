@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "compile_only.hpp"
 #include "core/context.hpp"
 #include "jit/cache_paths.hpp"
 #include "jit/jit_engine.hpp"
@@ -26,14 +27,7 @@ using namespace moejit;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "moejit-test-XXXXXX").string();
-        path = ::mkdtemp(pattern.data());
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
+using moejit::test::TempDir;
 
 KernelSource tiny_kernel(int variant = 0) {
     KernelSource s;
@@ -140,7 +134,7 @@ BOOST_AUTO_TEST_CASE(compile_error_returns_the_log) {
 BOOST_AUTO_TEST_CASE(hits_and_misses_across_fresh_engines) {
     TempDir dir;
     {
-        JitEngine engine(compile_only_options(dir.path.string()));
+        JitEngine engine(compile_only_options(dir.string()));
         engine.get(tiny_kernel(0));
         engine.get(tiny_kernel(1));
         engine.get(tiny_kernel(0));
@@ -150,22 +144,22 @@ BOOST_AUTO_TEST_CASE(hits_and_misses_across_fresh_engines) {
         BOOST_TEST(c.memory_hits == 1u);
         BOOST_TEST(c.disk_hits == 0u);
     }
-    JitEngine engine(compile_only_options(dir.path.string()));
+    JitEngine engine(compile_only_options(dir.string()));
     engine.get(tiny_kernel(0));
     engine.get(tiny_kernel(1));
     CacheCounters c = engine.counters();
     BOOST_TEST(c.compiles == 0u);
     BOOST_TEST(c.disk_hits == 2u);
-    BOOST_TEST(entries(dir.path).size() == 2u);  // no temp files left behind
-    for (auto &p : entries(dir.path)) BOOST_TEST(p.extension() == ".cubin");
+    BOOST_TEST(entries(dir.path()).size() == 2u);  // no temp files left behind
+    for (auto &p : entries(dir.path())) BOOST_TEST(p.extension() == ".cubin");
 }
 
 namespace {
 // Damages the single entry in `dir` with `damage`, then expects a rejected entry + recompile.
 template <class F> void expect_rebuild_after(F damage) {
     TempDir dir;
-    { JitEngine(compile_only_options(dir.path.string())).get(tiny_kernel()); }
-    auto files = entries(dir.path);
+    { JitEngine(compile_only_options(dir.string())).get(tiny_kernel()); }
+    auto files = entries(dir.path());
     BOOST_REQUIRE(files.size() == 1u);
     std::string bytes;
     {
@@ -178,7 +172,7 @@ template <class F> void expect_rebuild_after(F damage) {
         out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
     LogCapture log;
-    JitEngine engine(compile_only_options(dir.path.string(), log.logger()));
+    JitEngine engine(compile_only_options(dir.string(), log.logger()));
     engine.get(tiny_kernel());
     CacheCounters c = engine.counters();
     BOOST_TEST(c.disk_hits == 0u);
@@ -186,7 +180,7 @@ template <class F> void expect_rebuild_after(F damage) {
     BOOST_TEST(c.compiles == 1u);
     BOOST_TEST(log.warnings.size() == 1u);
     // The rebuilt entry is valid again.
-    JitEngine again(compile_only_options(dir.path.string()));
+    JitEngine again(compile_only_options(dir.string()));
     again.get(tiny_kernel());
     BOOST_TEST(again.counters().disk_hits == 1u);
 }
@@ -215,7 +209,7 @@ BOOST_AUTO_TEST_CASE(four_processes_racing_leave_one_valid_entry) {
         if (pid == 0) {
             int code = 0;
             try {
-                JitEngine engine(compile_only_options(dir.path.string()));
+                JitEngine engine(compile_only_options(dir.string()));
                 engine.get(tiny_kernel());
             } catch (...) {
                 code = 1;
@@ -229,8 +223,8 @@ BOOST_AUTO_TEST_CASE(four_processes_racing_leave_one_valid_entry) {
         ::waitpid(pid, &status, 0);
         BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
     }
-    BOOST_TEST(entries(dir.path).size() == 1u);
-    JitEngine engine(compile_only_options(dir.path.string()));
+    BOOST_TEST(entries(dir.path()).size() == 1u);
+    JitEngine engine(compile_only_options(dir.string()));
     engine.get(tiny_kernel());
     BOOST_TEST(engine.counters().disk_hits == 1u);
 }
@@ -239,7 +233,7 @@ BOOST_AUTO_TEST_CASE(unwritable_cache_folder_degrades_to_memory) {
     // CI runs as root, which ignores permission bits: a folder under a regular file can never
     // be created, whoever we are.
     TempDir dir;
-    fs::path file = dir.path / "not-a-folder";
+    fs::path file = dir.path() / "not-a-folder";
     std::ofstream(file) << "x";
     LogCapture log;
     JitEngine engine(compile_only_options((file / "cache").string(), log.logger()));
@@ -253,7 +247,7 @@ BOOST_AUTO_TEST_CASE(unwritable_cache_folder_degrades_to_memory) {
 
 BOOST_AUTO_TEST_CASE(jit_disabled_turns_a_miss_into_an_error) {
     TempDir dir;
-    JitOptions o = compile_only_options(dir.path.string());
+    JitOptions o = compile_only_options(dir.string());
     o.jit_enabled = false;
     JitEngine engine(o);
     try {
@@ -263,7 +257,7 @@ BOOST_AUTO_TEST_CASE(jit_disabled_turns_a_miss_into_an_error) {
         BOOST_TEST(e.status() == MOEJIT_ERROR_JIT_DISABLED);
     }
     // A warmed cache serves it with JIT off.
-    { JitEngine(compile_only_options(dir.path.string())).get(tiny_kernel()); }
+    { JitEngine(compile_only_options(dir.string())).get(tiny_kernel()); }
     JitEngine warmed(o);
     warmed.get(tiny_kernel());
     BOOST_TEST(warmed.counters().disk_hits == 1u);

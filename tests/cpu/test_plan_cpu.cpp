@@ -20,23 +20,13 @@
 
 #include "moe/plan.hpp"
 #include "moe/plan_layout.hpp"
+#include "compile_only.hpp"
 #include "moejit.h"
 
 namespace {
 
 // A fresh, private cache root (removed afterwards).
-struct TempDir {
-    std::string path;
-    TempDir() {
-        std::string pattern = (std::filesystem::temp_directory_path() / "moejit-plan-XXXXXX").string();
-        if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-        path = pattern;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-    }
-};
+using moejit::test::TempDir;
 
 class CompileOnlyContext {
 public:
@@ -110,7 +100,7 @@ BOOST_AUTO_TEST_CASE(desc_init_gives_a_valid_default_shape) {
 // is compiled (moejit_plan_warmup validates first; it works without a GPU).
 BOOST_AUTO_TEST_CASE(bad_descriptors_name_the_field) {
     TempDir dir;
-    CompileOnlyContext ctx(dir.path);
+    CompileOnlyContext ctx(dir.string());
     struct Bad {
         const char *field;
         void (*edit)(moejit_plan_desc_t &);
@@ -201,7 +191,7 @@ BOOST_AUTO_TEST_CASE(valid_edge_descriptors_pass_validation) {
 
 BOOST_AUTO_TEST_CASE(plan_create_on_a_compile_only_context_is_rejected) {
     TempDir dir;
-    CompileOnlyContext ctx(dir.path);
+    CompileOnlyContext ctx(dir.string());
     moejit_plan_desc_t d = small_desc();
     moejit_plan_t plan = reinterpret_cast<moejit_plan_t>(&d);
     BOOST_TEST(moejit_plan_create(ctx.get(), &d, &plan) == MOEJIT_ERROR_INVALID_ARGUMENT);
@@ -238,7 +228,7 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_split_and_merged_then_disk_hits_only) {
     int n_split = 0, n_merged = 0;
     const auto t0 = std::chrono::steady_clock::now();
     {
-        CompileOnlyContext ctx(dir.path);
+        CompileOnlyContext ctx(dir.string());
         BOOST_REQUIRE_MESSAGE(moejit_plan_warmup(ctx.get(), &split, &n_split) == MOEJIT_SUCCESS,
                               moejit_last_error());
         BOOST_TEST(n_split == static_cast<int>(split_sources.size()));
@@ -262,7 +252,7 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_split_and_merged_then_disk_hits_only) {
                     s.compile_seconds);
     }
     {
-        CompileOnlyContext fresh(dir.path);
+        CompileOnlyContext fresh(dir.string());
         int a = 0, b = 0;
         BOOST_REQUIRE_MESSAGE(moejit_plan_warmup(fresh.get(), &split, &a) == MOEJIT_SUCCESS, moejit_last_error());
         BOOST_REQUIRE_MESSAGE(moejit_plan_warmup(fresh.get(), &merged, &b) == MOEJIT_SUCCESS, moejit_last_error());
@@ -276,7 +266,7 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_split_and_merged_then_disk_hits_only) {
     }
     {
         // Compilation off: everything the two plans need is on disk.
-        CompileOnlyContext strict(dir.path, MOEJIT_JIT_OFF);
+        CompileOnlyContext strict(dir.string(), MOEJIT_JIT_OFF);
         BOOST_TEST(moejit_plan_warmup(strict.get(), &split, nullptr) == MOEJIT_SUCCESS, moejit_last_error());
         BOOST_TEST(moejit_plan_warmup(strict.get(), &merged, nullptr) == MOEJIT_SUCCESS, moejit_last_error());
         // A desc that was not warmed (with a limit: other SwiGLU kernels) is a distinct error.

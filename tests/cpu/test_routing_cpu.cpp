@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "compile_only.hpp"
 #include "core/context.hpp"
 #include "moejit.h"
 #include "ops/routing.hpp"
@@ -23,32 +24,7 @@ using namespace moejit;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "moejit-routing-XXXXXX").string();
-        path = ::mkdtemp(pattern.data());
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
-
-// A compile-only context with a fresh, private disk cache.
-struct CompileOnlyContext {
-    TempDir dir;
-    moejit_context_t handle = nullptr;
-    explicit CompileOnlyContext(const char *arch) {
-        moejit_context_options_t options;
-        BOOST_REQUIRE(moejit_context_options_init(&options) == MOEJIT_SUCCESS);
-        options.compile_only = 1;
-        options.arch = arch;
-        const std::string cache = dir.path.string();
-        options.cache_dir = cache.c_str();
-        BOOST_REQUIRE_MESSAGE(moejit_context_create(&options, &handle) == MOEJIT_SUCCESS,
-                              moejit_last_error());
-    }
-    ~CompileOnlyContext() { moejit_context_destroy(handle); }
-    Context &ctx() { return handle->impl; }
-};
+using moejit::test::CompileOnlyContext;
 
 const auto kNoWeights = static_cast<moejit_dtype_t>(0);
 
@@ -238,14 +214,14 @@ BOOST_AUTO_TEST_CASE(every_specialization_compiles_for_sm90a_and_sm80) {
         CompileOnlyContext context(arch);
         for (const KernelSource &s : sources) {
             try {
-                context.ctx().kernel(s);
+                context.impl().kernel(s);
             } catch (const Error &e) {
                 BOOST_ERROR(arch << " " << s.name << ": " << e.what());
             }
         }
         moejit_cache_stats_t stats;
         BOOST_REQUIRE(moejit_cache_stats_init(&stats) == MOEJIT_SUCCESS);
-        BOOST_REQUIRE(moejit_context_cache_stats(context.handle, &stats) == MOEJIT_SUCCESS);
+        BOOST_REQUIRE(moejit_context_cache_stats(context.get(), &stats) == MOEJIT_SUCCESS);
         BOOST_TEST(stats.compiles == sources.size(), arch);
         BOOST_TEST(stats.compile_failures == 0u, arch);
     }
@@ -255,7 +231,7 @@ BOOST_AUTO_TEST_CASE(every_specialization_compiles_for_sm90a_and_sm80) {
 
 BOOST_AUTO_TEST_CASE(routing_index_arguments) {
     CompileOnlyContext context("sm_90a");
-    moejit_context_t c = context.handle;
+    moejit_context_t c = context.get();
     const std::int64_t t = 64;
     const std::int32_t k = 2, e = 8;
     size_t ws = 0;
@@ -306,7 +282,7 @@ BOOST_AUTO_TEST_CASE(routing_index_arguments) {
 
 BOOST_AUTO_TEST_CASE(scatter_arguments) {
     CompileOnlyContext context("sm_90a");
-    moejit_context_t c = context.handle;
+    moejit_context_t c = context.get();
     const auto bf16 = MOEJIT_DTYPE_BF16;
     auto *idx = fake<int32_t>();
     void *p = fake();
@@ -346,7 +322,7 @@ BOOST_AUTO_TEST_CASE(scatter_arguments) {
 
 BOOST_AUTO_TEST_CASE(gather_arguments) {
     CompileOnlyContext context("sm_90a");
-    moejit_context_t c = context.handle;
+    moejit_context_t c = context.get();
     const auto bf16 = MOEJIT_DTYPE_BF16, fp32 = MOEJIT_DTYPE_FP32;
     auto *idx = fake<int32_t>();
     void *p = fake();
@@ -382,7 +358,7 @@ BOOST_AUTO_TEST_CASE(gather_arguments) {
 
 BOOST_AUTO_TEST_CASE(weight_scatter_gather_arguments) {
     CompileOnlyContext context("sm_90a");
-    moejit_context_t c = context.handle;
+    moejit_context_t c = context.get();
     auto *idx = fake<int32_t>();
     auto *f = fake<float>();
     void *p = fake();

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "compile_only.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "moejit.h"
@@ -25,34 +26,7 @@
 
 namespace {
 
-// A compile-only context with a fresh, private disk cache folder (removed afterwards).
-class CompileOnlyContext {
-public:
-    explicit CompileOnlyContext(const char *arch) {
-        std::string pattern =
-            (std::filesystem::temp_directory_path() / "moejit-swiglu-XXXXXX").string();
-        if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-        dir_ = pattern;
-        moejit_context_options_t options;
-        BOOST_REQUIRE(moejit_context_options_init(&options) == MOEJIT_SUCCESS);
-        options.compile_only = 1;
-        options.arch = arch;
-        options.cache_dir = dir_.c_str();
-        const moejit_status_t status = moejit_context_create(&options, &context_);
-        BOOST_REQUIRE_MESSAGE(status == MOEJIT_SUCCESS, moejit_last_error());
-    }
-    ~CompileOnlyContext() {
-        moejit_context_destroy(context_);
-        std::error_code ignored;
-        std::filesystem::remove_all(dir_, ignored);
-    }
-    moejit_context_t get() const { return context_; }
-    moejit::Context &impl() const { return context_->impl; }
-
-private:
-    std::string dir_;
-    moejit_context_t context_ = nullptr;
-};
+using moejit::test::CompileOnlyContext;
 
 std::vector<moejit::SwigluSpec> all_specs() {
     std::vector<moejit::SwigluSpec> specs;

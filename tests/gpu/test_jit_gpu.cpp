@@ -4,10 +4,12 @@
 
 #include <filesystem>
 
+#include "compile_only.hpp"
 #include "core/context.hpp"
 
 using namespace moejit;
 using namespace moejit::test;
+using moejit::test::TempDir;
 
 namespace {
 
@@ -41,15 +43,6 @@ void run_scale(Context &ctx, int factor) {
     for (int i = 0; i < n; ++i) BOOST_REQUIRE_EQUAL(y[i], float(factor * x.values[i]));
 }
 
-struct TempDir {
-    std::filesystem::path path;
-    TempDir() {
-        std::string pattern = (std::filesystem::temp_directory_path() / "moejit-gpu-XXXXXX").string();
-        path = ::mkdtemp(pattern.data());
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(device_arch_is_detected) {
@@ -61,7 +54,7 @@ BOOST_AUTO_TEST_CASE(device_arch_is_detected) {
 
 BOOST_AUTO_TEST_CASE(compile_load_launch_and_reload_from_disk) {
     TempDir dir;
-    std::string cache = dir.path.string();
+    std::string cache = dir.string();
     moejit_context_options_t o;
     moejit_context_options_init(&o);
     o.cache_dir = cache.c_str();
