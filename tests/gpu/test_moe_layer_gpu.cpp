@@ -35,6 +35,7 @@
 
 #include "moe/plan.hpp"
 #include "moe/plan_layout.hpp"
+#include "compile_only.hpp"
 #include "reference_moe.hpp"
 
 MOEJIT_GPU_TEST_MAIN("moe_layer_gpu")
@@ -1093,6 +1094,73 @@ BOOST_AUTO_TEST_CASE(stale_bound_from_tokens_is_detected) {
         BOOST_TEST(good.ok(), good.title << ":" << good.failures());
         BOOST_TEST(!bad.ok(), bad.title << ": the comparison did not catch the stale bound (is the hook wired?)");
         if (!bad.ok()) std::printf("[moe_layer]   caught:%s\n", bad.failures().c_str());
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Deployment path (moejit-warmup then MOEJIT_COMPILE=off): a compile-only context warms the
+// plan's kernels into a fresh folder for this device's arch; a device context with compilation
+// switched off through the environment then creates the plan from disk alone (counters prove
+// nothing compiled) and runs a full, correct forward and backward.
+BOOST_AUTO_TEST_SUITE(warmup)
+
+BOOST_AUTO_TEST_CASE(warmed_cache_runs_a_layer_with_compile_off) {
+    const LayerCase c = mid_case("warmed_compile_off");
+    const char *arch = nullptr;
+    MOEJIT_TEST_OK(moejit_context_arch(gpu_context(), &arch));
+    const std::string device_arch = arch;
+    moejit::test::TempDir dir("moejit-warm");
+    const std::string cache = dir.string();
+    const moejit_plan_desc_t desc = desc_of(c, MOEJIT_FC1_SPLIT);
+
+    moejit_context_options_t o;
+    moejit_context_options_init(&o);
+    o.compile_only = 1;
+    o.arch = device_arch.c_str();
+    o.cache_dir = cache.c_str();
+    moejit_context_t warm = nullptr;
+    MOEJIT_TEST_OK(moejit_context_create(&o, &warm));
+    int kernels = 0;
+    const moejit_status_t warmed = moejit_plan_warmup(warm, &desc, &kernels);
+    moejit_context_destroy(warm);
+    MOEJIT_TEST_OK(warmed);
+    BOOST_TEST(kernels > 0);
+
+    ::setenv("MOEJIT_COMPILE", "off", 1);
+    o.compile_only = 0;
+    o.arch = nullptr;  // the device's own, which is what was warmed
+    moejit_context_t strict = nullptr;
+    const moejit_status_t created = moejit_context_create(&o, &strict);
+    ::unsetenv("MOEJIT_COMPILE");
+    MOEJIT_TEST_OK(created);
+    struct ContextGuard {
+        moejit_context_t c;
+        ~ContextGuard() { moejit_context_destroy(c); }
+    } guard{strict};
+    {
+        PlanHandle plan;
+        MOEJIT_TEST_OK(moejit_plan_create(strict, &desc, &plan.plan));
+        moejit_cache_stats_t stats;
+        moejit_cache_stats_init(&stats);
+        MOEJIT_TEST_OK(moejit_context_cache_stats(strict, &stats));
+        std::printf("[moe_layer] %s: warmup %d kernels; plan with MOEJIT_COMPILE=off: compiles=%llu disk_hits=%llu misses=%llu\n",
+                    c.name.c_str(), kernels, (unsigned long long)stats.compiles,
+                    (unsigned long long)stats.disk_hits, (unsigned long long)stats.misses);
+        BOOST_TEST(stats.compiles == 0u);
+        BOOST_TEST(stats.misses == 0u);
+        BOOST_TEST(stats.disk_hits == static_cast<std::uint64_t>(kernels));
+
+        const HostLayer h = make_host_layer(c, test_seed());
+        const MoeRefResult ref = reference_of(c, h);
+        DeviceInputs in;
+        in.upload(c, h);
+        DeviceOutputs out = allocate_outputs(c, MOEJIT_FC1_SPLIT, plan.plan);
+        const Report r = check_layer(c, MOEJIT_FC1_SPLIT, h, ref, run_layer(c, MOEJIT_FC1_SPLIT, plan.plan, in, out, h));
+        r.print();
+        r.expect_ok();
+        MOEJIT_TEST_OK(moejit_context_cache_stats(strict, &stats));
+        BOOST_TEST(stats.compiles == 0u);
     }
 }
 
