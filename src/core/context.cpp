@@ -59,14 +59,13 @@ Context::Context(const moejit_context_options_t &options)
         if (arch.empty())
             arch = fmt::format("sm_{}{}{}", cc_major_, cc_minor_, cc_major_ == 9 ? "a" : "");
     }
-    if (compile_only_ || !options.arch) {
+    if (compile_only_) {
+        // No device to ask: the tile heuristics see the compute capability the arch names.
         std::string digits = arch.substr(3);
         if (digits.back() == 'a') digits.pop_back();
-        int number = std::stoi(digits);
-        if (compile_only_) {
-            cc_major_ = number / 10;
-            cc_minor_ = number % 10;
-        }
+        const int number = std::stoi(digits);
+        cc_major_ = number / 10;
+        cc_minor_ = number % 10;
     }
     JitOptions jit;
     jit.arch = arch;

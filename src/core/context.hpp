@@ -30,7 +30,8 @@ public:
     bool compile_only() const { return compile_only_; }
     const std::string &arch() const { return jit_->arch(); }
     int sm_count() const { return sm_count_; }            // 0 when compile-only
-    int compute_capability() const { return cc_major_ * 10 + cc_minor_; }  // from arch
+    // The device's (major*10+minor), or the one the arch names on a compile-only context.
+    int compute_capability() const { return cc_major_ * 10 + cc_minor_; }
     const Logger &log() const { return log_; }
     JitEngine &jit() { return *jit_; }
 
