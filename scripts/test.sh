@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 [ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=release
 ninja -C "$build"
-meson test -C "$build" --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" "$@"
+meson test -C "$build" --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" --no-suite experimental "$@"
 if python3 -c 'import pytest' 2>/dev/null && [ -d capi/python/tests ]; then
     MOEJIT_LIBRARY="$PWD/$build/capi/libmoejit.so" PYTHONPATH="$PWD/capi/python" \
         python3 -m pytest -q capi/python/tests

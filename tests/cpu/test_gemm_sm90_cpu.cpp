@@ -1,0 +1,253 @@
+// The sm_90a (wgmma/TMA) same_nk grouped GEMM draft without a GPU: every forward specialization
+// of every reference shape (shared/PERF.md) renders and compiles for sm_90a with NVRTC through a
+// compile-only context, each within the 2 s cold-start budget; the PTX really uses wgmma,
+// cp.async.bulk.tensor, mbarriers and setmaxnreg (so the kernel is on the Hopper path, not a
+// fallback); argument validation names the field and the expected value.
+#define BOOST_TEST_MODULE gemm_sm90_cpu
+#include <boost/test/included/unit_test.hpp>
+
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compile_only.hpp"
+#include "core/context.hpp"
+#include "core/error.hpp"
+#include "jit/nvrtc_compiler.hpp"
+#include "jit/templates.hpp"
+#include "moejit.h"
+#include "ops/group_gemm_sm90.hpp"
+
+using namespace moejit;
+
+namespace {
+
+struct Shape {
+    const char *name;
+    std::int32_t experts;
+    std::int64_t hidden;
+    std::int64_t intermediate;
+};
+
+// shared/PERF.md's reference shapes (tokens and top-k do not change a forward specialization).
+const Shape kShapes[] = {
+    {"qwen3-30b-a3b", 128, 2048, 768},  {"deepseek-v3", 256, 7168, 2048},
+    {"mixtral-8x7b", 8, 4096, 14336},   {"gpt-oss-120b", 128, 2880, 2880},
+    {"small-expert-7b", 128, 1536, 256}, {"mid-expert-30b", 64, 4096, 1024},
+};
+
+// Forward GEMMs of one layer (merged fc1: N = 2I) with C in bf16 and fp32.
+std::vector<GemmNkSm90Spec> forward_specs(const Shape &s) {
+    std::vector<GemmNkSm90Spec> out;
+    const std::int64_t H = s.hidden, I = s.intermediate;
+    for (auto c : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32}) {
+        out.push_back(make_nk_sm90_spec(MOEJIT_DTYPE_BF16, c, 2 * I, H, false, s.experts));  // fc1
+        out.push_back(make_nk_sm90_spec(MOEJIT_DTYPE_BF16, c, H, I, false, s.experts));      // fc2
+    }
+    return out;
+}
+
+struct MemoryOnlyContext : moejit::test::CompileOnlyContext {
+    explicit MemoryOnlyContext(const char *arch)
+        : moejit::test::CompileOnlyContext(arch, Cache::memory_only) {}
+};
+
+bool contains(const std::string &text, const std::string &part) {
+    return text.find(part) != std::string::npos;
+}
+
+// Runs `call`, expects moejit::Error with `status` and a message containing every fragment.
+void expect_error(const std::function<void()> &call, moejit_status_t status,
+                  std::initializer_list<const char *> fragments) {
+    try {
+        call();
+        BOOST_TEST(false, "expected an error");
+    } catch (const Error &e) {
+        BOOST_TEST_CONTEXT("message: " << e.what()) {
+            BOOST_TEST(e.status() == status);
+            for (const char *f : fragments) BOOST_TEST(contains(e.what(), f), "missing '" << f << "'");
+        }
+    }
+}
+
+void check_nvrtc(nvrtcResult r, const char *what) {
+    BOOST_REQUIRE_MESSAGE(r == NVRTC_SUCCESS, what << ": " << nvrtcGetErrorString(r));
+}
+
+// PTX of a rendered kernel for compute_90a, compiled with the engine's options and headers.
+std::string ptx_of(const KernelSource &ks) {
+    std::vector<std::string> storage;
+    for (const EmbeddedTemplate &t : embedded_templates()) {
+        storage.emplace_back(t.source);
+        storage.emplace_back(t.name);
+    }
+    std::vector<const char *> sources, names;
+    for (std::size_t i = 0; i < storage.size(); i += 2) {
+        sources.push_back(storage[i].c_str());
+        names.push_back(storage[i + 1].c_str());
+    }
+    nvrtcProgram program = nullptr;
+    check_nvrtc(nvrtcCreateProgram(&program, ks.source.c_str(), (ks.name + ".cu").c_str(),
+                                   static_cast<int>(sources.size()), sources.data(), names.data()),
+                "nvrtcCreateProgram");
+    std::vector<std::string> options = default_nvrtc_options();
+    options.push_back("--gpu-architecture=compute_90a");
+    options.push_back("-I" + cuda_include_dir());
+    std::vector<const char *> argv;
+    for (const std::string &o : options) argv.push_back(o.c_str());
+    const nvrtcResult r = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
+    std::size_t log_size = 0;
+    std::string log;
+    if (nvrtcGetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+        log.resize(log_size);
+        nvrtcGetProgramLog(program, log.data());
+    }
+    BOOST_REQUIRE_MESSAGE(r == NVRTC_SUCCESS, "NVRTC: " << nvrtcGetErrorString(r) << "\n" << log);
+    std::size_t size = 0;
+    check_nvrtc(nvrtcGetPTXSize(program, &size), "nvrtcGetPTXSize");
+    std::string ptx(size, '\0');
+    check_nvrtc(nvrtcGetPTX(program, ptx.data()), "nvrtcGetPTX");
+    nvrtcDestroyProgram(&program);
+    return ptx;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_reference_forward_specialization_compiles_for_sm90a) {
+    std::map<std::string, KernelSource> sources;  // deduplicated by name
+    for (const Shape &s : kShapes)
+        for (const GemmNkSm90Spec &spec : forward_specs(s)) {
+            BOOST_CHECK_NO_THROW(validate_nk_sm90_spec(spec, s.experts));
+            KernelSource ks = render_group_gemm_nk_sm90(spec);
+            sources.emplace(ks.name, ks);
+        }
+    // The other tile widths, fp16 and accumulate, once each.
+    GemmNkSm90Spec extra = make_nk_sm90_spec(MOEJIT_DTYPE_FP16, MOEJIT_DTYPE_FP32, 1408, 2880, true, 8);
+    for (int bn : {64, 128, 256}) {
+        extra.block_n = bn;
+        extra.stages = bn == 256 ? 4 : 5;
+        BOOST_CHECK_NO_THROW(validate_nk_sm90_spec(extra, 8));
+        KernelSource ks = render_group_gemm_nk_sm90(extra);
+        sources.emplace(ks.name, ks);
+    }
+    MemoryOnlyContext context("sm_90a");
+    double worst = 0, total = 0;
+    for (auto &[name, ks] : sources) {
+        const auto start = std::chrono::steady_clock::now();
+        BOOST_TEST_CONTEXT(name) {
+            try {
+                context.impl().kernel(ks);
+            } catch (const std::exception &e) {
+                BOOST_TEST(false, e.what());
+            }
+        }
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        BOOST_TEST_CONTEXT(name) { BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s (budget 2 s)"); }
+        worst = std::max(worst, sec);
+        total += sec;
+    }
+    std::printf("group_gemm_sm90: %zu kernels, NVRTC mean %.2f s, worst %.2f s\n", sources.size(),
+                total / sources.size(), worst);
+}
+
+BOOST_AUTO_TEST_CASE(ptx_uses_wgmma_tma_mbarriers_and_setmaxnreg) {
+    for (int bn : {128, 256}) {
+        GemmNkSm90Spec spec = make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 1536, 2048, false, 128);
+        spec.block_n = bn;
+        spec.stages = 4;
+        const std::string ptx = ptx_of(render_group_gemm_nk_sm90(spec));
+        BOOST_TEST_CONTEXT("block_n " << bn) {
+            BOOST_TEST(contains(ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32.bf16.bf16"));
+            BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.2d"));
+            BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.3d"));
+            BOOST_TEST(contains(ptx, "mbarrier.try_wait.parity"));
+            BOOST_TEST(contains(ptx, "mbarrier.arrive.expect_tx"));
+            BOOST_TEST(contains(ptx, "setmaxnreg.inc"));
+            BOOST_TEST(contains(ptx, "setmaxnreg.dec"));
+            BOOST_TEST(!contains(ptx, "mma.sync"), "no mma.sync fallback");
+            BOOST_TEST(!contains(ptx, "cp.async.cg"), "no cp.async fallback");
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
+    for (const Shape &s : kShapes)
+        for (const GemmNkSm90Spec &spec : forward_specs(s)) {
+            BOOST_TEST_CONTEXT(s.name << " n " << spec.n << " k " << spec.k) {
+                BOOST_TEST(spec.stages >= 4, "deep enough ring");
+                BOOST_TEST(sm90_smem_bytes(spec, s.experts) <= std::size_t{227 * 1024});
+            }
+        }
+    GemmNkSm90Spec a = make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, 8);
+    GemmNkSm90Spec b = a;
+    b.accumulate = true;
+    GemmNkSm90Spec c = a;
+    c.c_dtype = MOEJIT_DTYPE_FP32;
+    GemmNkSm90Spec d = a;
+    d.block_n = 256;
+    d.stages = 4;
+    std::set<std::string> names;
+    for (const auto &s : {a, b, c, d}) {
+        const KernelSource ks = render_group_gemm_nk_sm90(s);
+        BOOST_TEST(ks.entry == "moejit_group_gemm_nk_sm90");
+        BOOST_TEST(ks.template_name == "group_gemm_sm90.cuh");
+        BOOST_TEST(ks.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos, ks.name);
+        names.insert(ks.name);
+    }
+    BOOST_TEST(names.size() == 4u);
+    BOOST_TEST(make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 64, 256, false, 8).block_n == 64);
+}
+
+BOOST_AUTO_TEST_CASE(validation_names_the_field) {
+    const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;
+    const GemmNkSm90Spec good = make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, 8);
+    auto with = [&](auto edit, std::int32_t experts = 8) {
+        GemmNkSm90Spec s = good;
+        edit(s);
+        return [s, experts] { validate_nk_sm90_spec(s, experts); };
+    };
+    using S = GemmNkSm90Spec;
+    expect_error(with([](S &s) { s.dtype = MOEJIT_DTYPE_FP32; }), INVALID, {"dtype", "BF16"});
+    expect_error(with([](S &s) { s.c_dtype = MOEJIT_DTYPE_FP16; }), INVALID, {"c_dtype"});
+    expect_error(with([](S &s) { s.n = 100; }), INVALID, {"n must be", "multiple of 8", "100"});
+    expect_error(with([](S &s) { s.k = 0; }), INVALID, {"k must be"});
+    expect_error(with([](S &s) { s.k = std::int64_t{1} << 24; }), UNSUPPORTED, {"k = "});
+    expect_error(with([](S &s) { s.block_n = 96; }), UNSUPPORTED, {"block_n", "64, 128 or 256"});
+    expect_error(with([](S &s) { s.stages = 1; }), UNSUPPORTED, {"stages"});
+    expect_error(with([](S &s) { s.block_n = 256; s.stages = 8; }), UNSUPPORTED, {"shared memory"});
+    expect_error(with([](S &) {}, 0), INVALID, {"num_experts"});
+    expect_error(with([](S &) {}, 65536), UNSUPPORTED, {"num_experts = 65536", "shared memory"});
+    BOOST_CHECK_NO_THROW(with([](S &) {})());
+
+    // The launcher: wrong arch first, then a compile-only context cannot launch.
+    GemmOperands ops;
+    ops.a = reinterpret_cast<const void *>(0x10000);
+    ops.b = reinterpret_cast<const void *>(0x20000);
+    ops.c = reinterpret_cast<void *>(0x30000);
+    ops.offsets = reinterpret_cast<const std::int32_t *>(0x40000);
+    ops.rows = 1000;
+    ops.num_experts = 8;
+    MemoryOnlyContext sm80("sm_80");
+    expect_error([&] { launch_group_gemm_nk_sm90(sm80.impl(), good, ops); }, UNSUPPORTED, {"sm_90a", "sm_80"});
+    MemoryOnlyContext sm90("sm_90");
+    expect_error([&] { launch_group_gemm_nk_sm90(sm90.impl(), good, ops); }, UNSUPPORTED, {"sm_90a"});
+    MemoryOnlyContext sm90a("sm_90a");
+    expect_error([&] { launch_group_gemm_nk_sm90(sm90a.impl(), good, ops); }, INVALID, {"compile-only"});
+    GemmOperands bad = ops;
+    bad.a = reinterpret_cast<const void *>(0x10008);
+    expect_error([&] { launch_group_gemm_nk_sm90(sm90a.impl(), good, bad); }, INVALID, {"a must be 16-byte aligned"});
+    bad = ops;
+    bad.offsets = nullptr;
+    expect_error([&] { launch_group_gemm_nk_sm90(sm90a.impl(), good, bad); }, INVALID, {"offsets is NULL"});
+    bad = ops;
+    bad.rows = -1;
+    expect_error([&] { launch_group_gemm_nk_sm90(sm90a.impl(), good, bad); }, INVALID, {"rows"});
+}

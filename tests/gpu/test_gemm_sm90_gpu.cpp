@@ -1,0 +1,253 @@
+// The sm_90a (wgmma/TMA) same_nk grouped GEMM draft on a real Hopper device against the float64
+// reference: random routing, every route to one expert (an expert with many more rows than a
+// tile, and one owning all of S), empty experts, E = 1, T = 0 and T = 1, ragged N and K (not
+// multiples of BLOCK_N / BLOCK_K = 64), every BLOCK_N, C in the operand dtype and fp32,
+// accumulate, fp16, and enough tiles and k-slices that each CTA walks several tiles and the
+// shared-memory ring wraps many times. C is NaN-poisoned first (accumulate: random prefill) and
+// followed by a poisoned guard region that must stay untouched (rows past S are never stored);
+// every element must be finite afterwards and bitwise identical across two runs.
+// Skips (passes with a message) on a context that is not sm_90a.
+#include "gpu_main.hpp"
+
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "core/context.hpp"
+#include "core/dtype.hpp"
+#include "ops/group_gemm_sm90.hpp"
+#include "reference_gemm.hpp"
+
+MOEJIT_GPU_TEST_MAIN("gemm_sm90_gpu")
+
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+
+Context &ctx() { return gpu_context()->impl; }
+
+struct ContextFixture {
+    ContextFixture() { gpu_context(); }
+};
+
+bool hopper() {
+    if (ctx().arch() == "sm_90a") return true;
+    BOOST_TEST_MESSAGE("skipping: the context is " << ctx().arch() << ", the kernel needs sm_90a");
+    return false;
+}
+
+std::vector<std::int32_t> offsets_from_counts(const std::vector<int> &counts) {
+    std::vector<std::int32_t> offsets(counts.size() + 1, 0);
+    for (std::size_t e = 0; e < counts.size(); ++e) offsets[e + 1] = offsets[e] + counts[e];
+    return offsets;
+}
+
+// T*k routes drawn uniformly over `allowed` experts (empty: all E).
+std::vector<int> random_counts(std::int64_t tokens, int top_k, int num_experts, std::mt19937_64 &rng,
+                               std::vector<int> allowed = {}) {
+    if (allowed.empty())
+        for (int e = 0; e < num_experts; ++e) allowed.push_back(e);
+    std::uniform_int_distribution<std::size_t> pick(0, allowed.size() - 1);
+    std::vector<int> counts(num_experts, 0);
+    for (std::int64_t i = 0; i < tokens * top_k; ++i) ++counts[allowed[pick(rng)]];
+    return counts;
+}
+
+std::vector<int> all_to_expert(int rows, int num_experts, int expert) {
+    std::vector<int> counts(num_experts, 0);
+    counts[expert] = rows;
+    return counts;
+}
+
+std::mt19937_64 case_rng(const std::string &name) {
+    return std::mt19937_64(test_seed() ^ std::hash<std::string>{}(name));
+}
+
+double tolerance(moejit_dtype_t c_dtype) { return c_dtype == MOEJIT_DTYPE_FP32 ? 1e-4 : 1e-2; }
+
+struct Case {
+    std::string name;
+    std::vector<int> counts;  // rows per expert
+    std::int64_t n = 256, k = 256;
+    int block_n = 0;  // 0: the heuristic
+    int stages = 0;   // 0: the heuristic
+    bool accumulate = false;
+    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
+    moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
+};
+
+constexpr std::size_t kGuardRows = 130;  // > BLOCK_M: a whole stray tile past S would show
+
+void run(const Case &tc) {
+    const int E = static_cast<int>(tc.counts.size());
+    GemmNkSm90Spec spec = make_nk_sm90_spec(tc.dtype, tc.c_dtype, tc.n, tc.k, tc.accumulate, E);
+    if (tc.block_n) spec.block_n = tc.block_n;
+    if (tc.stages) spec.stages = tc.stages;
+    BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk_sm90(spec).name) {
+        std::mt19937_64 rng = case_rng(tc.name + std::to_string(spec.block_n));
+        const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
+        const std::int64_t S = offsets[E], N = tc.n, K = tc.k;
+        const std::size_t c_elem = dtype_size(tc.c_dtype);
+        const std::size_t c_count = static_cast<std::size_t>(S * N);
+        HalfTensor a = random_half(static_cast<std::size_t>(S * K), tc.dtype, rng);
+        HalfTensor b = random_half(static_cast<std::size_t>(E * N * K), tc.dtype, rng);
+        DeviceBuffer da = DeviceBuffer::from(a.bits), db = DeviceBuffer::from(b.bits);
+        DeviceBuffer doff = DeviceBuffer::from(offsets);
+        // C, then kGuardRows poisoned rows that must stay poisoned.
+        const std::size_t guard_bytes = kGuardRows * static_cast<std::size_t>(N) * c_elem;
+        DeviceBuffer dc(c_count * c_elem + guard_bytes);
+        std::vector<std::uint8_t> initial(c_count * c_elem + guard_bytes, 0xFF);
+        std::vector<double> prefill(c_count, 0.0);
+        if (tc.accumulate) {
+            if (tc.c_dtype == MOEJIT_DTYPE_FP32) {
+                std::normal_distribution<float> dist(0.0f, 1.0f);
+                for (std::size_t i = 0; i < c_count; ++i) {
+                    const float v = dist(rng);
+                    prefill[i] = v;
+                    std::memcpy(&initial[i * 4], &v, 4);
+                }
+            } else {
+                HalfTensor p = random_half(c_count, tc.c_dtype, rng);
+                prefill = p.values;
+                if (c_count) std::memcpy(initial.data(), p.bits.data(), c_count * 2);
+            }
+        }
+
+        GemmOperands ops;
+        ops.a = S ? da.get() : nullptr;
+        ops.b = db.get();
+        ops.c = S ? dc.get() : nullptr;
+        ops.offsets = doff.as<const std::int32_t>();
+        ops.rows = S;
+        ops.num_experts = E;
+        auto launch = [&] {
+            dc.upload(initial);
+            launch_group_gemm_nk_sm90(ctx(), spec, ops);
+            synchronize();
+        };
+        launch();
+        const std::vector<std::uint8_t> first = dc.download<std::uint8_t>();
+        std::vector<double> out(c_count);
+        for (std::size_t i = 0; i < c_count; ++i) {
+            if (tc.c_dtype == MOEJIT_DTYPE_FP32) {
+                float f;
+                std::memcpy(&f, &first[i * 4], 4);
+                out[i] = f;
+            } else {
+                std::uint16_t h;
+                std::memcpy(&h, &first[i * 2], 2);
+                out[i] = from_half_bits(h, tc.c_dtype);
+            }
+        }
+        bool guard_intact = true;
+        for (std::size_t i = c_count * c_elem; i < first.size(); ++i) guard_intact &= first[i] == 0xFF;
+        BOOST_TEST(guard_intact, "nothing is written past row S");
+
+        std::vector<double> ref = reference::gemm_nk(a.values, b.values, offsets, S, N, K, true);
+        for (std::size_t i = 0; i < ref.size(); ++i) ref[i] += prefill[i];
+        BOOST_TEST(all_finite(out), "every element of C is written (NaN-poisoned before)");
+        const double err = relative_error(out, ref);
+        BOOST_TEST(err < tolerance(tc.c_dtype), "relative error " << err);
+        // Row by row, reported per expert: a wrong expert or a tail tile spilling into the next
+        // expert's rows shows here even when the global error is small.
+        for (int e = 0; e < E; ++e) {
+            double worst = 0;
+            for (std::int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+                std::vector<double> o(out.begin() + r * N, out.begin() + (r + 1) * N);
+                std::vector<double> f(ref.begin() + r * N, ref.begin() + (r + 1) * N);
+                worst = std::max(worst, relative_error(o, f));
+            }
+            BOOST_TEST(worst < 3 * tolerance(tc.c_dtype), "expert " << e << " worst row error " << worst);
+        }
+        launch();
+        BOOST_TEST((dc.download<std::uint8_t>() == first), "bitwise identical across two runs");
+    }
+}
+
+}  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(ContextFixture);
+
+BOOST_AUTO_TEST_CASE(random_routing_every_block_n) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("random");
+    const std::vector<int> counts = random_counts(512, 4, 16, rng);
+    for (int bn : {64, 128, 256}) run({.name = "random", .counts = counts, .block_n = bn});
+}
+
+BOOST_AUTO_TEST_CASE(all_routes_to_one_expert) {
+    if (!hopper()) return;
+    // The seed pattern: T=128, k=2, every route to expert 0 (two full M tiles of one expert).
+    for (int E : {1, 8}) run({.name = "seed_e" + std::to_string(E), .counts = all_to_expert(256, E, 0)});
+    // One expert (the last) owns all of S = T*k = 8000 rows: many tiles per CTA.
+    run({.name = "all_to_last", .counts = all_to_expert(8000, 8, 7), .n = 512, .k = 512});
+}
+
+BOOST_AUTO_TEST_CASE(empty_experts) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("empty");
+    run({.name = "empty_experts", .counts = random_counts(300, 2, 12, rng, {1, 3, 5, 7, 9}),
+         .n = 384, .k = 512});
+    run({.name = "leading_trailing_empty", .counts = {0, 0, 77, 0, 129, 0, 0}, .n = 256, .k = 192});
+}
+
+BOOST_AUTO_TEST_CASE(one_expert_and_tiny_batches) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("tiny");
+    run({.name = "e1", .counts = {300}, .n = 320, .k = 448});
+    run({.name = "t1", .counts = random_counts(1, 2, 4, rng)});  // T = 1, k = 2
+    run({.name = "t1_dup", .counts = {0, 0, 2, 0}});             // both routes to expert 2
+    run({.name = "one_row", .counts = {0, 1, 0}, .n = 64, .k = 64});
+    // T = 0: nothing is launched, null tensors accepted.
+    GemmNkSm90Spec spec = make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 256, 256, false, 4);
+    DeviceBuffer doff = DeviceBuffer::from(std::vector<std::int32_t>(5, 0));
+    GemmOperands ops;
+    ops.offsets = doff.as<const std::int32_t>();
+    ops.rows = 0;
+    ops.num_experts = 4;
+    BOOST_CHECK_NO_THROW(launch_group_gemm_nk_sm90(ctx(), spec, ops));
+    synchronize();
+}
+
+BOOST_AUTO_TEST_CASE(ragged_n_and_k) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("ragged");
+    const std::vector<int> counts = random_counts(200, 2, 6, rng, {0, 1, 3, 4});
+    // N not a multiple of any BLOCK_N, K not a multiple of BLOCK_K = 64 (TMA zero-fills both).
+    for (int bn : {64, 128, 256}) run({.name = "n264_k520", .counts = counts, .n = 264, .k = 520, .block_n = bn});
+    run({.name = "k8", .counts = counts, .n = 136, .k = 8});
+    run({.name = "k72", .counts = counts, .n = 200, .k = 72});
+    // The gpt-oss-like ragged shapes: H = 2880, I = 1408 (fc1 N = 2I, fc2 N = H).
+    const std::vector<int> c2 = random_counts(80, 4, 4, rng);
+    run({.name = "fc1_fprop", .counts = c2, .n = 2 * 1408, .k = 2880});
+    run({.name = "fc2_fprop", .counts = c2, .n = 2880, .k = 1408});
+}
+
+BOOST_AUTO_TEST_CASE(c_dtypes_accumulate_fp16) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("dtypes");
+    const std::vector<int> counts = random_counts(200, 2, 6, rng, {0, 1, 3, 4});
+    run({.name = "c_fp32", .counts = counts, .n = 264, .k = 520, .c_dtype = MOEJIT_DTYPE_FP32});
+    run({.name = "acc_fp32", .counts = counts, .n = 264, .k = 520, .accumulate = true,
+         .c_dtype = MOEJIT_DTYPE_FP32});
+    run({.name = "acc_bf16", .counts = counts, .n = 264, .k = 520, .accumulate = true});
+    run({.name = "fp16", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16,
+         .c_dtype = MOEJIT_DTYPE_FP16});
+    run({.name = "fp16_c32", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16,
+         .c_dtype = MOEJIT_DTYPE_FP32});
+}
+
+BOOST_AUTO_TEST_CASE(ring_wraps_across_tiles) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("ring");
+    const std::vector<int> counts = random_counts(1024, 8, 32, rng);  // S = 8192, E = 32
+    // One k-slice per tile (K = 64 < stages): the ring's phase flips between tiles.
+    run({.name = "k64_many_tiles", .counts = counts, .n = 1024, .k = 64});
+    // Many k-slices per tile, shallow and deep rings.
+    for (int stages : {2, 3, 6})
+        run({.name = "k1024_s" + std::to_string(stages), .counts = counts, .n = 512, .k = 1024,
+             .stages = stages});
+}
