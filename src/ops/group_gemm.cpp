@@ -215,17 +215,19 @@ void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int cc) 
     validate_tile_config(spec.tile, mn_problem(spec, 0, num_experts), cc);
 }
 
-KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
-    validate_nk_shape(s, "");
-    const GemmTileConfig &t = s.tile;
+namespace {
+
+// The translation unit of one grouped-GEMM specialization; `kind` is "nk" or "mn", `params`
+// the kind's extra kernel parameters, `call` the templated device function it forwards to.
+KernelSource render_group_gemm(const char *kind, std::string name, const GemmTileConfig &t,
+                               moejit_dtype_t dtype, moejit_dtype_t c_dtype, const char *params,
+                               const std::string &call) {
     KernelSource ks;
-    ks.name = fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}_{}", dtype_name(s.dtype),
-                          dtype_name(s.c_dtype), s.n, s.k, s.b_transposed ? "bt" : "bn",
-                          s.accumulate ? "_acc" : "", to_string(t));
+    ks.name = std::move(name);
     ks.template_name = "group_gemm.cuh";
-    ks.entry = "moejit_group_gemm_nk";
+    ks.entry = fmt::format("moejit_group_gemm_{}", kind);
     ks.source = fmt::format(
-        "// moejit grouped GEMM same_nk: {name}\n"
+        "// moejit grouped GEMM same_{kind}: {name}\n"
         "#include \"moejit_common.cuh\"\n"
         "#include \"group_gemm.cuh\"\n"
         "\n"
@@ -235,49 +237,42 @@ KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
         "\n"
         "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks})\n"
         "{entry}(const {T} *a, const {T} *b, {CT} *c, const int *offsets, int rows,\n"
-        "        int num_experts, int m_tile_bound) {{\n"
-        "    moejit::gg::group_gemm_nk<Cfg, {n}, {k}, {bt}, {acc}>(a, b, c, offsets, rows,\n"
-        "                                                          num_experts, m_tile_bound);\n"
+        "        {params}) {{\n"
+        "    {call}\n"
         "}}\n",
-        fmt::arg("name", ks.name), fmt::arg("cfg", config_type(t, s.dtype, s.c_dtype)),
+        fmt::arg("kind", kind), fmt::arg("name", ks.name), fmt::arg("cfg", config_type(t, dtype, c_dtype)),
         fmt::arg("threads", t.threads()), fmt::arg("min_blocks", t.min_blocks_per_sm),
-        fmt::arg("entry", ks.entry), fmt::arg("T", dtype_cuda_type(s.dtype)),
-        fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("n", s.n), fmt::arg("k", s.k),
-        fmt::arg("bt", s.b_transposed ? "true" : "false"),
-        fmt::arg("acc", s.accumulate ? "true" : "false"));
+        fmt::arg("entry", ks.entry), fmt::arg("T", dtype_cuda_type(dtype)),
+        fmt::arg("CT", dtype_cuda_type(c_dtype)), fmt::arg("params", params), fmt::arg("call", call));
     return ks;
+}
+
+const char *bool_text(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
+    validate_nk_shape(s, "");
+    return render_group_gemm(
+        "nk",
+        fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.n,
+                    s.k, s.b_transposed ? "bt" : "bn", s.accumulate ? "_acc" : "", to_string(s.tile)),
+        s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
+        fmt::format("moejit::gg::group_gemm_nk<Cfg, {}, {}, {}, {}>(a, b, c, offsets, rows,\n"
+                    "                                                          num_experts, m_tile_bound);",
+                    s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate)));
 }
 
 KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
     validate_mn_shape(s, "");
-    const GemmTileConfig &t = s.tile;
-    KernelSource ks;
-    ks.name = fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype),
-                          dtype_name(s.c_dtype), s.m, s.n, s.accumulate ? "_acc" : "",
-                          to_string(t));
-    ks.template_name = "group_gemm.cuh";
-    ks.entry = "moejit_group_gemm_mn";
-    ks.source = fmt::format(
-        "// moejit grouped GEMM same_mn: {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"group_gemm.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "using Cfg = {cfg};\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks})\n"
-        "{entry}(const {T} *a, const {T} *b, {CT} *c, const int *offsets, int rows,\n"
-        "        int num_experts) {{\n"
-        "    moejit::gg::group_gemm_mn<Cfg, {m}, {n}, {acc}>(a, b, c, offsets, rows,\n"
-        "                                                    num_experts);\n"
-        "}}\n",
-        fmt::arg("name", ks.name), fmt::arg("cfg", config_type(t, s.dtype, s.c_dtype)),
-        fmt::arg("threads", t.threads()), fmt::arg("min_blocks", t.min_blocks_per_sm),
-        fmt::arg("entry", ks.entry), fmt::arg("T", dtype_cuda_type(s.dtype)),
-        fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("m", s.m), fmt::arg("n", s.n),
-        fmt::arg("acc", s.accumulate ? "true" : "false"));
-    return ks;
+    return render_group_gemm(
+        "mn",
+        fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m, s.n,
+                    s.accumulate ? "_acc" : "", to_string(s.tile)),
+        s.tile, s.dtype, s.c_dtype, "int num_experts",
+        fmt::format("moejit::gg::group_gemm_mn<Cfg, {}, {}, {}>(a, b, c, offsets, rows,\n"
+                    "                                                    num_experts);",
+                    s.m, s.n, bool_text(s.accumulate)));
 }
 
 void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops) {

@@ -37,9 +37,44 @@ def _finalizing() -> bool:
     return sys is None or sys.is_finalizing()
 
 
-class Context:
+class _OwnedHandle:
+    """An owned C handle: `handle` while open, close() (idempotent, also on garbage collection
+    and at `with` exit) calls the C destroy function named by `_destroy`."""
+
+    _destroy = ""  # the moejit_*_destroy function
+    _what = ""     # for the "closed" error
+
+    _handle: Optional[int] = None
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise errors.InvalidArgumentError(f"the moejit {self._what} is closed")
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None and not _finalizing():
+            getattr(_capi.lib(), self._destroy)(self._handle)
+        self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Context(_OwnedHandle):
     """A moejit context: one CUDA device (its primary context) or compile-only, and its JIT
     cache. `log` receives (level, message) for warnings and compile logs."""
+
+    _destroy, _what = "moejit_context_destroy", "context"
 
     def __init__(self, *, device_ordinal: int = 0, arch: Optional[str] = None,
                  cache_dir: Optional[str] = None, jit: Union[None, bool, str] = None,
@@ -68,12 +103,6 @@ class Context:
         self.compile_only = bool(compile_only)
 
     @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise errors.InvalidArgumentError("the moejit context is closed")
-        return self._handle
-
-    @property
     def arch(self) -> str:
         out = c_char_p()
         _capi.check(_capi.lib().moejit_context_arch(self.handle, byref(out)))
@@ -89,23 +118,6 @@ class Context:
         stats = _capi.init_struct(_capi.CacheStats)
         _capi.check(_capi.lib().moejit_context_cache_stats(self.handle, byref(stats)))
         return {name: getattr(stats, name) for name, _ in stats._fields_ if name != "struct_size"}
-
-    def close(self) -> None:
-        if self._handle is not None and not _finalizing():
-            _capi.lib().moejit_context_destroy(self._handle)
-        self._handle = None
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         if self._handle is None:
@@ -179,9 +191,11 @@ def warmup(context: Context, **desc) -> int:
     return kernels.value
 
 
-class Plan:
+class Plan(_OwnedHandle):
     """A compiled MoE layer for one shape (keyword arguments as for plan_desc()). forward()
     and backward() take device pointers (ints) or tensors with data_ptr()."""
+
+    _destroy, _what = "moejit_plan_destroy", "plan"
 
     def __init__(self, context: Context, **desc) -> None:
         self._handle: Optional[int] = None
@@ -191,12 +205,6 @@ class Plan:
         _capi.check(_capi.lib().moejit_plan_create(context.handle, byref(self.desc),
                                                    byref(handle)))
         self._handle = handle.value
-
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise errors.InvalidArgumentError("the moejit plan is closed")
-        return self._handle
 
     @property
     def merged(self) -> bool:
@@ -258,23 +266,6 @@ class Plan:
         args.workspace_size = workspace_size
         args.stream = stream
         _capi.check(_capi.lib().moejit_plan_backward(self.handle, byref(args)))
-
-    def close(self) -> None:
-        if self._handle is not None and not _finalizing():
-            _capi.lib().moejit_plan_destroy(self._handle)
-        self._handle = None
-
-    def __enter__(self) -> "Plan":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         d = self.desc
