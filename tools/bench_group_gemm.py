@@ -9,7 +9,8 @@ warm-up (the JIT compile is part of the warm-up), plus a dense 8192^3 bf16 matmu
 measured in the same run. Prints a table of TFLOP/s and ratios last; --json PATH writes it.
 
   MOEJIT_LIBRARY=build/src/libmoejit.so python3 tools/bench_group_gemm.py [--shapes a,b]
-  --tiles 128x128x32_s4,128x256x32_s3_o1   sweeps tile configs (MOEJIT_GEMM_TILE) per GEMM
+  --tiles 128x128x64_s3,wgmma_128x256x64_s4   sweeps tile configs (MOEJIT_GEMM_TILE) per GEMM
+  ("heuristic" in the list: the library's own choice)
 """
 import argparse
 import ctypes
@@ -144,6 +145,8 @@ def bench_shape(mj, shape, args, gen):
                   lambda: torch._grouped_mm(dy.t(), h, offs=offs)))
     rows = []
     for label, flops, build, c, peer in gemms:
+        if args.gemms and label not in args.gemms.split(","):
+            continue
         row = {"shape": name, "gemm": label, "flops": flops}
         try:
             ref = peer()
@@ -153,6 +156,7 @@ def bench_shape(mj, shape, args, gen):
             row["torch_error"] = str(e).splitlines()[0][:200]
         best = None
         for tile in args.tiles or [None]:
+            tile = None if tile == "heuristic" else tile
             if tile:
                 os.environ["MOEJIT_GEMM_TILE"] = tile
             else:
@@ -210,10 +214,7 @@ def main():
     dense = dense_ceiling(args)
     rows = []
     for shape in shapes:
-        for r in bench_shape(mj, shape, args, gen):
-            if args.gemms and r["gemm"] not in args.gemms.split(","):
-                continue
-            rows.append(r)
+        rows.extend(bench_shape(mj, shape, args, gen))
     dense_after = dense_ceiling(args)
 
     print(f"\ndense 8192^3 bf16 matmul: {dense:.0f} TFLOP/s (before), {dense_after:.0f} (after)")

@@ -31,6 +31,9 @@ Context::Context(const moejit_context_options_t &options)
     std::string arch = options.arch ? options.arch : "";
     if (!arch.empty())
         MOEJIT_REQUIRE(valid_arch(arch), "options->arch is \"{}\", expected sm_XY or sm_XYa with XY >= 80 (e.g. sm_90a, sm_80)", arch);
+    // Compute capability 9.0 always compiles for sm_90a (wgmma, setmaxnreg): its cubins run on
+    // exactly the devices an sm_90 cubin runs on, and the tile heuristics may pick wgmma.
+    if (arch == "sm_90") arch = "sm_90a";
     if (compile_only_) {
         MOEJIT_REQUIRE(!arch.empty(), "options->arch is NULL, but a compile-only context needs an explicit arch such as \"sm_90a\"");
     } else {

@@ -11,6 +11,9 @@
 namespace moejit {
 
 std::string to_string(const GemmTileConfig &c) {
+    if (c.engine == GemmEngine::wgmma)
+        return fmt::format("wgmma_{}x{}x{}_s{}_g{}", c.block_m, c.block_n, c.block_k, c.stages,
+                           c.group_m);
     return fmt::format("{}x{}x{}_s{}_w{}x{}_g{}_o{}", c.block_m, c.block_n, c.block_k, c.stages,
                        c.warps_m, c.warps_n, c.group_m, c.min_blocks_per_sm);
 }
@@ -37,11 +40,16 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
     const std::string original(text);
     auto bad = [&]() -> GemmTileConfig {
         fail(MOEJIT_ERROR_INVALID_ARGUMENT,
-             "{}: cannot parse tile config '{}' (expected BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP]"
-             "[_oMINBLOCKS], e.g. 128x128x32_s4_w2x4)",
+             "{}: cannot parse tile config '{}' (expected [wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN]"
+             "[_gGROUP][_oMINBLOCKS], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s4)",
              what, original);
     };
     GemmTileConfig c;
+    if (text.starts_with("wgmma_")) {
+        c.engine = GemmEngine::wgmma;
+        c.stages = 4;
+        text.remove_prefix(6);
+    }
     if (!parse_int(text, c.block_m) || !consume(text, 'x') || !parse_int(text, c.block_n) ||
         !consume(text, 'x') || !parse_int(text, c.block_k))
         return bad();
@@ -76,8 +84,11 @@ SmemLimits smem_limits(int cc) {
 }
 
 std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t num_experts) {
-    std::size_t stage = static_cast<std::size_t>(c.block_m + c.block_n) * c.block_k * 2;
-    std::size_t bytes = stage * static_cast<std::size_t>(c.stages);
+    const std::size_t stages = static_cast<std::size_t>(std::max(c.stages, 0));
+    const std::size_t stage = static_cast<std::size_t>(c.block_m + c.block_n) * c.block_k * 2;
+    std::size_t bytes = stage * stages;
+    if (c.engine == GemmEngine::wgmma)  // host mirror of group_gemm_sm90.cuh's layout
+        bytes += 1024 + stages * 16 + 16 * sizeof(int);
     if (kind == GemmKind::same_nk)
         bytes += (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * sizeof(int);
     return (bytes + 15) / 16 * 16;
@@ -94,7 +105,37 @@ bool one_of(int v, std::initializer_list<int> allowed) {
 
 }  // namespace
 
+bool wgmma_supports(const GemmProblem &p, int cc) {
+    return cc == 90 && p.kind == GemmKind::same_nk && p.b_transposed;
+}
+
+namespace {
+
+void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
+    const std::string name = to_string(c);
+    auto unsupported = [&](std::string_view why) {
+        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", name, why);
+    };
+    if (cc != 90) unsupported(fmt::format("the wgmma engine needs sm_90a, the target is sm_{}", cc));
+    if (!wgmma_supports(p, cc))
+        unsupported("the wgmma engine runs same_nk with B transposed ([E,N,K]) only so far");
+    if (c.block_m != 128) unsupported("block_m must be 128 for the wgmma engine");
+    if (c.block_k != 64) unsupported("block_k must be 64 for the wgmma engine");
+    if (!one_of(c.block_n, {64, 128, 256})) unsupported("block_n must be 64, 128 or 256");
+    if (c.stages < 2 || c.stages > 8) unsupported("stages must be in [2, 8]");
+    if (c.group_m < 1 || c.group_m > 64) unsupported("group_m must be in [1, 64]");
+    if (p.num_experts < 1 || p.num_experts > 65536) unsupported("same_nk supports 1 to 65536 experts");
+    const std::size_t smem = gemm_smem_bytes(c, p.kind, p.num_experts);
+    if (smem > smem_limits(cc).per_block)
+        unsupported(fmt::format("needs {} bytes of shared memory with {} experts, sm_{} allows {} "
+                                "per block",
+                                smem, p.num_experts, cc, smem_limits(cc).per_block));
+}
+
+}  // namespace
+
 void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
+    if (c.engine == GemmEngine::wgmma) return validate_wgmma_config(c, p, cc);
     const std::string name = to_string(c);
     auto unsupported = [&](std::string_view why) {
         fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", name, why);
@@ -138,10 +179,34 @@ void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc)
 }
 
 int blocks_per_sm(const GemmTileConfig &c, GemmKind kind, std::int32_t num_experts, int cc) {
+    if (c.engine == GemmEngine::wgmma) return 1;  // the kernel takes the whole register file
     const std::size_t smem = gemm_smem_bytes(c, kind, num_experts) + kStaticSmem + 1024;
     const int by_smem = static_cast<int>(smem_limits(cc).per_sm / smem);
     return std::max(1, std::min(c.min_blocks_per_sm, by_smem));
 }
+
+namespace {
+
+// wgmma tiles: BLOCK_M 128 (two 64-row consumer warpgroups), BLOCK_K 64 (one 128-byte swizzle
+// row), BLOCK_N 128 (64 when N <= 64, so a narrow output does not compute padding), and the
+// deepest ring (<= 6 stages) that fits next to the scheduler's cum[E+1].
+std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
+    GemmTileConfig w;
+    w.engine = GemmEngine::wgmma;
+    w.block_m = 128;
+    w.block_k = 64;
+    w.block_n = p.n > 0 && p.n <= 64 ? 64 : 128;
+    for (w.stages = 6; w.stages > 2; --w.stages)
+        if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
+    try {
+        validate_tile_config(w, p, cc);
+    } catch (const Error &) {
+        return std::nullopt;  // e.g. too many experts for cum[] next to two stages
+    }
+    return w;
+}
+
+}  // namespace
 
 // The heuristic. Why these tiles (measured on an H200 with tools/bench_group_gemm.py):
 //  - 128x128x64, 3 stages, 8 warps of 64x32, 2 CTAs per SM (96 KiB shared memory each): the
@@ -154,7 +219,12 @@ int blocks_per_sm(const GemmTileConfig &c, GemmKind kind, std::int32_t num_exper
 //  - Narrow outputs (N <= 64): BLOCK_N = 64 for the same reason in N.
 //  - Arches with 99 KiB of shared memory per block (sm_86/89/120): BLOCK_K = 32, 3 stages
 //    (48 KiB), so that two CTAs still fit an SM.
+//
+// On sm_90a the wgmma engine runs every problem it supports (see wgmma_heuristic).
 GemmTileConfig heuristic_tile_config(const GemmProblem &p, int cc) {
+    if (wgmma_supports(p, cc)) {
+        if (std::optional<GemmTileConfig> w = wgmma_heuristic(p, cc)) return *w;
+    }
     GemmTileConfig c;
     const std::int64_t out_rows = p.kind == GemmKind::same_mn ? p.m : 0;
     if (p.kind == GemmKind::same_nk && p.rows_hint > 0 && p.num_experts > 0 &&

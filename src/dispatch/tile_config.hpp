@@ -12,8 +12,16 @@
 
 namespace moejit {
 
-// One mma.sync specialization's tiling. Warp tile = (block_m / warps_m) x (block_n / warps_n).
+// Which kernel family runs a grouped GEMM.
+enum class GemmEngine {
+    mma_sync,  // portable (sm_80+): ldmatrix + mma.sync m16n8k16, cp.async ring (group_gemm.cuh)
+    wgmma,     // sm_90a: TMA + mbarrier ring, producer warpgroup + 2 wgmma consumer warpgroups
+               // (group_gemm_sm90.cuh); block_m 128, block_k 64, warps and o fixed by the kernel
+};
+
+// One specialization's tiling. mma.sync: warp tile = (block_m / warps_m) x (block_n / warps_n).
 struct GemmTileConfig {
+    GemmEngine engine = GemmEngine::mma_sync;
     int block_m = 128;
     int block_n = 128;
     int block_k = 64;
@@ -23,14 +31,16 @@ struct GemmTileConfig {
     int group_m = 8;          // row blocks walked together (L2 reuse), see grouped_order
     int min_blocks_per_sm = 2;  // __launch_bounds__ minimum; caps registers at 64K / (threads * it)
 
-    int threads() const { return 32 * warps_m * warps_n; }
+    int threads() const { return engine == GemmEngine::wgmma ? 384 : 32 * warps_m * warps_n; }
     bool operator==(const GemmTileConfig &) const = default;
 };
 
-// "128x128x32_s4_w2x4_g8_o2": readable and file-name safe; used in kernel names.
+// "128x128x32_s4_w2x4_g8_o2", or "wgmma_128x256x64_s4_g8": readable and file-name safe; used
+// in kernel names.
 std::string to_string(const GemmTileConfig &config);
-// Parses "BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS]" (omitted fields keep defaults);
-// throws MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on malformed text.
+// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS]" (omitted fields keep
+// defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w and _o); throws
+// MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on malformed text.
 GemmTileConfig parse_tile_config(std::string_view text, const char *what);
 
 enum class GemmKind {
@@ -59,13 +69,19 @@ struct SmemLimits {
 SmemLimits smem_limits(int compute_capability);
 
 // Dynamic shared memory of a specialization: the pipeline stages, plus (same_nk) the per-expert
-// cumulative tile counts the device scheduler keeps in shared memory.
+// cumulative tile counts the device scheduler keeps in shared memory; wgmma adds 1 KiB of
+// alignment slack (128-byte-swizzled tiles start 1024-byte aligned), two mbarriers per stage
+// and the scan's per-warp sums.
 std::size_t gemm_smem_bytes(const GemmTileConfig &config, GemmKind kind, std::int32_t num_experts);
 
 // Throws MOEJIT_ERROR_UNSUPPORTED (naming the field and the allowed values) if `config` cannot
 // run `problem` on `compute_capability`: divisibility, warp tiles, registers, shared memory.
 void validate_tile_config(const GemmTileConfig &config, const GemmProblem &problem,
                           int compute_capability);
+
+// Whether the wgmma engine can run `problem` (sm_90a, i.e. compute capability 9.0: moejit
+// always compiles cc 9.0 for sm_90a).
+bool wgmma_supports(const GemmProblem &problem, int compute_capability);
 
 // The heuristic (documented in tile_config.cpp). Always returns a config that validates.
 // MOEJIT_GEMM_TILE (same syntax as parse_tile_config) overrides it, for tests and tuning.

@@ -9,6 +9,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "dispatch/tile_schedule.hpp"
+#include "ops/group_gemm_sm90.hpp"
 
 namespace moejit {
 namespace {
@@ -128,6 +129,8 @@ void launch_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
         fail(MOEJIT_ERROR_UNSUPPORTED, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
     ctx.require_device(what);
     if (ops.rows == 0) return;  // nothing to write: no launch, no compile
+    if (spec.tile.engine == GemmEngine::wgmma)
+        return launch_group_gemm_nk_sm90(ctx, spec, ops, tiles, m_bound);
     Kernel &kernel = ctx.kernel(render_group_gemm_nk(spec));
     LaunchShape shape;
     shape.grid_x = persistent_ctas(
@@ -253,6 +256,7 @@ const char *bool_text(bool b) { return b ? "true" : "false"; }
 
 KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
     validate_nk_shape(s, "");
+    if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_nk_sm90(s);
     return render_group_gemm(
         "nk",
         fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.n,
@@ -265,6 +269,8 @@ KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
 
 KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
     validate_mn_shape(s, "");
+    MOEJIT_REQUIRE(s.tile.engine == GemmEngine::mma_sync,
+                   "render_group_gemm_mn: the wgmma engine has no same_mn kernel yet (tile {})", to_string(s.tile));
     return render_group_gemm(
         "mn",
         fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m, s.n,

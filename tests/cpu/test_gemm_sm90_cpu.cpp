@@ -1,4 +1,4 @@
-// The sm_90a (wgmma/TMA) same_nk grouped GEMM draft without a GPU: every forward specialization
+// The sm_90a (wgmma/TMA) same_nk grouped GEMM engine without a GPU: every forward specialization
 // of every reference shape (shared/PERF.md) renders and compiles for sm_90a with NVRTC through a
 // compile-only context, each within the 2 s cold-start budget; the PTX really uses wgmma,
 // cp.async.bulk.tensor, mbarriers and setmaxnreg (so the kernel is on the Hopper path, not a
@@ -24,6 +24,7 @@
 #include "jit/nvrtc_compiler.hpp"
 #include "jit/templates.hpp"
 #include "moejit.h"
+#include "ops/group_gemm.hpp"
 #include "ops/group_gemm_sm90.hpp"
 
 using namespace moejit;
@@ -44,13 +45,23 @@ const Shape kShapes[] = {
     {"small-expert-7b", 128, 1536, 256}, {"mid-expert-30b", 64, 4096, 1024},
 };
 
+constexpr int kHopper = 90;
+
+// The heuristic's spec for a forward (B [E,N,K]) GEMM on sm_90a: must be the wgmma engine.
+GemmNkSpec wgmma_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n, std::int64_t k,
+                      bool accumulate, std::int32_t experts) {
+    GemmNkSpec s = make_nk_spec(dtype, c_dtype, n, k, true, accumulate, 0, experts, kHopper);
+    BOOST_TEST((s.tile.engine == GemmEngine::wgmma), "sm_90a forward GEMMs run on wgmma: " << to_string(s.tile));
+    return s;
+}
+
 // Forward GEMMs of one layer (merged fc1: N = 2I) with C in bf16 and fp32.
-std::vector<GemmNkSm90Spec> forward_specs(const Shape &s) {
-    std::vector<GemmNkSm90Spec> out;
+std::vector<GemmNkSpec> forward_specs(const Shape &s) {
+    std::vector<GemmNkSpec> out;
     const std::int64_t H = s.hidden, I = s.intermediate;
     for (auto c : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32}) {
-        out.push_back(make_nk_sm90_spec(MOEJIT_DTYPE_BF16, c, 2 * I, H, false, s.experts));  // fc1
-        out.push_back(make_nk_sm90_spec(MOEJIT_DTYPE_BF16, c, H, I, false, s.experts));      // fc2
+        out.push_back(wgmma_spec(MOEJIT_DTYPE_BF16, c, 2 * I, H, false, s.experts));  // fc1
+        out.push_back(wgmma_spec(MOEJIT_DTYPE_BF16, c, H, I, false, s.experts));      // fc2
     }
     return out;
 }
@@ -124,18 +135,18 @@ std::string ptx_of(const KernelSource &ks) {
 BOOST_AUTO_TEST_CASE(every_reference_forward_specialization_compiles_for_sm90a) {
     std::map<std::string, KernelSource> sources;  // deduplicated by name
     for (const Shape &s : kShapes)
-        for (const GemmNkSm90Spec &spec : forward_specs(s)) {
-            BOOST_CHECK_NO_THROW(validate_nk_sm90_spec(spec, s.experts));
-            KernelSource ks = render_group_gemm_nk_sm90(spec);
+        for (const GemmNkSpec &spec : forward_specs(s)) {
+            BOOST_CHECK_NO_THROW(validate_nk_spec(spec, s.experts, kHopper));
+            KernelSource ks = render_group_gemm_nk(spec);
             sources.emplace(ks.name, ks);
         }
     // The other tile widths, fp16 and accumulate, once each.
-    GemmNkSm90Spec extra = make_nk_sm90_spec(MOEJIT_DTYPE_FP16, MOEJIT_DTYPE_FP32, 1408, 2880, true, 8);
+    GemmNkSpec extra = wgmma_spec(MOEJIT_DTYPE_FP16, MOEJIT_DTYPE_FP32, 1408, 2880, true, 8);
     for (int bn : {64, 128, 256}) {
-        extra.block_n = bn;
-        extra.stages = bn == 256 ? 4 : 5;
-        BOOST_CHECK_NO_THROW(validate_nk_sm90_spec(extra, 8));
-        KernelSource ks = render_group_gemm_nk_sm90(extra);
+        extra.tile.block_n = bn;
+        extra.tile.stages = bn == 256 ? 4 : 5;
+        BOOST_CHECK_NO_THROW(validate_nk_spec(extra, 8, kHopper));
+        KernelSource ks = render_group_gemm_nk(extra);
         sources.emplace(ks.name, ks);
     }
     MemoryOnlyContext context("sm_90a");
@@ -160,10 +171,10 @@ BOOST_AUTO_TEST_CASE(every_reference_forward_specialization_compiles_for_sm90a) 
 
 BOOST_AUTO_TEST_CASE(ptx_uses_wgmma_tma_mbarriers_and_setmaxnreg) {
     for (int bn : {128, 256}) {
-        GemmNkSm90Spec spec = make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 1536, 2048, false, 128);
-        spec.block_n = bn;
-        spec.stages = 4;
-        const std::string ptx = ptx_of(render_group_gemm_nk_sm90(spec));
+        GemmNkSpec spec = wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 1536, 2048, false, 128);
+        spec.tile.block_n = bn;
+        spec.tile.stages = 4;
+        const std::string ptx = ptx_of(render_group_gemm_nk(spec));
         BOOST_TEST_CONTEXT("block_n " << bn) {
             BOOST_TEST(contains(ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32.bf16.bf16"));
             BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.2d"));
@@ -180,51 +191,65 @@ BOOST_AUTO_TEST_CASE(ptx_uses_wgmma_tma_mbarriers_and_setmaxnreg) {
 
 BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
     for (const Shape &s : kShapes)
-        for (const GemmNkSm90Spec &spec : forward_specs(s)) {
+        for (const GemmNkSpec &spec : forward_specs(s)) {
             BOOST_TEST_CONTEXT(s.name << " n " << spec.n << " k " << spec.k) {
-                BOOST_TEST(spec.stages >= 4, "deep enough ring");
-                BOOST_TEST(sm90_smem_bytes(spec, s.experts) <= std::size_t{227 * 1024});
+                BOOST_TEST(spec.tile.stages >= 4, "deep enough ring");
+                BOOST_TEST(gemm_smem_bytes(spec.tile, GemmKind::same_nk, s.experts) <= std::size_t{227 * 1024});
             }
         }
-    GemmNkSm90Spec a = make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, 8);
-    GemmNkSm90Spec b = a;
+    GemmNkSpec a = wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, 8);
+    GemmNkSpec b = a;
     b.accumulate = true;
-    GemmNkSm90Spec c = a;
+    GemmNkSpec c = a;
     c.c_dtype = MOEJIT_DTYPE_FP32;
-    GemmNkSm90Spec d = a;
-    d.block_n = 256;
-    d.stages = 4;
+    GemmNkSpec d = a;
+    d.tile.block_n = 256;
+    d.tile.stages = 4;
     std::set<std::string> names;
     for (const auto &s : {a, b, c, d}) {
-        const KernelSource ks = render_group_gemm_nk_sm90(s);
+        const KernelSource ks = render_group_gemm_nk(s);
         BOOST_TEST(ks.entry == "moejit_group_gemm_nk_sm90");
         BOOST_TEST(ks.template_name == "group_gemm_sm90.cuh");
         BOOST_TEST(ks.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos, ks.name);
         names.insert(ks.name);
     }
     BOOST_TEST(names.size() == 4u);
-    BOOST_TEST(make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 64, 256, false, 8).block_n == 64);
+    BOOST_TEST(wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 64, 256, false, 8).tile.block_n == 64);
+    // Input and weight gradients stay on mma.sync until the wgmma engine has their layouts;
+    // other arches never get wgmma.
+    BOOST_TEST((make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, false, 0, 8, kHopper).tile.engine ==
+                GemmEngine::mma_sync));
+    BOOST_TEST((make_mn_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32, 512, 256, false, 0, 8, kHopper).tile.engine ==
+                GemmEngine::mma_sync));
+    for (int cc : {80, 86, 89, 100})
+        BOOST_TEST((make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, true, false, 0, 8, cc).tile.engine ==
+                    GemmEngine::mma_sync));
+    // The name round-trips through MOEJIT_GEMM_TILE's syntax.
+    BOOST_TEST(to_string(d.tile) == "wgmma_128x256x64_s4_g8");
+    BOOST_TEST((parse_tile_config(to_string(d.tile), "t") == d.tile));
 }
 
 BOOST_AUTO_TEST_CASE(validation_names_the_field) {
     const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;
-    const GemmNkSm90Spec good = make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, 8);
+    const GemmNkSpec good = wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, 8);
     auto with = [&](auto edit, std::int32_t experts = 8) {
-        GemmNkSm90Spec s = good;
+        GemmNkSpec s = good;
         edit(s);
-        return [s, experts] { validate_nk_sm90_spec(s, experts); };
+        return [s, experts] { validate_nk_spec(s, experts, kHopper); };
     };
-    using S = GemmNkSm90Spec;
+    using S = GemmNkSpec;
     expect_error(with([](S &s) { s.dtype = MOEJIT_DTYPE_FP32; }), INVALID, {"dtype", "BF16"});
     expect_error(with([](S &s) { s.c_dtype = MOEJIT_DTYPE_FP16; }), INVALID, {"c_dtype"});
     expect_error(with([](S &s) { s.n = 100; }), INVALID, {"n must be", "multiple of 8", "100"});
     expect_error(with([](S &s) { s.k = 0; }), INVALID, {"k must be"});
     expect_error(with([](S &s) { s.k = std::int64_t{1} << 24; }), UNSUPPORTED, {"k = "});
-    expect_error(with([](S &s) { s.block_n = 96; }), UNSUPPORTED, {"block_n", "64, 128 or 256"});
-    expect_error(with([](S &s) { s.stages = 1; }), UNSUPPORTED, {"stages"});
-    expect_error(with([](S &s) { s.block_n = 256; s.stages = 8; }), UNSUPPORTED, {"shared memory"});
+    expect_error(with([](S &s) { s.tile.block_n = 96; }), UNSUPPORTED, {"block_n", "64, 128 or 256"});
+    expect_error(with([](S &s) { s.tile.block_m = 64; }), UNSUPPORTED, {"block_m must be 128"});
+    expect_error(with([](S &s) { s.tile.stages = 1; }), UNSUPPORTED, {"stages"});
+    expect_error(with([](S &s) { s.tile.block_n = 256; s.tile.stages = 8; }), UNSUPPORTED, {"shared memory"});
+    expect_error(with([](S &s) { s.b_transposed = false; }), UNSUPPORTED, {"B transposed"});
     expect_error(with([](S &) {}, 0), INVALID, {"num_experts"});
-    expect_error(with([](S &) {}, 65536), UNSUPPORTED, {"num_experts = 65536", "shared memory"});
+    expect_error(with([](S &) {}, 65535), UNSUPPORTED, {"65535 experts", "shared memory"});
     BOOST_CHECK_NO_THROW(with([](S &) {})());
 
     // The launcher: wrong arch first, then a compile-only context cannot launch.
@@ -236,18 +261,20 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field) {
     ops.rows = 1000;
     ops.num_experts = 8;
     MemoryOnlyContext sm80("sm_80");
-    expect_error([&] { launch_group_gemm_nk_sm90(sm80.impl(), good, ops); }, UNSUPPORTED, {"sm_90a", "sm_80"});
+    expect_error([&] { launch_group_gemm_nk(sm80.impl(), good, ops); }, UNSUPPORTED, {"sm_90a", "sm_80"});
+    // An explicit "sm_90" target compiles for sm_90a (same devices), so wgmma is allowed.
     MemoryOnlyContext sm90("sm_90");
-    expect_error([&] { launch_group_gemm_nk_sm90(sm90.impl(), good, ops); }, UNSUPPORTED, {"sm_90a"});
+    BOOST_TEST(sm90.impl().arch() == "sm_90a");
+    expect_error([&] { launch_group_gemm_nk(sm90.impl(), good, ops); }, INVALID, {"compile-only"});
     MemoryOnlyContext sm90a("sm_90a");
-    expect_error([&] { launch_group_gemm_nk_sm90(sm90a.impl(), good, ops); }, INVALID, {"compile-only"});
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), good, ops); }, INVALID, {"compile-only"});
     GemmOperands bad = ops;
     bad.a = reinterpret_cast<const void *>(0x10008);
-    expect_error([&] { launch_group_gemm_nk_sm90(sm90a.impl(), good, bad); }, INVALID, {"a must be 16-byte aligned"});
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), good, bad); }, INVALID, {"a must be 16-byte aligned"});
     bad = ops;
     bad.offsets = nullptr;
-    expect_error([&] { launch_group_gemm_nk_sm90(sm90a.impl(), good, bad); }, INVALID, {"offsets is NULL"});
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), good, bad); }, INVALID, {"offsets is NULL"});
     bad = ops;
     bad.rows = -1;
-    expect_error([&] { launch_group_gemm_nk_sm90(sm90a.impl(), good, bad); }, INVALID, {"rows"});
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), good, bad); }, INVALID, {"rows"});
 }

@@ -1,4 +1,4 @@
-// The sm_90a (wgmma/TMA) same_nk grouped GEMM draft on a real Hopper device against the float64
+// The sm_90a (wgmma/TMA) same_nk grouped GEMM engine on a real Hopper device against the float64
 // reference: random routing, every route to one expert (an expert with many more rows than a
 // tile, and one owning all of S), empty experts, E = 1, T = 0 and T = 1, ragged N and K (not
 // multiples of BLOCK_N / BLOCK_K = 64), every BLOCK_N, C in the operand dtype and fp32,
@@ -15,7 +15,8 @@
 
 #include "core/context.hpp"
 #include "core/dtype.hpp"
-#include "ops/group_gemm_sm90.hpp"
+#include "dispatch/tile_config.hpp"
+#include "ops/group_gemm.hpp"
 #include "reference_gemm.hpp"
 
 MOEJIT_GPU_TEST_MAIN("gemm_sm90_gpu")
@@ -79,15 +80,28 @@ struct Case {
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
 };
 
+// The heuristic's wgmma spec, with the case's BLOCK_N (and then the deepest ring that fits)
+// and stages when it sets them.
+GemmNkSpec wgmma_spec(const Case &tc, int experts) {
+    const int cc = ctx().compute_capability();
+    GemmNkSpec spec = make_nk_spec(tc.dtype, tc.c_dtype, tc.n, tc.k, true, tc.accumulate, 0, experts, cc);
+    BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma, "the heuristic picks wgmma on sm_90a");
+    if (tc.block_n) {
+        spec.tile.block_n = tc.block_n;
+        for (spec.tile.stages = 6; spec.tile.stages > 2; --spec.tile.stages)
+            if (gemm_smem_bytes(spec.tile, GemmKind::same_nk, experts) <= smem_limits(cc).per_block) break;
+    }
+    if (tc.stages) spec.tile.stages = tc.stages;
+    return spec;
+}
+
 constexpr std::size_t kGuardRows = 130;  // > BLOCK_M: a whole stray tile past S would show
 
 void run(const Case &tc) {
     const int E = static_cast<int>(tc.counts.size());
-    GemmNkSm90Spec spec = make_nk_sm90_spec(tc.dtype, tc.c_dtype, tc.n, tc.k, tc.accumulate, E);
-    if (tc.block_n) spec.block_n = tc.block_n;
-    if (tc.stages) spec.stages = tc.stages;
-    BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk_sm90(spec).name) {
-        std::mt19937_64 rng = case_rng(tc.name + std::to_string(spec.block_n));
+    GemmNkSpec spec = wgmma_spec(tc, E);
+    BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
+        std::mt19937_64 rng = case_rng(tc.name + std::to_string(spec.tile.block_n));
         const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
         const std::int64_t S = offsets[E], N = tc.n, K = tc.k;
         const std::size_t c_elem = dtype_size(tc.c_dtype);
@@ -125,7 +139,7 @@ void run(const Case &tc) {
         ops.num_experts = E;
         auto launch = [&] {
             dc.upload(initial);
-            launch_group_gemm_nk_sm90(ctx(), spec, ops);
+            launch_group_gemm_nk(ctx(), spec, ops);
             synchronize();
         };
         launch();
@@ -202,13 +216,13 @@ BOOST_AUTO_TEST_CASE(one_expert_and_tiny_batches) {
     run({.name = "t1_dup", .counts = {0, 0, 2, 0}});             // both routes to expert 2
     run({.name = "one_row", .counts = {0, 1, 0}, .n = 64, .k = 64});
     // T = 0: nothing is launched, null tensors accepted.
-    GemmNkSm90Spec spec = make_nk_sm90_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 256, 256, false, 4);
+    GemmNkSpec spec = wgmma_spec({.name = "t0", .counts = {0, 0, 0, 0}}, 4);
     DeviceBuffer doff = DeviceBuffer::from(std::vector<std::int32_t>(5, 0));
     GemmOperands ops;
     ops.offsets = doff.as<const std::int32_t>();
     ops.rows = 0;
     ops.num_experts = 4;
-    BOOST_CHECK_NO_THROW(launch_group_gemm_nk_sm90(ctx(), spec, ops));
+    BOOST_CHECK_NO_THROW(launch_group_gemm_nk(ctx(), spec, ops));
     synchronize();
 }
 
