@@ -17,3 +17,8 @@ if [ -n "${BENCH_TILES:-}" ]; then
     --json "$out/bench.json" >"$out/bench.log" 2>&1; echo "bench rc=$?"
   grep -v "^\s*$" "$out/bench.log" | tail -${BENCH_LINES:-120}
 fi
+if [ -n "${LAYER_BENCH:-}" ]; then
+  MOEJIT_LIBRARY=$b/capi/libmoejit.so PYTHONPATH=capi/python timeout ${LAYER_TIMEOUT:-240} python3 -m moejit.bench $LAYER_BENCH \
+    --json "$out/layer.json" >"$out/layer.log" 2>&1; echo "layer bench rc=$?"
+  grep -v "^\s*$" "$out/layer.log" | tail -${LAYER_LINES:-40}
+fi

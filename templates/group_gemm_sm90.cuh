@@ -111,12 +111,20 @@ template <int REGS> __device__ __forceinline__ void setmaxnreg_dec() {
 template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
 }
+// Makes this thread's generic-proxy shared-memory writes visible to wgmma (the async proxy).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Barrier 1 over the two consumer warpgroups (barrier 0 is __syncthreads).
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
 
-// wgmma shared-memory matrix descriptor of a K-major tile written by TMA with 128-byte
-// swizzle: rows of 64 16-bit elements (128 B), 8-row swizzle atoms 1024 B apart (stride byte
-// offset). The leading byte offset is unused for swizzled K-major layouts (set to 1 as
-// CUTLASS does). The tile must start 1024-byte aligned (base offset 0). Stepping k by 16
-// elements inside the atom adds 32 B, i.e. +2 to the encoded start address.
+// wgmma shared-memory matrix descriptors of tiles written by TMA with 128-byte swizzle (rows of
+// 64 16-bit elements, 128 B; 8-row swizzle atoms 1024 B apart = the stride byte offset). Tiles
+// start 1024-byte aligned (base offset 0).
+// K-major (rows = M or N, 64 k per row): the leading byte offset is unused (1, as CUTLASS
+// sets it); a k16 step inside the row adds 32 B (+2 encoded).
 __device__ __forceinline__ unsigned long long desc_kmajor_sw128(unsigned addr) {
     unsigned long long d = static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4);
     d |= 1ull << 16;
@@ -124,155 +132,69 @@ __device__ __forceinline__ unsigned long long desc_kmajor_sw128(unsigned addr) {
     d |= 1ull << 62;
     return d;
 }
+// MN-major (rows = k, 64 M or N elements per row, chunks of 64 k-rows x 64 elements 8 KiB
+// apart for wider tiles): the leading byte offset is the chunk stride; a k16 step is 16 rows,
+// 2048 B (+128 encoded).
+__device__ __forceinline__ unsigned long long desc_mnmajor_sw128(unsigned addr) {
+    unsigned long long d = static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4);
+    d |= static_cast<unsigned long long>(8192 >> 4) << 16;
+    d |= static_cast<unsigned long long>(1024 >> 4) << 32;
+    d |= 1ull << 62;
+    return d;
+}
 
-// D[64 x N] (+)= A[64 x 16] · B[N x 16]ᵀ, both K-major in shared memory; scale_d = 0 ignores
-// the old D. Accumulator layout per thread (warp w of the warpgroup, lane l): register i holds
-// row w*16 + l/4 + 8*((i/2)%2), column (i/4)*8 + (l%4)*2 + i%2.
-template <class T, int N> struct Wgmma;
-template <> struct Wgmma<__nv_bfloat16, 64> {
-    static __device__ __forceinline__ void run(float (&d)[32], unsigned long long da,
-                                               unsigned long long db, int scale_d) {
-        asm volatile(
-            "{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-            "}, %32, %33, p, 1, 1, 0, 0; }\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "l"(da), "l"(db), "r"(scale_d));
-    }
-};
-template <> struct Wgmma<__half, 64> {
-    static __device__ __forceinline__ void run(float (&d)[32], unsigned long long da,
-                                               unsigned long long db, int scale_d) {
-        asm volatile(
-            "{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-            "}, %32, %33, p, 1, 1, 0, 0; }\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "l"(da), "l"(db), "r"(scale_d));
-    }
-};
-template <> struct Wgmma<__nv_bfloat16, 128> {
-    static __device__ __forceinline__ void run(float (&d)[64], unsigned long long da,
-                                               unsigned long long db, int scale_d) {
-        asm volatile(
-            "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-            "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-            "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-            "}, %64, %65, p, 1, 1, 0, 0; }\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "l"(da), "l"(db), "r"(scale_d));
-    }
-};
-template <> struct Wgmma<__half, 128> {
-    static __device__ __forceinline__ void run(float (&d)[64], unsigned long long da,
-                                               unsigned long long db, int scale_d) {
-        asm volatile(
-            "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-            "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-            "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-            "}, %64, %65, p, 1, 1, 0, 0; }\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "l"(da), "l"(db), "r"(scale_d));
-    }
-};
-template <> struct Wgmma<__nv_bfloat16, 256> {
-    static __device__ __forceinline__ void run(float (&d)[128], unsigned long long da,
-                                               unsigned long long db, int scale_d) {
-        asm volatile(
-            "{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-            "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-            "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-            "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-            "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-            "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-            "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-            "}, %128, %129, p, 1, 1, 0, 0; }\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-              "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-              "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-              "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-              "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-              "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-              "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-              "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-              "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-            : "l"(da), "l"(db), "r"(scale_d));
-    }
-};
-template <> struct Wgmma<__half, 256> {
-    static __device__ __forceinline__ void run(float (&d)[128], unsigned long long da,
-                                               unsigned long long db, int scale_d) {
-        asm volatile(
-            "{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
-            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-            "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-            "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-            "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-            "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-            "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-            "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-            "}, %128, %129, p, 1, 1, 0, 0; }\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-              "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-              "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-              "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-              "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-              "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-              "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-              "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-              "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-            : "l"(da), "l"(db), "r"(scale_d));
-    }
-};
+// D[64 x N] (+)= A[64 x 16] · B[16 x N] from shared memory; TA / TB = 1 when A / B are
+// MN-major (M or N contiguous) rather than K-major. scale_d = 0 ignores the old D.
+// Accumulator layout per thread (warp w of the warpgroup, lane l): register i holds row
+// w*16 + l/4 + 8*((i/2)%2), column (i/4)*8 + (l%4)*2 + i%2.
+template <class T, int N, int TA, int TB> struct Wgmma;
+#define MJ_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), \
+                 "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define MJ_D32(i) MJ_D8(i), MJ_D8(i + 8), MJ_D8(i + 16), MJ_D8(i + 24)
+#define MJ_REGS_N64 \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define MJ_OUTS_N64 MJ_D32(0)
+#define MJ_OPS_N64 "}, %32, %33, p, 1, 1, %35, %36; }\n"
+#define MJ_REGS_N128 \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define MJ_OUTS_N128 MJ_D32(0), MJ_D32(32)
+#define MJ_OPS_N128 "}, %64, %65, p, 1, 1, %67, %68; }\n"
+#define MJ_REGS_N256 \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95," \
+    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
+    "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+#define MJ_OUTS_N256 MJ_D32(0), MJ_D32(32), MJ_D32(64), MJ_D32(96)
+#define MJ_OPS_N256 "}, %128, %129, p, 1, 1, %131, %132; }\n"
+#define MJ_WGMMA(CPP_T, PTX_T, NN)                                                               \
+    template <int TA, int TB> struct Wgmma<CPP_T, NN, TA, TB> {                                   \
+        static __device__ __forceinline__ void run(float (&d)[NN / 2], unsigned long long da,     \
+                                                   unsigned long long db, int scale_d) {          \
+            asm volatile("{ .reg .pred p; setp.ne.b32 p, %" MJ_SCALE_N##NN ", 0;\n"            \
+                         "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PTX_T "." PTX_T " {" \
+                         MJ_REGS_N##NN MJ_OPS_N##NN                                               \
+                         : MJ_OUTS_N##NN                                                          \
+                         : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                     \
+        }                                                                                         \
+    };
+#define MJ_SCALE_N64 "34"
+#define MJ_SCALE_N128 "66"
+#define MJ_SCALE_N256 "130"
+MJ_WGMMA(__nv_bfloat16, "bf16", 64)
+MJ_WGMMA(__nv_bfloat16, "bf16", 128)
+MJ_WGMMA(__nv_bfloat16, "bf16", 256)
+MJ_WGMMA(__half, "f16", 64)
+MJ_WGMMA(__half, "f16", 128)
+MJ_WGMMA(__half, "f16", 256)
+#undef MJ_WGMMA
 
 __device__ __forceinline__ void store2(float *p, float a, float b) {
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
@@ -293,10 +215,11 @@ __device__ __forceinline__ float2 load2(const __half *p) {
     return __half22float2(*reinterpret_cast<const __half2 *>(p));
 }
 
+
 // ---------------------------------------------------------------- configuration
 
 // BM = 128 (two consumer warpgroups of 64 rows), BK = 64 (one 128-byte swizzle row of 16-bit
-// elements), BN in {64, 128, 256}. Host mirror: src/ops/group_gemm_sm90.cpp (smem bytes).
+// elements), BN in {64, 128, 256}. Host mirror: gemm_smem_bytes in src/dispatch/tile_config.cpp.
 template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_> struct Config {
     using T = T_;
     using CT = CT_;
@@ -306,7 +229,8 @@ template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_> struct Config
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int B_BYTES = BN * BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    static constexpr int ACC = BN / 2;  // fp32 accumulators per consumer thread
+    static constexpr int CHUNK_BYTES = 64 * 128;  // one 64 x 64 MN-major TMA box
+    static constexpr int ACC = BN / 2;             // fp32 accumulators per consumer thread
     // Register split (64K per SM, one CTA): producer 40, consumers 232: 128*40 + 256*232 <= 64K.
     static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(sizeof(T) == 2, "operands are 16-bit");
@@ -315,45 +239,153 @@ template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_> struct Config
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
 };
 
-// ---------------------------------------------------------------- same_nk, B transposed
+// Shared memory: 1 KiB alignment slack, STAGES x (A, B), a full and an empty mbarrier per
+// stage, 16 ints of scan scratch, then (same_nk) cum[E+1].
+template <class Cfg> struct Smem {
+    unsigned base;   // shared address of stage 0 (1024-byte aligned)
+    unsigned full0;  // full[s] = full0 + 8 s: TMA completed the stage's bytes
+    unsigned empty0; // empty[s]: every consumer thread released the stage
+    int *scratch;    // 16 ints
+    __device__ __forceinline__ unsigned stage(int s) const { return base + s * Cfg::STAGE_BYTES; }
+    __device__ __forceinline__ unsigned full(int s) const { return full0 + 8 * s; }
+    __device__ __forceinline__ unsigned empty(int s) const { return empty0 + 8 * s; }
+};
 
-// tma_a: 2D map over A, dims {K, S}, box {BK, BM}, 128B swizzle (rows >= S zero-filled).
-// tma_b: 3D map over B, dims {K, N, E}, box {BK, BN, 1}, 128B swizzle.
+template <class Cfg> __device__ __forceinline__ Smem<Cfg> carve_smem(unsigned char *smem_raw) {
+    Smem<Cfg> m;
+    const unsigned raw = smem_u32(smem_raw);
+    m.base = (raw + 1023u) & ~1023u;
+    unsigned char *const gbase = smem_raw + (m.base - raw);
+    m.full0 = m.base + Cfg::STAGES * Cfg::STAGE_BYTES;
+    m.empty0 = m.full0 + 8 * Cfg::STAGES;
+    m.scratch = reinterpret_cast<int *>(gbase + Cfg::STAGES * Cfg::STAGE_BYTES + 16 * Cfg::STAGES);
+    return m;
+}
+
+// Thread 0: every barrier, made visible to TMA and the other threads (publish with a
+// __syncthreads before use); the tensor maps prefetched.
+template <class Cfg>
+__device__ __forceinline__ void init_ring(const Smem<Cfg> &m, const TmaDesc &a, const TmaDesc &b) {
+#pragma unroll
+    for (int s = 0; s < Cfg::STAGES; ++s) {
+        mbar_init(m.full(s), 1);                        // the producer's expect_tx
+        mbar_init(m.empty(s), 128 * Cfg::CONSUMERS);    // every consumer thread
+    }
+    mbar_init_fence();
+    tma_prefetch(&a);
+    tma_prefetch(&b);
+}
+
+// Position in the ring, advanced once per k-slice by the producer and by each consumer.
+template <int STAGES> struct RingPos {
+    int it = 0;
+    __device__ __forceinline__ int stage() const { return it % STAGES; }
+    __device__ __forceinline__ unsigned phase() const { return static_cast<unsigned>(it / STAGES) & 1u; }
+};
+
+// Producer: waits for stage `s` to be free and announces its bytes (full boxes count even
+// where TMA zero-fills out-of-bounds elements).
+template <class Cfg>
+__device__ __forceinline__ unsigned producer_acquire(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos) {
+    const int s = pos.stage();
+    mbar_wait(m.empty(s), pos.phase() ^ 1u);  // a fresh barrier passes parity 1 at once
+    mbar_arrive_expect_tx(m.full(s), Cfg::STAGE_BYTES);
+    return m.stage(s);
+}
+
+// Consumer: the k-slice's wgmmas on stage `pos` (after its bytes landed, and after `prepare`
+// ran on it), keeping one wgmma group in flight: the previous slice's stage is released once
+// its group retired. A_MN / B_MN: the operand is MN-major (chunks of 64 k-rows x 64 elements).
+template <class Cfg, bool A_MN, bool B_MN, class Prepare>
+__device__ __forceinline__ void consume_kslice(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos,
+                                               int consumer, bool first, int &prev_stage,
+                                               float (&acc)[Cfg::ACC], Prepare prepare) {
+    const int s = pos.stage();
+    mbar_wait(m.full(s), pos.phase());
+    const unsigned stage = m.stage(s);
+    prepare(stage);
+    // Both A layouts put consumer c's 64 rows (K-major) or 64 M (MN-major) 8 KiB into the stage.
+    const unsigned a = stage + consumer * Cfg::CHUNK_BYTES, b = stage + Cfg::A_BYTES;
+    const unsigned long long da = A_MN ? desc_mnmajor_sw128(a) : desc_kmajor_sw128(a);
+    const unsigned long long db = B_MN ? desc_mnmajor_sw128(b) : desc_kmajor_sw128(b);
+    constexpr unsigned long long a_step = A_MN ? 128 : 2, b_step = B_MN ? 128 : 2;
+    fence_operands(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 16; ++kk)
+        Wgmma<typename Cfg::T, Cfg::BN, A_MN, B_MN>::run(acc, da + a_step * kk, db + b_step * kk, 1);
+    wgmma_commit();
+    fence_operands(acc);
+    wgmma_wait<1>();
+    fence_operands(acc);
+    if (!first) mbar_arrive(m.empty(prev_stage));
+    prev_stage = s;
+}
+
+// Consumer, after a tile's last k-slice: retire the last group and release its stage.
+template <class Cfg>
+__device__ __forceinline__ void consume_finish(const Smem<Cfg> &m, int prev_stage, float (&acc)[Cfg::ACC]) {
+    wgmma_wait<0>();
+    fence_operands(acc);
+    mbar_arrive(m.empty(prev_stage));
+}
+
+// Registers -> C (row-major, leading dimension ld), rows clipped to rows_valid, columns to
+// cols_valid; ACCUMULATE adds the old C. r_base: this thread's first row in the tile.
+template <class Cfg, bool ACCUMULATE>
+__device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], typename Cfg::CT *c_tile,
+                                           long long ld, int r_base, int rows_valid, int cols_valid,
+                                           int lane) {
+    using CT = typename Cfg::CT;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = r_base + 8 * h;
+        if (r >= rows_valid) continue;
+        CT *const row = c_tile + static_cast<long long>(r) * ld;
+#pragma unroll
+        for (int j = 0; j < Cfg::BN / 8; ++j) {
+            const int col = j * 8 + (lane & 3) * 2;
+            if (col >= cols_valid) continue;
+            float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+            if constexpr (ACCUMULATE) {
+                const float2 old = load2(row + col);
+                v0 = old.x + v0;
+                v1 = old.y + v1;
+            }
+            store2(row + col, v0, v1);
+        }
+    }
+}
+
+struct NoPrepare {
+    __device__ __forceinline__ void operator()(unsigned) const {}
+};
+
+// ---------------------------------------------------------------- same_nk
+
+// C[rows of e] (+)= A[rows of e] · B_e(ᵀ), A [S,K], C [S,N].
+// tma_a: 2D map over A, dims {K, S}, box {BK, BM} (rows >= S zero-filled).
+// tma_b: B_TRANSPOSED: B [E,N,K], 3D dims {K, N, E}, box {BK, BN, 1} (K-major);
+//        else B [E,K,N], 3D dims {N, K, E}, box {64, BK, 1}, BN/64 boxes per stage (MN-major).
 // m_tile_bound: the host's bound ceil(rows/BM) + min(E, rows) on the M-tile count.
-template <class Cfg, int N, int K, bool ACCUMULATE>
+// Rows past an expert's end are loaded (they belong to the next expert or are TMA zero-fill
+// past S) but never stored; columns past N and k past K are TMA zero-fill.
+template <class Cfg, int N, int K, bool B_TRANSPOSED, bool ACCUMULATE>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    typename Cfg::CT *__restrict__ c,
                                                    const int *__restrict__ offsets, int rows,
                                                    int num_experts, int m_tile_bound) {
-    using CT = typename Cfg::CT;
-    constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
-    constexpr int THREADS = Cfg::THREADS;
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
     constexpr int N_TILES = (N + BN - 1) / BN;
     constexpr int K_TILES = (K + BK - 1) / BK;
     static_assert(N % 8 == 0 && K % 8 == 0, "N and K must be multiples of 8");
 
-    // Layout (host mirror: sm90_smem_bytes): 1 KiB alignment slack, STAGES x (A, B), full and
-    // empty barriers, 16 ints of scan scratch, cum[E+1].
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const unsigned raw = smem_u32(smem_raw);
-    const unsigned base = (raw + 1023u) & ~1023u;
-    unsigned char *const gbase = smem_raw + (base - raw);
-    const unsigned full0 = base + STAGES * Cfg::STAGE_BYTES;
-    const unsigned empty0 = full0 + 8 * STAGES;
-    int *const warp_sums = reinterpret_cast<int *>(gbase + STAGES * Cfg::STAGE_BYTES + 16 * STAGES);
-    int *const cum = warp_sums + 16;
+    const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
+    int *const warp_sums = m.scratch;
+    int *const cum = m.scratch + 16;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, 1);                          // the producer's expect_tx
-            mbar_init(empty0 + 8 * s, 128 * Cfg::CONSUMERS);      // every consumer thread
-        }
-        mbar_init_fence();
-        tma_prefetch(&tma_a);
-        tma_prefetch(&tma_b);
-    }
+    if (tid == 0) init_ring(m, tma_a, tma_b);
 
     // Exclusive scan of ceil(count_e / BM) over experts (as the mma.sync kernel does); its
     // __syncthreads also publish the barrier initialization.
@@ -390,87 +422,140 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         // ------------------------------------------------ producer
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
         if (tid != 0) return;
-        int it = 0;
+        RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
             const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
             const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
             const int row0 = rr.begin + tc.m_block * BM;
             const int n0 = tc.n_block * BN;
-            for (int kb = 0; kb < K_TILES; ++kb, ++it) {
-                const int s = it % STAGES;
-                const unsigned phase = static_cast<unsigned>(it / STAGES) & 1u;
-                mbar_wait(empty0 + 8 * s, phase ^ 1u);
-                const unsigned stage = base + s * Cfg::STAGE_BYTES;
-                // Full boxes count even where TMA zero-fills out-of-bounds elements.
-                mbar_arrive_expect_tx(full0 + 8 * s, Cfg::STAGE_BYTES);
-                tma_load_2d(stage, &tma_a, full0 + 8 * s, kb * BK, row0);
-                tma_load_3d(stage + Cfg::A_BYTES, &tma_b, full0 + 8 * s, kb * BK, n0, tc.expert);
+            for (int kb = 0; kb < K_TILES; ++kb, ++pos.it) {
+                const unsigned stage = producer_acquire(m, pos);
+                const unsigned bar = m.full(pos.stage());
+                tma_load_2d(stage, &tma_a, bar, kb * BK, row0);
+                if constexpr (B_TRANSPOSED) {
+                    tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, kb * BK, n0, tc.expert);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < BN / 64; ++j)
+                        tma_load_3d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar,
+                                    n0 + 64 * j, kb * BK, tc.expert);
+                }
             }
         }
     } else {
         // ------------------------------------------------ consumers
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-        const int cw = wg - 1;                 // rows [cw*64, cw*64 + 64) of the tile
-        const int wl = warp & 3;               // warp inside the warpgroup
-        const unsigned a_off = cw * 64 * 128;  // 64 rows of 128 B: stays 1024-byte aligned
-        int it = 0;
+        const int cw = wg - 1;  // rows [cw*64, cw*64 + 64) of the tile
+        const int r_base = cw * 64 + (warp & 3) * 16 + (lane >> 2);
+        RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
             const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
             const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
             const int row0 = rr.begin + tc.m_block * BM;
             const int n0 = tc.n_block * BN;
-
             float acc[Cfg::ACC];
 #pragma unroll
             for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
             int prev = 0;
-            for (int kb = 0; kb < K_TILES; ++kb, ++it) {
-                const int s = it % STAGES;
-                const unsigned phase = static_cast<unsigned>(it / STAGES) & 1u;
-                mbar_wait(full0 + 8 * s, phase);
-                const unsigned stage = base + s * Cfg::STAGE_BYTES;
-                const unsigned long long da = desc_kmajor_sw128(stage + a_off);
-                const unsigned long long db = desc_kmajor_sw128(stage + Cfg::A_BYTES);
-                fence_operands(acc);
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < BK / 16; ++kk)
-                    Wgmma<typename Cfg::T, BN>::run(acc, da + 2 * kk, db + 2 * kk, 1);
-                wgmma_commit();
-                fence_operands(acc);
-                // One group in flight: the previous k-slice's group is done, release its stage.
-                wgmma_wait<1>();
-                fence_operands(acc);
-                if (kb > 0) mbar_arrive(empty0 + 8 * prev);
-                prev = s;
-            }
-            wgmma_wait<0>();
-            fence_operands(acc);
-            mbar_arrive(empty0 + 8 * prev);  // K_TILES >= 1 (K >= 8)
+            for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
+                consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc, NoPrepare{});
+            consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
+            store_tile<Cfg, ACCUMULATE>(acc, c + static_cast<long long>(row0) * N + n0, N, r_base,
+                                        rr.end - row0, N - n0, lane);
+        }
+    }
+}
 
-            // Epilogue: registers -> C, rows clipped to the expert, columns to N.
-            const int rows_valid = rr.end - row0;
-            const int cols_valid = N - n0;
-            const int r_base = cw * 64 + wl * 16 + (lane >> 2);
-            CT *const c_tile = c + static_cast<long long>(row0) * N + n0;
+// ---------------------------------------------------------------- same_mn
+
+// C[e] (+)= A_eᵀ · B_e over expert e's rows: A [S,M], B [S,N], C [E,M,N]; the reduction runs
+// over the expert's rows in k-slices of 64 (both operands MN-major in shared memory).
+// tma_a: 2D dims {M, S}, box {64, BK}, two boxes per stage (BM = 128);
+// tma_b: 2D dims {N, S}, box {64, BK}, BN/64 boxes per stage.
+// An expert's last k-slice reaches into the next expert's rows: the consumers zero those rows
+// of the stage before the wgmmas. An expert with no rows writes C[e] = 0 (left untouched when
+// accumulating).
+template <class Cfg, int M, int N, bool ACCUMULATE>
+__device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
+                                                   typename Cfg::CT *__restrict__ c,
+                                                   const int *__restrict__ offsets, int rows,
+                                                   int num_experts) {
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+    constexpr int M_TILES = (M + BM - 1) / BM;
+    constexpr int N_TILES = (N + BN - 1) / BN;
+    static_assert(M % 8 == 0 && N % 8 == 0, "M and N must be multiples of 8");
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (tid == 0) init_ring(m, tma_a, tma_b);
+    __syncthreads();
+
+    const int total_tiles = num_experts * M_TILES * N_TILES;
+    const int wg = warp >> 2;
+
+    if (wg == 0) {
+        // ------------------------------------------------ producer
+        setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+        if (tid != 0) return;
+        RingPos<Cfg::STAGES> pos;
+        for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+            const sched::TileCoord tc = sched::mn_tile(M_TILES, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
+            const int m0 = tc.m_block * BM, n0 = tc.n_block * BN;
+            const int k_tiles = sched::ceil_div(rr.end - rr.begin, BK);
+            for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
+                const unsigned stage = producer_acquire(m, pos);
+                const unsigned bar = m.full(pos.stage());
+                const int k0 = rr.begin + kb * BK;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = r_base + 8 * h;
-                if (r >= rows_valid) continue;
-                CT *const row = c_tile + static_cast<long long>(r) * N;
+                for (int j = 0; j < BM / 64; ++j)
+                    tma_load_2d(stage + j * Cfg::CHUNK_BYTES, &tma_a, bar, m0 + 64 * j, k0);
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    const int col = j * 8 + (lane & 3) * 2;
-                    if (col >= cols_valid) continue;
-                    float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-                    if constexpr (ACCUMULATE) {
-                        const float2 old = load2(row + col);
-                        v0 = old.x + v0;
-                        v1 = old.y + v1;
-                    }
-                    store2(row + col, v0, v1);
-                }
+                for (int j = 0; j < BN / 64; ++j)
+                    tma_load_2d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar, n0 + 64 * j, k0);
             }
+        }
+    } else {
+        // ------------------------------------------------ consumers
+        setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+        const int cw = wg - 1;  // M rows [cw*64, cw*64 + 64) of the tile
+        const int ctid = tid - 128;
+        const int r_base = cw * 64 + (warp & 3) * 16 + (lane >> 2);
+        RingPos<Cfg::STAGES> pos;
+        for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+            const sched::TileCoord tc = sched::mn_tile(M_TILES, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
+            const int m0 = tc.m_block * BM, n0 = tc.n_block * BN;
+            const int count = rr.end - rr.begin;
+            const int k_tiles = sched::ceil_div(count, BK);
+            if (ACCUMULATE && k_tiles == 0) continue;  // C[e] += 0
+            float acc[Cfg::ACC];
+#pragma unroll
+            for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
+            int prev = 0;
+            for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
+                const int valid = count - kb * BK;  // k-rows of this expert in the slice
+                auto zero_foreign_rows = [&](unsigned stage) {
+                    if (valid >= BK) return;
+                    // Rows [valid, 64) of every 64-row chunk (A: 2, B: BN/64) = 16-byte units
+                    // [valid*8, 512) of each chunk; the swizzle permutes inside a row only.
+                    constexpr int CHUNKS = (Cfg::A_BYTES + Cfg::B_BYTES) / Cfg::CHUNK_BYTES;
+                    const int per_chunk = (BK - valid) * 8;
+                    for (int i = ctid; i < CHUNKS * per_chunk; i += 256) {
+                        const int chunk = i / per_chunk, unit = valid * 8 + i % per_chunk;
+                        const unsigned addr = stage + chunk * Cfg::CHUNK_BYTES + unit * 16;
+                        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0)
+                                     : "memory");
+                    }
+                    fence_proxy_async_smem();
+                    consumers_sync();
+                };
+                consume_kslice<Cfg, true, true>(m, pos, cw, kb == 0, prev, acc, zero_foreign_rows);
+            }
+            if (k_tiles > 0) consume_finish(m, prev, acc);
+            store_tile<Cfg, ACCUMULATE>(acc, c + (static_cast<long long>(tc.expert) * M + m0) * N + n0, N,
+                                        r_base, M - m0, N - n0, lane);
         }
     }
 }

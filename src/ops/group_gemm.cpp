@@ -161,6 +161,7 @@ void launch_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
         fail(MOEJIT_ERROR_UNSUPPORTED, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
     ctx.require_device(what);
     if (nothing) return;
+    if (spec.tile.engine == GemmEngine::wgmma) return launch_group_gemm_mn_sm90(ctx, spec, ops, tiles);
     Kernel &kernel = ctx.kernel(render_group_gemm_mn(spec));
     LaunchShape shape;
     shape.grid_x = persistent_ctas(
@@ -269,8 +270,7 @@ KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
 
 KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
     validate_mn_shape(s, "");
-    MOEJIT_REQUIRE(s.tile.engine == GemmEngine::mma_sync,
-                   "render_group_gemm_mn: the wgmma engine has no same_mn kernel yet (tile {})", to_string(s.tile));
+    if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_mn_sm90(s);
     return render_group_gemm(
         "mn",
         fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m, s.n,

@@ -1,5 +1,8 @@
 #include "ops/group_gemm_sm90.hpp"
 
+#include <cstdint>
+#include <string>
+
 #include <fmt/format.h>
 
 #include "core/dtype.hpp"
@@ -11,38 +14,56 @@
 namespace moejit {
 namespace {
 
+constexpr cuuint32_t kChunk = 64;  // elements in one 128-byte swizzle row
+
 CUtensorMapDataType tma_type(moejit_dtype_t dtype) {
     return dtype == MOEJIT_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
-// Row-major [outer..., inner] tensor of 16-bit elements, boxes of box[] elements, 128-byte
-// swizzle (the box's inner extent is exactly 128 bytes), out-of-bounds elements read as 0.
-CUtensorMap encode_map(moejit_dtype_t dtype, const void *ptr, cuuint32_t rank,
-                       const cuuint64_t *dims, const cuuint64_t *strides_bytes,
-                       const cuuint32_t *box) {
-    CUtensorMap map;
+// Row-major tensor of 16-bit elements, dims innermost first (dims[0] contiguous), boxes of
+// box[] elements with 128-byte swizzle (box[0] = 64 elements = 128 bytes); out-of-bounds
+// elements read as 0.
+CUtensorMap encode_map(moejit_dtype_t dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
+                       std::initializer_list<cuuint32_t> box) {
+    cuuint64_t d[3], strides[2];
+    cuuint32_t b[3];
     const cuuint32_t element_strides[3] = {1, 1, 1};
-    MOEJIT_CU(cuTensorMapEncodeTiled(&map, tma_type(dtype), rank, const_cast<void *>(ptr), dims,
-                                     strides_bytes, box, element_strides,
-                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    const auto rank = static_cast<cuuint32_t>(dims.size());
+    std::uint64_t stride = 2;
+    int i = 0;
+    for (std::int64_t v : dims) {
+        d[i] = static_cast<cuuint64_t>(v);
+        if (i > 0) strides[i - 1] = stride;
+        stride *= static_cast<std::uint64_t>(v);
+        ++i;
+    }
+    i = 0;
+    for (cuuint32_t v : box) b[i++] = v;
+    CUtensorMap map;
+    MOEJIT_CU(cuTensorMapEncodeTiled(&map, tma_type(dtype), rank, const_cast<void *>(ptr), d, strides, b,
+                                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
     return map;
 }
 
-}  // namespace
+void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *fn) {
+    MOEJIT_REQUIRE(tile.engine == GemmEngine::wgmma, "{}: tile {} is not a wgmma config", fn, to_string(tile));
+    if (ctx.arch() != "sm_90a")
+        fail(MOEJIT_ERROR_UNSUPPORTED, "the wgmma grouped GEMM needs an sm_90a context, got {}", ctx.arch());
+}
 
-KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
-    MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_nk_sm90: tile {} is not a wgmma config",
-                   to_string(s.tile));
+// The translation unit of one specialization: `kind` "nk" or "mn", `params` the kind's extra
+// kernel parameters, `call` the device function it forwards to.
+KernelSource render(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
+                    moejit_dtype_t c_dtype, const char *params, const std::string &call) {
     KernelSource ks;
-    ks.name = fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype),
-                          s.n, s.k, s.b_transposed ? "bt" : "bn", s.accumulate ? "_acc" : "", to_string(s.tile));
+    ks.name = std::move(name);
     ks.template_name = "group_gemm_sm90.cuh";
-    ks.entry = "moejit_group_gemm_nk_sm90";
+    ks.entry = fmt::format("moejit_group_gemm_{}_sm90", kind);
     ks.source = fmt::format(
-        "// moejit grouped GEMM same_nk, sm_90a wgmma/TMA: {name}\n"
+        "// moejit grouped GEMM same_{kind}, sm_90a wgmma/TMA: {name}\n"
         "#include \"moejit_common.cuh\"\n"
         "#include \"group_gemm_sm90.cuh\"\n"
         "\n"
@@ -53,48 +74,96 @@ KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
         "extern \"C\" __global__ void __launch_bounds__({threads}, 1)\n"
         "{entry}(const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_b, {CT} *c,\n"
-        "        const int *offsets, int rows, int num_experts, int m_tile_bound) {{\n"
-        "    moejit::sm90::group_gemm_nk_sm90<Cfg, {n}, {k}, {acc}>(tma_a, tma_b, c, offsets, rows,\n"
-        "                                                          num_experts, m_tile_bound);\n"
+        "        const int *offsets, int rows, {params}) {{\n"
+        "    {call}\n"
         "}}\n",
-        fmt::arg("name", ks.name), fmt::arg("T", dtype_cuda_type(s.dtype)),
-        fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("bn", s.tile.block_n),
-        fmt::arg("stages", s.tile.stages), fmt::arg("group", s.tile.group_m),
-        fmt::arg("threads", s.tile.threads()), fmt::arg("entry", ks.entry), fmt::arg("n", s.n),
-        fmt::arg("k", s.k), fmt::arg("acc", s.accumulate ? "true" : "false"));
+        fmt::arg("kind", kind), fmt::arg("name", ks.name), fmt::arg("T", dtype_cuda_type(dtype)),
+        fmt::arg("CT", dtype_cuda_type(c_dtype)), fmt::arg("bn", t.block_n), fmt::arg("stages", t.stages),
+        fmt::arg("group", t.group_m), fmt::arg("threads", t.threads()), fmt::arg("entry", ks.entry),
+        fmt::arg("params", params), fmt::arg("call", call));
     return ks;
+}
+
+const char *bool_text(bool b) { return b ? "true" : "false"; }
+
+LaunchShape persistent_shape(const Context &ctx, const GemmTileConfig &tile, GemmKind kind, std::int64_t tiles,
+                             std::int32_t experts) {
+    LaunchShape shape;
+    shape.grid_x = persistent_ctas(tiles, ctx.sm_count());  // one CTA per SM
+    shape.block_x = static_cast<std::uint32_t>(tile.threads());
+    shape.shared_bytes = static_cast<std::uint32_t>(gemm_smem_bytes(tile, kind, experts));
+    return shape;
+}
+
+}  // namespace
+
+KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
+    MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_nk_sm90: tile {} is not a wgmma config",
+                   to_string(s.tile));
+    return render("nk",
+                  fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype),
+                              s.n, s.k, s.b_transposed ? "bt" : "bn", s.accumulate ? "_acc" : "",
+                              to_string(s.tile)),
+                  s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
+                  fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}>(tma_a, tma_b, c, offsets, "
+                              "rows,\n        num_experts, m_tile_bound);",
+                              s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate)));
+}
+
+KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
+    MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_mn_sm90: tile {} is not a wgmma config",
+                   to_string(s.tile));
+    return render("mn",
+                  fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m,
+                              s.n, s.accumulate ? "_acc" : "", to_string(s.tile)),
+                  s.tile, s.dtype, s.c_dtype, "int num_experts",
+                  fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, c, offsets, rows,\n"
+                              "        num_experts);",
+                              s.m, s.n, bool_text(s.accumulate)));
 }
 
 void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                                std::int64_t tiles, std::int64_t m_tile_bound) {
-    if (ctx.arch() != "sm_90a")
-        fail(MOEJIT_ERROR_UNSUPPORTED, "the wgmma grouped GEMM needs an sm_90a context, got {}", ctx.arch());
+    require_wgmma(ctx, spec.tile, "launch_group_gemm_nk_sm90");
     Kernel &kernel = ctx.kernel(render_group_gemm_nk_sm90(spec));
-    const std::uint64_t elem = 2;
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     // A [S, K]: rows past S are zero-filled, so the last tile never reads out of bounds.
-    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(spec.k), static_cast<cuuint64_t>(ops.rows)};
-    const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(spec.k) * elem};
-    const cuuint32_t a_box[2] = {bk, static_cast<cuuint32_t>(spec.tile.block_m)};
-    const CUtensorMap tma_a = encode_map(spec.dtype, ops.a, 2, a_dims, a_strides, a_box);
-    // B [E, N, K] as 3D, so a ragged last column block is zero-filled inside each expert.
-    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(spec.k), static_cast<cuuint64_t>(spec.n),
-                                  static_cast<cuuint64_t>(ops.num_experts)};
-    const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(spec.k) * elem,
-                                     static_cast<cuuint64_t>(spec.n * spec.k) * elem};
-    const cuuint32_t b_box[3] = {bk, static_cast<cuuint32_t>(spec.tile.block_n), 1};
-    const CUtensorMap tma_b = encode_map(spec.dtype, ops.b, 3, b_dims, b_strides, b_box);
-
-    LaunchShape shape;
-    shape.grid_x = persistent_ctas(tiles, ctx.sm_count());  // one CTA per SM
-    shape.block_x = static_cast<std::uint32_t>(spec.tile.threads());
-    shape.shared_bytes =
-        static_cast<std::uint32_t>(gemm_smem_bytes(spec.tile, GemmKind::same_nk, ops.num_experts));
+    const CUtensorMap tma_a =
+        encode_map(spec.dtype, ops.a, {spec.k, ops.rows}, {bk, static_cast<cuuint32_t>(spec.tile.block_m)});
+    // B as 3D per expert, so ragged column / k blocks are zero-filled inside each expert:
+    // [E, N, K] K-major boxes of BN rows, or [E, K, N] MN-major boxes of 64 columns.
+    const CUtensorMap tma_b =
+        spec.b_transposed
+            ? encode_map(spec.dtype, ops.b, {spec.k, spec.n, ops.num_experts},
+                         {bk, static_cast<cuuint32_t>(spec.tile.block_n), 1})
+            : encode_map(spec.dtype, ops.b, {spec.n, spec.k, ops.num_experts}, {kChunk, bk, 1});
+    const LaunchShape shape = persistent_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
     const int bound = static_cast<int>(m_tile_bound);
     ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, c, offsets, rows, experts, bound);
+}
+
+void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
+                               std::int64_t tiles) {
+    require_wgmma(ctx, spec.tile, "launch_group_gemm_mn_sm90");
+    Kernel &kernel = ctx.kernel(render_group_gemm_mn_sm90(spec));
+    const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
+    // A [S, M] and B [S, N], MN-major boxes of 64 columns x BK rows (rows past S read as 0).
+    // With rows == 0 nothing is read (a and b may be NULL), but a map needs a 16-byte aligned
+    // address and a non-zero extent: C's address rounded down stands in, never dereferenced.
+    const bool empty = ops.rows == 0;
+    const void *stand_in = reinterpret_cast<const void *>(reinterpret_cast<std::uintptr_t>(ops.c) & ~std::uintptr_t{15});
+    const void *a = empty ? stand_in : ops.a, *b = empty ? stand_in : ops.b;
+    const std::int64_t map_rows = empty ? 1 : ops.rows;
+    const CUtensorMap tma_a = encode_map(spec.dtype, a, {spec.m, map_rows}, {kChunk, bk});
+    const CUtensorMap tma_b = encode_map(spec.dtype, b, {spec.n, map_rows}, {kChunk, bk});
+    const LaunchShape shape = persistent_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
+    void *c = ops.c;
+    const std::int32_t *offsets = ops.offsets;
+    const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, c, offsets, rows, experts);
 }
 
 }  // namespace moejit

@@ -13,12 +13,17 @@
 
 namespace moejit {
 
-// Pure: the translation unit of a same_nk specialization (entry "moejit_group_gemm_nk_sm90").
+// Pure: the translation unit of a specialization (entries "moejit_group_gemm_nk_sm90" and
+// "moejit_group_gemm_mn_sm90").
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &spec);
+KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &spec);
 
-// Builds the tensor maps (cuTensorMapEncodeTiled) and launches one CTA per SM at most, over
-// `tiles` tiles with the M-tile bound `m_tile_bound` (both from S on the host). rows > 0.
+// Build the tensor maps (cuTensorMapEncodeTiled) and launch one CTA per SM at most over `tiles`
+// tiles (from S, or E x M x N blocks, on the host). same_nk: rows > 0, m_tile_bound the M-tile
+// bound from S. same_mn: rows may be 0 (C = 0 is still written unless accumulating).
 void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                                std::int64_t tiles, std::int64_t m_tile_bound);
+void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
+                               std::int64_t tiles);
 
 }  // namespace moejit

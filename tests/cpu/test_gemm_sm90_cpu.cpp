@@ -25,6 +25,7 @@
 #include "jit/templates.hpp"
 #include "moejit.h"
 #include "ops/group_gemm.hpp"
+#include "moe/layer_gemms.hpp"
 #include "ops/group_gemm_sm90.hpp"
 
 using namespace moejit;
@@ -132,13 +133,29 @@ std::string ptx_of(const KernelSource &ks) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(every_reference_forward_specialization_compiles_for_sm90a) {
+BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
     std::map<std::string, KernelSource> sources;  // deduplicated by name
     for (const Shape &s : kShapes)
         for (const GemmNkSpec &spec : forward_specs(s)) {
             BOOST_CHECK_NO_THROW(validate_nk_spec(spec, s.experts, kHopper));
             KernelSource ks = render_group_gemm_nk(spec);
             sources.emplace(ks.name, ks);
+        }
+    // Every GEMM a plan launches (forward, input and weight gradients, both fc1 layouts) runs
+    // on the wgmma engine on sm_90a.
+    for (const Shape &s : kShapes)
+        for (auto layout : {MOEJIT_FC1_MERGED, MOEJIT_FC1_SPLIT}) {
+            moejit_plan_desc_t d{};
+            moejit_plan_desc_init(&d);
+            d.hidden_size = s.hidden;
+            d.intermediate_size = s.intermediate;
+            d.num_experts = s.experts;
+            d.top_k = 4;
+            d.fc1_layout = layout;
+            for (KernelSource &ks : layer_gemm_sources(d, kHopper)) {
+                BOOST_TEST(ks.template_name == "group_gemm_sm90.cuh", ks.name);
+                sources.emplace(ks.name, ks);
+            }
         }
     // The other tile widths, fp16 and accumulate, once each.
     GemmNkSpec extra = wgmma_spec(MOEJIT_DTYPE_FP16, MOEJIT_DTYPE_FP32, 1408, 2880, true, 8);
@@ -187,6 +204,17 @@ BOOST_AUTO_TEST_CASE(ptx_uses_wgmma_tma_mbarriers_and_setmaxnreg) {
             BOOST_TEST(!contains(ptx, "cp.async.cg"), "no cp.async fallback");
         }
     }
+    // Input gradient (B [E,K,N] MN-major: transpose-B flag) and weight gradient (both operands
+    // MN-major, the foreign-row zeroing made visible to the async proxy).
+    const std::string dgrad = ptx_of(render_group_gemm_nk(
+        make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 768, 2048, false, false, 0, 128, kHopper)));
+    BOOST_TEST(contains(dgrad, "k16.f32.bf16.bf16"));
+    BOOST_TEST(contains(dgrad, "p, 1, 1, 0, 1;"), "transpose-B immediate");
+    const std::string wgrad = ptx_of(render_group_gemm_mn(
+        make_mn_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32, 2048, 768, true, 0, 128, kHopper)));
+    BOOST_TEST(contains(wgrad, "p, 1, 1, 1, 1;"), "transpose-A and -B immediates");
+    BOOST_TEST(contains(wgrad, "fence.proxy.async.shared::cta"));
+    BOOST_TEST(contains(wgrad, "cp.async.bulk.tensor.2d"));
 }
 
 BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
@@ -203,7 +231,7 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
     GemmNkSpec c = a;
     c.c_dtype = MOEJIT_DTYPE_FP32;
     GemmNkSpec d = a;
-    d.tile.block_n = 256;
+    d.tile.block_n = 128;
     d.tile.stages = 4;
     std::set<std::string> names;
     for (const auto &s : {a, b, c, d}) {
@@ -215,17 +243,16 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
     }
     BOOST_TEST(names.size() == 4u);
     BOOST_TEST(wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 64, 256, false, 8).tile.block_n == 64);
-    // Input and weight gradients stay on mma.sync until the wgmma engine has their layouts;
-    // other arches never get wgmma.
+    // Input and weight gradients run on wgmma too; other arches never get wgmma.
     BOOST_TEST((make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, false, 0, 8, kHopper).tile.engine ==
-                GemmEngine::mma_sync));
+                GemmEngine::wgmma));
     BOOST_TEST((make_mn_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32, 512, 256, false, 0, 8, kHopper).tile.engine ==
-                GemmEngine::mma_sync));
+                GemmEngine::wgmma));
     for (int cc : {80, 86, 89, 100})
         BOOST_TEST((make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, true, false, 0, 8, cc).tile.engine ==
                     GemmEngine::mma_sync));
     // The name round-trips through MOEJIT_GEMM_TILE's syntax.
-    BOOST_TEST(to_string(d.tile) == "wgmma_128x256x64_s4_g8");
+    BOOST_TEST(to_string(d.tile) == "wgmma_128x128x64_s4_g8");
     BOOST_TEST((parse_tile_config(to_string(d.tile), "t") == d.tile));
 }
 
@@ -247,7 +274,6 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field) {
     expect_error(with([](S &s) { s.tile.block_m = 64; }), UNSUPPORTED, {"block_m must be 128"});
     expect_error(with([](S &s) { s.tile.stages = 1; }), UNSUPPORTED, {"stages"});
     expect_error(with([](S &s) { s.tile.block_n = 256; s.tile.stages = 8; }), UNSUPPORTED, {"shared memory"});
-    expect_error(with([](S &s) { s.b_transposed = false; }), UNSUPPORTED, {"B transposed"});
     expect_error(with([](S &) {}, 0), INVALID, {"num_experts"});
     expect_error(with([](S &) {}, 65535), UNSUPPORTED, {"65535 experts", "shared memory"});
     BOOST_CHECK_NO_THROW(with([](S &) {})());

@@ -76,6 +76,7 @@ struct Case {
     int block_n = 0;  // 0: the heuristic
     int stages = 0;   // 0: the heuristic
     bool accumulate = false;
+    bool b_transposed = true;  // false: B [E,K,N] (input gradients)
     moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
 };
@@ -84,7 +85,7 @@ struct Case {
 // and stages when it sets them.
 GemmNkSpec wgmma_spec(const Case &tc, int experts) {
     const int cc = ctx().compute_capability();
-    GemmNkSpec spec = make_nk_spec(tc.dtype, tc.c_dtype, tc.n, tc.k, true, tc.accumulate, 0, experts, cc);
+    GemmNkSpec spec = make_nk_spec(tc.dtype, tc.c_dtype, tc.n, tc.k, tc.b_transposed, tc.accumulate, 0, experts, cc);
     BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma, "the heuristic picks wgmma on sm_90a");
     if (tc.block_n) {
         spec.tile.block_n = tc.block_n;
@@ -160,7 +161,7 @@ void run(const Case &tc) {
         for (std::size_t i = c_count * c_elem; i < first.size(); ++i) guard_intact &= first[i] == 0xFF;
         BOOST_TEST(guard_intact, "nothing is written past row S");
 
-        std::vector<double> ref = reference::gemm_nk(a.values, b.values, offsets, S, N, K, true);
+        std::vector<double> ref = reference::gemm_nk(a.values, b.values, offsets, S, N, K, tc.b_transposed);
         for (std::size_t i = 0; i < ref.size(); ++i) ref[i] += prefill[i];
         BOOST_TEST(all_finite(out), "every element of C is written (NaN-poisoned before)");
         const double err = relative_error(out, ref);
@@ -264,4 +265,19 @@ BOOST_AUTO_TEST_CASE(ring_wraps_across_tiles) {
     for (int stages : {2, 3, 6})
         run({.name = "k1024_s" + std::to_string(stages), .counts = counts, .n = 512, .k = 1024,
              .stages = stages});
+}
+
+// B [E,K,N] (the input gradients' layout): MN-major B tiles, transpose-B wgmma.
+BOOST_AUTO_TEST_CASE(input_gradient_layout) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("bn");
+    const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
+    for (int bn : {64, 128, 256})
+        run({.name = "bn_random", .counts = counts, .n = 264, .k = 520, .block_n = bn, .b_transposed = false});
+    run({.name = "bn_seed", .counts = all_to_expert(256, 8, 0), .b_transposed = false});
+    run({.name = "bn_h2880", .counts = random_counts(80, 4, 4, rng), .n = 2880, .k = 1408, .b_transposed = false});
+    run({.name = "bn_acc_c32", .counts = counts, .n = 136, .k = 72, .accumulate = true, .b_transposed = false,
+         .c_dtype = MOEJIT_DTYPE_FP32});
+    run({.name = "bn_fp16", .counts = counts, .n = 384, .k = 640, .b_transposed = false,
+         .dtype = MOEJIT_DTYPE_FP16, .c_dtype = MOEJIT_DTYPE_FP16});
 }

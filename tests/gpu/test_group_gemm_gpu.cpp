@@ -189,13 +189,18 @@ GemmTileConfig tile(int bm, int bn, int bk, int stages, int wm, int wn, int min_
     return t;
 }
 
-// Every config shape the heuristic or a tuner may pick.
+// Every config shape the heuristic or a tuner may pick: the mma.sync engine everywhere, and on
+// sm_90a the wgmma engine's widths and ring depths (the mma.sync kernels stay covered there).
 std::vector<GemmTileConfig> tile_zoo() {
-    return {tile(128, 128, 32, 4, 2, 4, 2), tile(128, 128, 64, 3, 2, 4, 2),
-            tile(64, 128, 32, 4, 2, 4, 2),  tile(128, 256, 32, 3, 2, 4, 1),
-            tile(256, 128, 32, 3, 4, 2, 1), tile(128, 64, 32, 4, 4, 2, 2),
-            tile(64, 64, 32, 4, 2, 2, 3),   tile(32, 128, 64, 4, 1, 4, 2),
-            tile(128, 128, 32, 2, 2, 2, 1)};
+    std::vector<GemmTileConfig> zoo = {
+        tile(128, 128, 32, 4, 2, 4, 2), tile(128, 128, 64, 3, 2, 4, 2), tile(64, 128, 32, 4, 2, 4, 2),
+        tile(128, 256, 32, 3, 2, 4, 1), tile(256, 128, 32, 3, 4, 2, 1), tile(128, 64, 32, 4, 4, 2, 2),
+        tile(64, 64, 32, 4, 2, 2, 3),   tile(32, 128, 64, 4, 1, 4, 2),  tile(128, 128, 32, 2, 2, 2, 1)};
+    if (ctx().arch() == "sm_90a")
+        for (const char *w : {"wgmma_128x64x64_s6", "wgmma_128x128x64_s4_g4", "wgmma_128x256x64_s2",
+                              "wgmma_128x256x64_s4_g16"})
+            zoo.push_back(parse_tile_config(w, "tile_zoo"));
+    return zoo;
 }
 
 // ---------------------------------------------------------------- same_mn
