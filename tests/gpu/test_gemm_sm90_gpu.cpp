@@ -264,7 +264,7 @@ BOOST_AUTO_TEST_CASE(ring_wraps_across_tiles) {
     // Many k-slices per tile, shallow and deep rings.
     for (int stages : {2, 3, 6})
         run({.name = "k1024_s" + std::to_string(stages), .counts = counts, .n = 512, .k = 1024,
-             .stages = stages});
+             .block_n = 128, .stages = stages});
 }
 
 // B [E,K,N] (the input gradients' layout): MN-major B tiles, transpose-B wgmma.
