@@ -90,6 +90,27 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDesc *desc, u
         : "memory");
 }
 
+// Shared memory box -> global (clipped at the tensor's bounds), tracked by the bulk group.
+__device__ __forceinline__ void tma_store_2d(const TmaDesc *desc, unsigned src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(desc)),
+                 "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_store_3d(const TmaDesc *desc, unsigned src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(desc)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// The committed stores have finished reading shared memory (the buffer may be rewritten).
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// The committed stores are complete (before the CTA exits).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -118,6 +139,10 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // Barrier 1 over the two consumer warpgroups (barrier 0 is __syncthreads).
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+// Barrier 2 + c over consumer warpgroup c's 128 threads.
+__device__ __forceinline__ void warpgroup_sync(int consumer) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
 }
 
 // wgmma shared-memory matrix descriptors of tiles written by TMA with 128-byte swizzle (rows of
@@ -205,6 +230,16 @@ __device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) {
 __device__ __forceinline__ void store2(__half *p, float a, float b) {
     *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
 }
+// Two values rounded to 16 bits and packed (the pointer only picks the type).
+__device__ __forceinline__ unsigned pack2(__nv_bfloat16 *, float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<unsigned *>(&v);
+}
+__device__ __forceinline__ unsigned pack2(__half *, float a, float b) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<unsigned *>(&v);
+}
+__device__ __forceinline__ unsigned pack2(float *, float, float) { return 0; }  // never staged
 __device__ __forceinline__ float2 load2(const float *p) {
     return *reinterpret_cast<const float2 *>(p);
 }
@@ -220,10 +255,14 @@ __device__ __forceinline__ float2 load2(const __half *p) {
 
 // BM = 128 (two consumer warpgroups of 64 rows), BK = 64 (one 128-byte swizzle row of 16-bit
 // elements), BN in {64, 128, 256}. Host mirror: gemm_smem_bytes in src/dispatch/tile_config.cpp.
-template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_> struct Config {
+// EPI_TMA: the epilogue stages each consumer's 64 x BN tile in shared memory (16-bit C) and
+// TMA stores it asynchronously, so the next tile's wgmmas overlap the store.
+template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false> struct Config {
     using T = T_;
     using CT = CT_;
     static constexpr int BM = 128, BK = 64, BN = BN_, STAGES = STAGES_, GROUP_M = GROUP_M_;
+    static constexpr bool EPI_TMA = EPI_TMA_;
+    static constexpr int C_STAGE_BYTES = EPI_TMA ? BM * BN * 2 : 0;  // both consumers' tiles
     static constexpr int CONSUMERS = 2;
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     static constexpr int A_BYTES = BM * BK * 2;
@@ -237,12 +276,14 @@ template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_> struct Config
     static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
     static_assert(STAGES >= 2, "at least double buffering");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
+    static_assert(!EPI_TMA || sizeof(CT) == 2, "the TMA-store epilogue stages 16-bit C");
 };
 
-// Shared memory: 1 KiB alignment slack, STAGES x (A, B), a full and an empty mbarrier per
-// stage, 16 ints of scan scratch, then (same_nk) cum[E+1].
+// Shared memory: 1 KiB alignment slack, STAGES x (A, B), (EPI_TMA) the C staging tiles, a
+// full and an empty mbarrier per stage, 16 ints of scan scratch, then (same_nk) cum[E+1].
 template <class Cfg> struct Smem {
     unsigned base;   // shared address of stage 0 (1024-byte aligned)
+    unsigned cstage; // C staging: consumer c's 64 x BN tile at cstage + c * BN * 128
     unsigned full0;  // full[s] = full0 + 8 s: TMA completed the stage's bytes
     unsigned empty0; // empty[s]: every consumer thread released the stage
     int *scratch;    // 16 ints
@@ -256,9 +297,11 @@ template <class Cfg> __device__ __forceinline__ Smem<Cfg> carve_smem(unsigned ch
     const unsigned raw = smem_u32(smem_raw);
     m.base = (raw + 1023u) & ~1023u;
     unsigned char *const gbase = smem_raw + (m.base - raw);
-    m.full0 = m.base + Cfg::STAGES * Cfg::STAGE_BYTES;
+    m.cstage = m.base + Cfg::STAGES * Cfg::STAGE_BYTES;
+    m.full0 = m.cstage + Cfg::C_STAGE_BYTES;
     m.empty0 = m.full0 + 8 * Cfg::STAGES;
-    m.scratch = reinterpret_cast<int *>(gbase + Cfg::STAGES * Cfg::STAGE_BYTES + 16 * Cfg::STAGES);
+    m.scratch = reinterpret_cast<int *>(gbase + Cfg::STAGES * Cfg::STAGE_BYTES + Cfg::C_STAGE_BYTES +
+                                        16 * Cfg::STAGES);
     return m;
 }
 
@@ -357,6 +400,38 @@ __device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], typenam
     }
 }
 
+// The TMA-store epilogue of consumer `consumer`'s 64 x BN rows: registers -> its 128-byte
+// swizzled staging tile (64-column chunks, as the C map's 64 x 64 box expects), then one thread
+// stores the chunks with `store_chunk(j, src)` and commits; the previous tile's stores must
+// have finished reading the buffer first. Conflict-free: the swizzle spreads a warp's 8 rows
+// over all banks.
+template <class Cfg, class StoreChunk>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], const Smem<Cfg> &m, int consumer,
+                                               int warp_in_group, int lane, StoreChunk store_chunk) {
+    using CT = typename Cfg::CT;
+    const bool leader = warp_in_group == 0 && lane == 0;
+    const unsigned tile = m.cstage + consumer * Cfg::BN * 128;
+    if (leader) bulk_wait_read();
+    warpgroup_sync(consumer);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = warp_in_group * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+        for (int j = 0; j < Cfg::BN / 8; ++j) {
+            const unsigned addr = tile + (j / 8) * (64 * 128) + r * 128 + (((j % 8) ^ (r % 8)) << 4) + (lane & 3) * 4;
+            const unsigned bits = pack2(static_cast<CT *>(nullptr), acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
+        }
+    }
+    fence_proxy_async_smem();
+    warpgroup_sync(consumer);
+    if (leader) {
+#pragma unroll
+        for (int j = 0; j < Cfg::BN / 64; ++j) store_chunk(j, tile + j * (64 * 128));
+        bulk_commit();
+    }
+}
+
 struct NoPrepare {
     __device__ __forceinline__ void operator()(unsigned) const {}
 };
@@ -365,6 +440,7 @@ struct NoPrepare {
 
 // C[rows of e] (+)= A[rows of e] · B_e(ᵀ), A [S,K], C [S,N].
 // tma_a: 2D map over A, dims {K, S}, box {BK, BM} (rows >= S zero-filled).
+// tma_c (EPI_TMA): 2D map over C, dims {N, S}, box {64, 64}.
 // tma_b: B_TRANSPOSED: B [E,N,K], 3D dims {K, N, E}, box {BK, BN, 1} (K-major);
 //        else B [E,K,N], 3D dims {N, K, E}, box {64, BK, 1}, BN/64 boxes per stage (MN-major).
 // m_tile_bound: the host's bound ceil(rows/BM) + min(E, rows) on the M-tile count.
@@ -372,7 +448,7 @@ struct NoPrepare {
 // past S) but never stored; columns past N and k past K are TMA zero-fill.
 template <class Cfg, int N, int K, bool B_TRANSPOSED, bool ACCUMULATE>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
-                                                   typename Cfg::CT *__restrict__ c,
+                                                   const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
                                                    const int *__restrict__ offsets, int rows,
                                                    int num_experts, int m_tile_bound) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
@@ -460,9 +536,20 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
                 consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc, NoPrepare{});
             consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
+            const int rows_valid = rr.end - row0;
+            if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
+                // A box may not reach into the next expert's rows: TMA only for full halves.
+                if (rows_valid >= (cw + 1) * 64) {
+                    store_tile_tma<Cfg>(acc, m, cw, warp & 3, lane, [&](int j, unsigned src) {
+                        tma_store_2d(&tma_c, src, n0 + 64 * j, row0 + cw * 64);
+                    });
+                    continue;
+                }
+            }
             store_tile<Cfg, ACCUMULATE>(acc, c + static_cast<long long>(row0) * N + n0, N, r_base,
-                                        rr.end - row0, N - n0, lane);
+                                        rows_valid, N - n0, lane);
         }
+        if (Cfg::EPI_TMA && (warp & 3) == 0 && lane == 0) bulk_wait_all();
     }
 }
 
@@ -472,12 +559,13 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 // over the expert's rows in k-slices of 64 (both operands MN-major in shared memory).
 // tma_a: 2D dims {M, S}, box {64, BK}, two boxes per stage (BM = 128);
 // tma_b: 2D dims {N, S}, box {64, BK}, BN/64 boxes per stage.
+// tma_c (EPI_TMA): 3D dims {N, M, E}, box {64, 64, 1}.
 // An expert's last k-slice reaches into the next expert's rows: the consumers zero those rows
 // of the stage before the wgmmas. An expert with no rows writes C[e] = 0 (left untouched when
 // accumulating).
 template <class Cfg, int M, int N, bool ACCUMULATE>
 __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
-                                                   typename Cfg::CT *__restrict__ c,
+                                                   const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
                                                    const int *__restrict__ offsets, int rows,
                                                    int num_experts) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
@@ -554,9 +642,16 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
                 consume_kslice<Cfg, true, true>(m, pos, cw, kb == 0, prev, acc, zero_foreign_rows);
             }
             if (k_tiles > 0) consume_finish(m, prev, acc);
-            store_tile<Cfg, ACCUMULATE>(acc, c + (static_cast<long long>(tc.expert) * M + m0) * N + n0, N,
-                                        r_base, M - m0, N - n0, lane);
+            if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
+                store_tile_tma<Cfg>(acc, m, cw, warp & 3, lane, [&](int j, unsigned src) {
+                    tma_store_3d(&tma_c, src, n0 + 64 * j, m0 + cw * 64, tc.expert);
+                });
+            } else {
+                store_tile<Cfg, ACCUMULATE>(acc, c + (static_cast<long long>(tc.expert) * M + m0) * N + n0, N,
+                                            r_base, M - m0, N - n0, lane);
+            }
         }
+        if (Cfg::EPI_TMA && (warp & 3) == 0 && lane == 0) bulk_wait_all();
     }
 }
 

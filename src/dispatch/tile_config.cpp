@@ -12,8 +12,8 @@ namespace moejit {
 
 std::string to_string(const GemmTileConfig &c) {
     if (c.engine == GemmEngine::wgmma)
-        return fmt::format("wgmma_{}x{}x{}_s{}_g{}", c.block_m, c.block_n, c.block_k, c.stages,
-                           c.group_m);
+        return fmt::format("wgmma_{}x{}x{}_s{}_g{}{}", c.block_m, c.block_n, c.block_k, c.stages,
+                           c.group_m, c.tma_store ? "_e1" : "");
     return fmt::format("{}x{}x{}_s{}_w{}x{}_g{}_o{}", c.block_m, c.block_n, c.block_k, c.stages,
                        c.warps_m, c.warps_n, c.group_m, c.min_blocks_per_sm);
 }
@@ -41,7 +41,7 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
     auto bad = [&]() -> GemmTileConfig {
         fail(MOEJIT_ERROR_INVALID_ARGUMENT,
              "{}: cannot parse tile config '{}' (expected [wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN]"
-             "[_gGROUP][_oMINBLOCKS], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s4)",
+             "[_gGROUP][_oMINBLOCKS][_e0|_e1], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
              what, original);
     };
     GemmTileConfig c;
@@ -63,6 +63,12 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
         case 'w': ok = parse_int(text, c.warps_m) && consume(text, 'x') && parse_int(text, c.warps_n); break;
         case 'g': ok = parse_int(text, c.group_m); break;
         case 'o': ok = parse_int(text, c.min_blocks_per_sm); break;
+        case 'e': {
+            int epilogue = 0;
+            ok = parse_int(text, epilogue) && (epilogue == 0 || epilogue == 1);
+            c.tma_store = epilogue == 1;
+            break;
+        }
         default: break;
         }
         if (!ok) return bad();
@@ -87,8 +93,10 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t
     const std::size_t stages = static_cast<std::size_t>(std::max(c.stages, 0));
     const std::size_t stage = static_cast<std::size_t>(c.block_m + c.block_n) * c.block_k * 2;
     std::size_t bytes = stage * stages;
-    if (c.engine == GemmEngine::wgmma)  // host mirror of group_gemm_sm90.cuh's layout
+    if (c.engine == GemmEngine::wgmma) {  // host mirror of group_gemm_sm90.cuh's layout
         bytes += 1024 + stages * 16 + 16 * sizeof(int);
+        if (c.tma_store) bytes += static_cast<std::size_t>(c.block_m) * c.block_n * 2;
+    }
     if (kind == GemmKind::same_nk)
         bytes += (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * sizeof(int);
     return (bytes + 15) / 16 * 16;
@@ -120,6 +128,8 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
     if (!one_of(c.block_n, {64, 128, 256})) unsupported("block_n must be 64, 128 or 256");
     if (c.stages < 2 || c.stages > 8) unsupported("stages must be in [2, 8]");
     if (c.group_m < 1 || c.group_m > 64) unsupported("group_m must be in [1, 64]");
+    if (c.tma_store && (p.c_dtype == MOEJIT_DTYPE_FP32 || p.accumulate))
+        unsupported("the TMA-store epilogue (_e1) needs a 16-bit C and no accumulation");
     if (p.kind == GemmKind::same_nk && (p.num_experts < 1 || p.num_experts > 65536))
         unsupported("same_nk supports 1 to 65536 experts");
     const std::size_t smem = gemm_smem_bytes(c, p.kind, p.num_experts);
@@ -153,6 +163,7 @@ void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc)
     if (c.group_m < 1 || c.group_m > 64) unsupported("group_m must be in [1, 64]");
     if (c.min_blocks_per_sm < 1 || c.min_blocks_per_sm > 4)
         unsupported("min_blocks_per_sm must be in [1, 4]");
+    if (c.tma_store) unsupported("the TMA-store epilogue (_e1) belongs to the wgmma engine");
     const int threads = c.threads();
     // Every thread issues the same number of 16-byte copies per operand tile.
     if ((c.block_m * c.block_k / 8) % threads != 0 || (c.block_n * c.block_k / 8) % threads != 0)
@@ -186,8 +197,11 @@ namespace {
 
 // wgmma tiles: BLOCK_M 128 (two 64-row consumer warpgroups), BLOCK_K 64 (one 128-byte swizzle
 // row), BLOCK_N 256 (the narrowest of 64/128/256 that covers N when N is smaller, so a narrow
-// output does not compute padding), and the deepest ring (<= 6 stages) that fits next to the
-// scheduler's cum[E+1]. Measured on an H200 (docs/PERF_LOG.md, v0.2 sweep): 128x256 with 4
+// output does not compute padding), the TMA-store epilogue whenever C is 16-bit and not
+// accumulated (the store of one tile overlaps the next tile's wgmmas: short-K GEMMs such as
+// weight gradients of small experts are epilogue-bound otherwise), and the deepest ring
+// (<= 6 stages, >= 3 or the TMA-store epilogue is dropped) that fits next to the scheduler's
+// cum[E+1]. Measured on an H200 (docs/PERF_LOG.md, v0.2 sweep): 128x256 with 4
 // stages is within 4 % of the best of {128x128 s4, 128x256 s3/s4} on every forward GEMM of
 // the reference shapes and 5-10 % ahead of 128x128 on most (more FLOPs per byte of smem read).
 std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
@@ -196,8 +210,16 @@ std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
     w.block_m = 128;
     w.block_k = 64;
     w.block_n = p.n > 0 && p.n <= 64 ? 64 : p.n > 0 && p.n <= 128 ? 128 : 256;
-    for (w.stages = 6; w.stages > 2; --w.stages)
-        if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
+    const auto deepest_ring = [&](int min_stages) {
+        for (w.stages = 6; w.stages > min_stages; --w.stages)
+            if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
+        return gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block;
+    };
+    w.tma_store = p.c_dtype != MOEJIT_DTYPE_FP32 && !p.accumulate;
+    if (!w.tma_store || !deepest_ring(3)) {
+        w.tma_store = false;
+        deepest_ring(2);
+    }
     try {
         validate_tile_config(w, p, cc);
     } catch (const Error &) {

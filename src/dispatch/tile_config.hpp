@@ -30,16 +30,19 @@ struct GemmTileConfig {
     int warps_n = 4;
     int group_m = 8;          // row blocks walked together (L2 reuse), see grouped_order
     int min_blocks_per_sm = 2;  // __launch_bounds__ minimum; caps registers at 64K / (threads * it)
+    bool tma_store = false;     // wgmma only: stage C in shared memory, TMA-store it (16-bit C,
+                                // not accumulating); "_e1" in the name
 
     int threads() const { return engine == GemmEngine::wgmma ? 384 : 32 * warps_m * warps_n; }
     bool operator==(const GemmTileConfig &) const = default;
 };
 
-// "128x128x32_s4_w2x4_g8_o2", or "wgmma_128x256x64_s4_g8": readable and file-name safe; used
-// in kernel names.
+// "128x128x32_s4_w2x4_g8_o2", or "wgmma_128x256x64_s3_g8_e1": readable and file-name safe;
+// used in kernel names.
 std::string to_string(const GemmTileConfig &config);
-// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS]" (omitted fields keep
-// defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w and _o); throws
+// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS][_e0|_e1]" (omitted fields
+// keep defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w and _o; _e1 is
+// its TMA-store epilogue); throws
 // MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on malformed text.
 GemmTileConfig parse_tile_config(std::string_view text, const char *what);
 
@@ -57,6 +60,7 @@ struct GemmProblem {
     std::int64_t n = 0;
     std::int64_t k = 0;  // same_nk only
     bool b_transposed = true;  // same_nk only
+    bool accumulate = false;   // C += A·B
     std::int64_t rows_hint = 0;  // typical S; 0: unknown (assume large)
     std::int32_t num_experts = 1;
 };

@@ -52,6 +52,7 @@ GemmProblem nk_problem(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t
     p.n = s.n;
     p.k = s.k;
     p.b_transposed = s.b_transposed;
+    p.accumulate = s.accumulate;
     p.rows_hint = rows_hint;
     p.num_experts = experts;
     return p;
@@ -64,6 +65,7 @@ GemmProblem mn_problem(const GemmMnSpec &s, std::int64_t rows_hint, std::int32_t
     p.c_dtype = s.c_dtype;
     p.m = s.m;
     p.n = s.n;
+    p.accumulate = s.accumulate;
     p.rows_hint = rows_hint;
     p.num_experts = experts;
     return p;

@@ -68,18 +68,20 @@ KernelSource render(const char *kind, std::string name, const GemmTileConfig &t,
         "#include \"group_gemm_sm90.cuh\"\n"
         "\n"
         "namespace {{\n"
-        "using Cfg = moejit::sm90::Config<{T}, {CT}, {bn}, {stages}, {group}>;\n"
+        "using Cfg = moejit::sm90::Config<{T}, {CT}, {bn}, {stages}, {group}, {epi_tma}>;\n"
         "}}  // namespace\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__({threads}, 1)\n"
         "{entry}(const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
-        "        const __grid_constant__ moejit::sm90::TmaDesc tma_b, {CT} *c,\n"
+        "        const __grid_constant__ moejit::sm90::TmaDesc tma_b,\n"
+        "        const __grid_constant__ moejit::sm90::TmaDesc tma_c, {CT} *c,\n"
         "        const int *offsets, int rows, {params}) {{\n"
         "    {call}\n"
         "}}\n",
         fmt::arg("kind", kind), fmt::arg("name", ks.name), fmt::arg("T", dtype_cuda_type(dtype)),
         fmt::arg("CT", dtype_cuda_type(c_dtype)), fmt::arg("bn", t.block_n), fmt::arg("stages", t.stages),
-        fmt::arg("group", t.group_m), fmt::arg("threads", t.threads()), fmt::arg("entry", ks.entry),
+        fmt::arg("group", t.group_m), fmt::arg("epi_tma", t.tma_store ? "true" : "false"),
+        fmt::arg("threads", t.threads()), fmt::arg("entry", ks.entry),
         fmt::arg("params", params), fmt::arg("call", call));
     return ks;
 }
@@ -105,8 +107,8 @@ KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
                               s.n, s.k, s.b_transposed ? "bt" : "bn", s.accumulate ? "_acc" : "",
                               to_string(s.tile)),
                   s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
-                  fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}>(tma_a, tma_b, c, offsets, "
-                              "rows,\n        num_experts, m_tile_bound);",
+                  fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}>(tma_a, tma_b, tma_c, c, "
+                              "offsets,\n        rows, num_experts, m_tile_bound);",
                               s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate)));
 }
 
@@ -117,14 +119,23 @@ KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
                   fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m,
                               s.n, s.accumulate ? "_acc" : "", to_string(s.tile)),
                   s.tile, s.dtype, s.c_dtype, "int num_experts",
-                  fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, c, offsets, rows,\n"
-                              "        num_experts);",
+                  fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
+                              "        rows, num_experts);",
                               s.m, s.n, bool_text(s.accumulate)));
 }
 
-void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
+namespace {
+
+bool aligned16(const void *p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const GemmOperands &ops,
                                std::int64_t tiles, std::int64_t m_tile_bound) {
-    require_wgmma(ctx, spec.tile, "launch_group_gemm_nk_sm90");
+    require_wgmma(ctx, requested.tile, "launch_group_gemm_nk_sm90");
+    // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
+    GemmNkSpec spec = requested;
+    spec.tile.tma_store = spec.tile.tma_store && aligned16(ops.c);
     Kernel &kernel = ctx.kernel(render_group_gemm_nk_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     // A [S, K]: rows past S are zero-filled, so the last tile never reads out of bounds.
@@ -137,17 +148,22 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &spec, const GemmO
             ? encode_map(spec.dtype, ops.b, {spec.k, spec.n, ops.num_experts},
                          {bk, static_cast<cuuint32_t>(spec.tile.block_n), 1})
             : encode_map(spec.dtype, ops.b, {spec.n, spec.k, ops.num_experts}, {kChunk, bk, 1});
+    // C [S, N] in 64 x 64 boxes (unused by the register epilogue: A's map stands in).
+    const CUtensorMap tma_c =
+        spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, ops.rows}, {kChunk, kChunk}) : tma_a;
     const LaunchShape shape = persistent_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
     const int bound = static_cast<int>(m_tile_bound);
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, c, offsets, rows, experts, bound);
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, bound);
 }
 
-void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
+void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,
                                std::int64_t tiles) {
-    require_wgmma(ctx, spec.tile, "launch_group_gemm_mn_sm90");
+    require_wgmma(ctx, requested.tile, "launch_group_gemm_mn_sm90");
+    GemmMnSpec spec = requested;
+    spec.tile.tma_store = spec.tile.tma_store && aligned16(ops.c);
     Kernel &kernel = ctx.kernel(render_group_gemm_mn_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     // A [S, M] and B [S, N], MN-major boxes of 64 columns x BK rows (rows past S read as 0).
@@ -159,11 +175,15 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &spec, const GemmO
     const std::int64_t map_rows = empty ? 1 : ops.rows;
     const CUtensorMap tma_a = encode_map(spec.dtype, a, {spec.m, map_rows}, {kChunk, bk});
     const CUtensorMap tma_b = encode_map(spec.dtype, b, {spec.n, map_rows}, {kChunk, bk});
+    // C [E, M, N] in 64 x 64 boxes, clipped at M and N inside each expert.
+    const CUtensorMap tma_c = spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, spec.m, ops.num_experts},
+                                                               {kChunk, kChunk, 1})
+                                                  : tma_a;
     const LaunchShape shape = persistent_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, c, offsets, rows, experts);
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts);
 }
 
 }  // namespace moejit

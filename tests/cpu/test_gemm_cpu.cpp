@@ -199,7 +199,7 @@ BOOST_AUTO_TEST_CASE(environment_overrides_the_heuristic) {
     GemmNkSpec plain = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 512, true, false, 4096, 8, 90);
     BOOST_TEST((plain.tile == heuristic_tile_config(GemmProblem{GemmKind::same_nk, MOEJIT_DTYPE_BF16,
                                                                 MOEJIT_DTYPE_BF16, 0, 512, 512, true,
-                                                                4096, 8},
+                                                                false, 4096, 8},
                                                     90)));
 }
 

@@ -198,7 +198,8 @@ std::vector<GemmTileConfig> tile_zoo() {
         tile(64, 64, 32, 4, 2, 2, 3),   tile(32, 128, 64, 4, 1, 4, 2),  tile(128, 128, 32, 2, 2, 2, 1)};
     if (ctx().arch() == "sm_90a")
         for (const char *w : {"wgmma_128x64x64_s6", "wgmma_128x128x64_s4_g4", "wgmma_128x256x64_s2",
-                              "wgmma_128x256x64_s4_g16"})
+                              "wgmma_128x256x64_s4_g16", "wgmma_128x128x64_s4_g4_e1", "wgmma_128x256x64_s3_e1",
+                              "wgmma_128x64x64_s5_e1"})
             zoo.push_back(parse_tile_config(w, "tile_zoo"));
     return zoo;
 }
@@ -483,6 +484,12 @@ BOOST_AUTO_TEST_CASE(mn_fp16) {
 BOOST_AUTO_TEST_CASE(mn_every_tile_config) {
     std::mt19937_64 rng = case_rng("mn_zoo");
     std::vector<int> counts = random_counts(150, 2, 4, rng, {0, 1, 3});
+    // The TMA-store epilogue (_e1) stages 16-bit C only.
     for (const GemmTileConfig &t : tile_zoo())
-        run_mn({.name = "zoo", .counts = counts, .m = 392, .n = 328, .tile = t});
+        run_mn({.name = "zoo", .counts = counts, .m = 392, .n = 328,
+                .c_dtype = t.tma_store ? MOEJIT_DTYPE_BF16 : MOEJIT_DTYPE_FP32, .tile = t});
+    // The heuristic with a 16-bit C (on sm_90a: the TMA-store epilogue), M and N ragged.
+    run_mn({.name = "heuristic_bf16_c", .counts = counts, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16});
+    run_mn({.name = "heuristic_bf16_c_wide", .counts = random_counts(700, 2, 6, rng, {0, 2, 3, 5}), .m = 2880,
+            .n = 1408, .c_dtype = MOEJIT_DTYPE_BF16});
 }
