@@ -22,3 +22,7 @@ if [ -n "${LAYER_BENCH:-}" ]; then
     --json "$out/layer.json" >"$out/layer.log" 2>&1; echo "layer bench rc=$?"
   grep -v "^\s*$" "$out/layer.log" | tail -${LAYER_LINES:-40}
 fi
+if [ -n "${PYTEST:-}" ]; then
+  MOEJIT_LIBRARY=$b/capi/libmoejit.so PYTHONPATH=capi/python timeout 200 python3 -m pytest -q -x capi/python/tests >"$out/pytest.log" 2>&1
+  echo "pytest rc=$?"; tail -3 "$out/pytest.log"
+fi
