@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Counts SASS instruction kinds in moejit's cached cubins (cuobjdump -sass), per kernel family.
+
+  python3 scripts/gpu_sass.py CACHE_DIR   (e.g. $MOEJIT_CACHE_DIR after a GPU run)
+Each cache entry is a header + a cubin; the cubin starts at the ELF magic.
+"""
+import collections
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+root = pathlib.Path(sys.argv[1])
+kinds = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDSM", "SYNCS", "LDL", "STL")
+totals = collections.Counter()
+for entry in sorted(root.rglob("*")):
+    if not entry.is_file():
+        continue
+    data = entry.read_bytes()
+    at = data.find(b"\x7fELF")
+    if at < 0:
+        continue
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(data[at:])
+        f.flush()
+        sass = subprocess.run(["/usr/local/cuda/bin/cuobjdump", "-sass", f.name], capture_output=True, text=True).stdout
+    family = "sm90" if "_sm90" in sass else "other"
+    if "group_gemm" not in sass:
+        continue
+    counts = {k: sum(line.split()[1:2] == [k] or f" {k}." in line or f" {k} " in line for line in sass.splitlines())
+              for k in kinds}
+    totals[family + " kernels"] += 1
+    for k, v in counts.items():
+        totals[f"{family} {k}"] += v
+for key in sorted(totals):
+    print(f"{key:24s} {totals[key]}")
