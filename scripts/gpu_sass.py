@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts SASS instruction kinds in moejit's cached cubins (cuobjdump -sass), per kernel family.
 
-  python3 scripts/gpu_sass.py CACHE_DIR   (e.g. $MOEJIT_CACHE_DIR after a GPU run)
+  python3 scripts/gpu_sass.py CACHE_DIR [LIMIT]   (e.g. $MOEJIT_CACHE_DIR after a GPU run)
 Each cache entry is a header + a cubin; the cubin starts at the ELF magic.
 """
 import collections
@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 root = pathlib.Path(sys.argv[1])
+LIMIT = int(sys.argv[2]) if len(sys.argv) > 2 else 4  # kernels per family
 kinds = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDSM", "SYNCS", "LDL", "STL")
 totals = collections.Counter()
 for entry in sorted(root.rglob("*")):
@@ -18,15 +19,15 @@ for entry in sorted(root.rglob("*")):
         continue
     data = entry.read_bytes()
     at = data.find(b"\x7fELF")
-    if at < 0:
+    if at < 0 or b"group_gemm" not in data:
+        continue
+    family = "sm90" if b"_sm90" in data else "mma_sync"
+    if totals[family + " kernels"] >= LIMIT:
         continue
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(data[at:])
         f.flush()
         sass = subprocess.run(["/usr/local/cuda/bin/cuobjdump", "-sass", f.name], capture_output=True, text=True).stdout
-    family = "sm90" if "_sm90" in sass else "other"
-    if "group_gemm" not in sass:
-        continue
     counts = {k: sum(line.split()[1:2] == [k] or f" {k}." in line or f" {k} " in line for line in sass.splitlines())
               for k in kinds}
     totals[family + " kernels"] += 1
