@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/out}; mkdir -p "$out"
 b=/tmp/moejit-build; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
 meson setup $b >/dev/null 2>&1; ninja -C $b >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head; exit 1; }
-for t in moe_layer group_gemm routing swiglu jit; do
+for t in moe_layer group_gemm gemm_sm90 routing swiglu jit; do
   $b/tests/test_gpu_$t --report_level=short >"$out/gpu_$t.log" 2>&1; echo "gpu $t rc=$?"
   grep -E "\*\*\*|failure|cache:" "$out/gpu_$t.log" | head -5
 done
