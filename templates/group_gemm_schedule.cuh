@@ -100,5 +100,44 @@ MOEJIT_HD TileCoord mn_tile(int m_tiles, int n_tiles, int group, int t) {
     return c;
 }
 
+// same_mn with long reductions split (weight gradients of an expert owning many rows):
+// expert e's rows are cut into segments of at most `split_rows` when it has more than that
+// (split_rows = 0: never), each segment one work item of m_tiles x n_tiles tiles; every other
+// expert (empty ones included) is one item. cum_items is the exclusive prefix sum of
+// mn_items over experts (E+1 entries); t < cum_items[E] * m_tiles * n_tiles.
+MOEJIT_HD bool mn_is_split(int count, int split_rows) { return split_rows > 0 && count > split_rows; }
+MOEJIT_HD int mn_items(int count, int split_rows) {
+    return mn_is_split(count, split_rows) ? ceil_div(count, split_rows) : 1;
+}
+MOEJIT_HD int mn_slots(int count, int split_rows) {
+    return mn_is_split(count, split_rows) ? ceil_div(count, split_rows) : 0;
+}
+struct MnItemTile {
+    int expert;
+    int segment;  // index of the row segment inside the expert (0 when not split)
+    int m_block;
+    int n_block;
+};
+MOEJIT_HD MnItemTile mn_item_tile(const int *cum_items, int num_experts, int m_tiles, int n_tiles,
+                                  int group, int t) {
+    int per_item = m_tiles * n_tiles;
+    int item = t / per_item;
+    int lo = 0, hi = num_experts - 1;  // the last e with cum_items[e] <= item
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (cum_items[mid] <= item)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    TileMN mn = grouped_order(t - item * per_item, m_tiles, n_tiles, group);
+    MnItemTile r;
+    r.expert = lo;
+    r.segment = item - cum_items[lo];
+    r.m_block = mn.m;
+    r.n_block = mn.n;
+    return r;
+}
+
 }  // namespace sched
 }  // namespace moejit

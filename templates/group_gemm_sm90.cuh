@@ -375,11 +375,9 @@ __device__ __forceinline__ void consume_finish(const Smem<Cfg> &m, int prev_stag
 
 // Registers -> C (row-major, leading dimension ld), rows clipped to rows_valid, columns to
 // cols_valid; ACCUMULATE adds the old C. r_base: this thread's first row in the tile.
-template <class Cfg, bool ACCUMULATE>
-__device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], typename Cfg::CT *c_tile,
-                                           long long ld, int r_base, int rows_valid, int cols_valid,
-                                           int lane) {
-    using CT = typename Cfg::CT;
+template <class Cfg, bool ACCUMULATE, class CT>
+__device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], CT *c_tile, long long ld, int r_base,
+                                           int rows_valid, int cols_valid, int lane) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = r_base + 8 * h;
@@ -432,6 +430,38 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
     }
 }
 
+// Exclusive prefix sum over experts of value(e) into cum[0..E] (cum[0] = 0) by the whole CTA;
+// returns the total. warp_sums: 16 ints of scratch. Ends with the cum published (__syncthreads).
+template <int THREADS, class Value>
+__device__ __forceinline__ int scan_experts(int num_experts, int *warp_sums, int *cum, Value value) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int carry = 0;
+    for (int first = 0; first < num_experts; first += THREADS) {
+        const int e = first + tid;
+        int v = e < num_experts ? value(e) : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, d);
+            if (lane >= d) v += u;
+        }
+        if (lane == 31) warp_sums[warp] = v;
+        __syncthreads();
+        int before = 0, total = 0;
+#pragma unroll
+        for (int w = 0; w < THREADS / 32; ++w) {
+            const int s = warp_sums[w];
+            before += w < warp ? s : 0;
+            total += s;
+        }
+        if (e < num_experts) cum[e + 1] = carry + before + v;
+        carry += total;
+        __syncthreads();
+    }
+    if (tid == 0) cum[0] = 0;
+    __syncthreads();
+    return carry;
+}
+
 struct NoPrepare {
     __device__ __forceinline__ void operator()(unsigned) const {}
 };
@@ -465,30 +495,9 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 
     // Exclusive scan of ceil(count_e / BM) over experts (as the mma.sync kernel does); its
     // __syncthreads also publish the barrier initialization.
-    int carry = 0;
-    for (int first = 0; first < num_experts; first += THREADS) {
-        const int e = first + tid;
-        int v = e < num_experts ? sched::expert_m_tiles(offsets, e, rows, BM) : 0;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int u = __shfl_up_sync(0xffffffffu, v, d);
-            if (lane >= d) v += u;
-        }
-        if (lane == 31) warp_sums[warp] = v;
-        __syncthreads();
-        int before = 0, total = 0;
-#pragma unroll
-        for (int w = 0; w < THREADS / 32; ++w) {
-            const int s = warp_sums[w];
-            before += w < warp ? s : 0;
-            total += s;
-        }
-        if (e < num_experts) cum[e + 1] = carry + before + v;
-        carry += total;
-        __syncthreads();
-    }
-    if (tid == 0) cum[0] = 0;
-    __syncthreads();
+    const int carry = scan_experts<THREADS>(num_experts, warp_sums, cum, [&](int e) {
+        return sched::expert_m_tiles(offsets, e, rows, BM);
+    });
 
     const int m_tiles = sched::min_int(carry, m_tile_bound);
     const int total_tiles = m_tiles * N_TILES;
@@ -560,27 +569,59 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 // tma_a: 2D dims {M, S}, box {64, BK}, two boxes per stage (BM = 128);
 // tma_b: 2D dims {N, S}, box {64, BK}, BN/64 boxes per stage.
 // tma_c (EPI_TMA): 3D dims {N, M, E}, box {64, 64, 1}.
-// An expert's last k-slice reaches into the next expert's rows: the consumers zero those rows
-// of the stage before the wgmmas. An expert with no rows writes C[e] = 0 (left untouched when
-// accumulating).
+// A k-slice's rows past the segment's end (the next segment's or expert's) are zeroed in
+// shared memory by the consumers before the wgmmas. An expert with no rows writes C[e] = 0
+// (left untouched when accumulating).
+// Split (split_rows > 0, sched::mn_item_tile): an expert with more than split_rows rows is
+// reduced in segments whose fp32 partial tiles go to partials[cum_slots[e] + segment] (M x N
+// each, plain stores); split_reduce_sm90 then sums them into C[e] in segment order. CTA 0
+// publishes cum_slots[E+1] at partials_index for it.
 template <class Cfg, int M, int N, bool ACCUMULATE>
 __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
                                                    const int *__restrict__ offsets, int rows,
-                                                   int num_experts) {
-    constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+                                                   int num_experts, int split_rows,
+                                                   int *__restrict__ partials_index,
+                                                   float *__restrict__ partials) {
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
     constexpr int M_TILES = (M + BM - 1) / BM;
     constexpr int N_TILES = (N + BN - 1) / BN;
     static_assert(M % 8 == 0 && N % 8 == 0, "M and N must be multiples of 8");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
+    int *const warp_sums = m.scratch;
+    int *const cum_items = m.scratch + 16;
+    int *const cum_slots = cum_items + num_experts + 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (tid == 0) init_ring(m, tma_a, tma_b);
-    __syncthreads();
+    auto count_of = [&](int e) {
+        const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
+        return rr.end - rr.begin;
+    };
+    // The scans' __syncthreads also publish the barrier initialization.
+    const int total_items = scan_experts<THREADS>(num_experts, warp_sums, cum_items, [&](int e) {
+        return sched::mn_items(count_of(e), split_rows);
+    });
+    if (split_rows > 0) {
+        scan_experts<THREADS>(num_experts, warp_sums, cum_slots, [&](int e) {
+            return sched::mn_slots(count_of(e), split_rows);
+        });
+        if (blockIdx.x == 0)
+            for (int e = tid; e <= num_experts; e += THREADS) partials_index[e] = cum_slots[e];
+    }
 
-    const int total_tiles = num_experts * M_TILES * N_TILES;
+    const int total_tiles = total_items * M_TILES * N_TILES;
     const int wg = warp >> 2;
+    // The rows item `it` reduces over: a segment of a split expert, else all of the expert's.
+    auto item_rows = [&](const sched::MnItemTile &it) {
+        sched::RowRange r = sched::expert_rows(offsets, it.expert, rows);
+        if (sched::mn_is_split(r.end - r.begin, split_rows)) {
+            r.begin += it.segment * split_rows;
+            r.end = sched::min_int(r.end, r.begin + split_rows);
+        }
+        return r;
+    };
 
     if (wg == 0) {
         // ------------------------------------------------ producer
@@ -588,9 +629,9 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
         if (tid != 0) return;
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-            const sched::TileCoord tc = sched::mn_tile(M_TILES, N_TILES, Cfg::GROUP_M, t);
-            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-            const int m0 = tc.m_block * BM, n0 = tc.n_block * BN;
+            const sched::MnItemTile it = sched::mn_item_tile(cum_items, num_experts, M_TILES, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = item_rows(it);
+            const int m0 = it.m_block * BM, n0 = it.n_block * BN;
             const int k_tiles = sched::ceil_div(rr.end - rr.begin, BK);
             for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
                 const unsigned stage = producer_acquire(m, pos);
@@ -612,9 +653,10 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
         const int r_base = cw * 64 + (warp & 3) * 16 + (lane >> 2);
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-            const sched::TileCoord tc = sched::mn_tile(M_TILES, N_TILES, Cfg::GROUP_M, t);
-            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-            const int m0 = tc.m_block * BM, n0 = tc.n_block * BN;
+            const sched::MnItemTile it = sched::mn_item_tile(cum_items, num_experts, M_TILES, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = item_rows(it);
+            const bool partial = sched::mn_is_split(count_of(it.expert), split_rows);
+            const int m0 = it.m_block * BM, n0 = it.n_block * BN;
             const int count = rr.end - rr.begin;
             const int k_tiles = sched::ceil_div(count, BK);
             if (ACCUMULATE && k_tiles == 0) continue;  // C[e] += 0
@@ -623,7 +665,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
             for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
             int prev = 0;
             for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
-                const int valid = count - kb * BK;  // k-rows of this expert in the slice
+                const int valid = count - kb * BK;  // k-rows of this item in the slice
                 auto zero_foreign_rows = [&](unsigned stage) {
                     if (valid >= BK) return;
                     // Rows [valid, 64) of every 64-row chunk (A: 2, B: BN/64) = 16-byte units
@@ -642,17 +684,57 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
                 consume_kslice<Cfg, true, true>(m, pos, cw, kb == 0, prev, acc, zero_foreign_rows);
             }
             if (k_tiles > 0) consume_finish(m, prev, acc);
+            if (partial) {
+                float *const slot = partials + static_cast<long long>(cum_slots[it.expert] + it.segment) * M * N;
+                store_tile<Cfg, false>(acc, slot + static_cast<long long>(m0) * N + n0, N, r_base, M - m0, N - n0,
+                                       lane);
+                continue;
+            }
             if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
                 store_tile_tma<Cfg>(acc, m, cw, warp & 3, lane, [&](int j, unsigned src) {
-                    tma_store_3d(&tma_c, src, n0 + 64 * j, m0 + cw * 64, tc.expert);
+                    tma_store_3d(&tma_c, src, n0 + 64 * j, m0 + cw * 64, it.expert);
                 });
             } else {
-                store_tile<Cfg, ACCUMULATE>(acc, c + (static_cast<long long>(tc.expert) * M + m0) * N + n0, N,
+                store_tile<Cfg, ACCUMULATE>(acc, c + (static_cast<long long>(it.expert) * M + m0) * N + n0, N,
                                             r_base, M - m0, N - n0, lane);
             }
         }
         if (Cfg::EPI_TMA && (warp & 3) == 0 && lane == 0) bulk_wait_all();
     }
+}
+
+// After a split same_mn launch: C[e] (+)= sum over s of partials[index[e] + s] in s order, for
+// every expert with more than split_rows rows (the others were written by the GEMM). Grid:
+// (ceil(M*N / (4 * THREADS)), E); float4 reads, deterministic.
+template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
+__device__ __forceinline__ void split_reduce_sm90(CT *__restrict__ c, const int *__restrict__ offsets, int rows,
+                                                  int split_rows, const int *__restrict__ index,
+                                                  const float *__restrict__ partials) {
+    const int e = blockIdx.y;
+    const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
+    if (!sched::mn_is_split(rr.end - rr.begin, split_rows)) return;
+    const int first = index[e], count = index[e + 1] - index[e];
+    constexpr long long MN = static_cast<long long>(M) * N;
+    const long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) * 4;
+    if (i >= MN) return;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < count; ++s) {
+        const float4 p = *reinterpret_cast<const float4 *>(partials + (first + s) * MN + i);
+        sum.x += p.x;
+        sum.y += p.y;
+        sum.z += p.z;
+        sum.w += p.w;
+    }
+    CT *const out = c + e * MN + i;
+    if constexpr (ACCUMULATE) {
+        const float2 a = load2(out), b = load2(out + 2);
+        sum.x += a.x;
+        sum.y += a.y;
+        sum.z += b.x;
+        sum.w += b.y;
+    }
+    store2(out, sum.x, sum.y);
+    store2(out + 2, sum.z, sum.w);
 }
 
 }  // namespace sm90

@@ -96,6 +96,9 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t
     if (c.engine == GemmEngine::wgmma) {  // host mirror of group_gemm_sm90.cuh's layout
         bytes += 1024 + stages * 16 + 16 * sizeof(int);
         if (c.tma_store) bytes += static_cast<std::size_t>(c.block_m) * c.block_n * 2;
+        // same_mn: cum_items[E+1] and cum_slots[E+1] of the split schedule
+        if (kind == GemmKind::same_mn)
+            bytes += 2 * (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * sizeof(int);
     }
     if (kind == GemmKind::same_nk)
         bytes += (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * sizeof(int);

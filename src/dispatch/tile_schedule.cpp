@@ -118,4 +118,83 @@ std::int64_t emulate_mn_schedule_errors(std::int32_t num_experts, int m_tiles, i
     return bad + std::count_if(hits.begin(), hits.end(), [](int h) { return h != 1; });
 }
 
+MnSplit mn_split(std::int64_t rows, std::int64_t m, std::int64_t n) {
+    MnSplit s;
+    if (rows <= 0 || m <= 0 || n <= 0) return s;
+    const std::int64_t expert_tiles = ((m + 127) / 128) * ((n + 255) / 256);
+    if (expert_tiles >= kSplitTargetTiles) return s;  // one expert's tiles already fill the GPU
+    const std::int64_t segments = (kSplitTargetTiles + expert_tiles - 1) / expert_tiles;
+    std::int64_t split = std::max(kMinSplitRows, (rows + segments - 1) / segments);
+    split = (split + 63) / 64 * 64;
+    if (split >= rows || split > (std::int64_t{1} << 30)) return s;  // no expert can exceed it
+    s.split_rows = static_cast<int>(split);
+    s.slots = 2 * rows / split;
+    return s;
+}
+
+std::size_t mn_split_workspace_bytes(const MnSplit &split, std::int32_t num_experts, std::int64_t m,
+                                     std::int64_t n) {
+    if (split.split_rows <= 0) return 0;
+    const std::size_t header = (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * 4;
+    return (header + 255) / 256 * 256 +
+           static_cast<std::size_t>(split.slots) * static_cast<std::size_t>(m) * static_cast<std::size_t>(n) * 4;
+}
+
+std::int64_t emulate_mn_split_errors(std::span<const std::int32_t> offsets, std::int64_t rows, int split_rows,
+                                     std::int64_t slot_bound, int m_tiles, int n_tiles, int group_m,
+                                     std::uint32_t ctas) {
+    const int E = static_cast<int>(offsets.size()) - 1;
+    const int R = static_cast<int>(rows);
+    std::vector<int> cum_items(static_cast<std::size_t>(E) + 1, 0), cum_slots(static_cast<std::size_t>(E) + 1, 0);
+    for (int e = 0; e < E; ++e) {
+        const sched::RowRange rr = sched::expert_rows(offsets.data(), e, R);
+        cum_items[e + 1] = cum_items[e] + sched::mn_items(rr.end - rr.begin, split_rows);
+        cum_slots[e + 1] = cum_slots[e] + sched::mn_slots(rr.end - rr.begin, split_rows);
+    }
+    std::int64_t bad = cum_slots[E] > slot_bound ? 1 : 0;
+    // row_hits[(row * m_tiles + m) * n_tiles + n]; slot_hits[(slot * m_tiles + m) * n_tiles + n]
+    const std::size_t per = static_cast<std::size_t>(m_tiles) * n_tiles;
+    std::vector<int> row_hits(static_cast<std::size_t>(R) * per, 0), slot_hits(static_cast<std::size_t>(cum_slots[E]) * per, 0),
+        direct_hits(static_cast<std::size_t>(E) * per, 0);
+    const std::int64_t total = std::int64_t{cum_items[E]} * m_tiles * n_tiles;
+    for (std::uint32_t b = 0; b < ctas; ++b) {
+        for (std::int64_t t = b; t < total; t += ctas) {
+            const sched::MnItemTile it =
+                sched::mn_item_tile(cum_items.data(), E, m_tiles, n_tiles, group_m, static_cast<int>(t));
+            if (it.expert < 0 || it.expert >= E || it.m_block < 0 || it.m_block >= m_tiles || it.n_block < 0 ||
+                it.n_block >= n_tiles) {
+                ++bad;
+                continue;
+            }
+            const sched::RowRange rr = sched::expert_rows(offsets.data(), it.expert, R);
+            const int count = rr.end - rr.begin;
+            int begin = rr.begin, end = rr.end;
+            const std::size_t tile = static_cast<std::size_t>(it.m_block) * n_tiles + it.n_block;
+            if (sched::mn_is_split(count, split_rows)) {
+                begin = rr.begin + it.segment * split_rows;
+                end = std::min(rr.end, begin + split_rows);
+                if (it.segment >= sched::mn_slots(count, split_rows) || begin >= end) {
+                    ++bad;
+                    continue;
+                }
+                ++slot_hits[static_cast<std::size_t>(cum_slots[it.expert] + it.segment) * per + tile];
+            } else {
+                if (it.segment != 0) ++bad;
+                ++direct_hits[static_cast<std::size_t>(it.expert) * per + tile];
+            }
+            for (int r = begin; r < end; ++r) ++row_hits[static_cast<std::size_t>(r) * per + tile];
+        }
+    }
+    auto not_once = [](const std::vector<int> &v) { return std::count_if(v.begin(), v.end(), [](int h) { return h != 1; }); };
+    // Every row once per output tile, every slot once per tile; every unsplit expert (empty ones
+    // included: they write zeros) written directly once per tile.
+    std::int64_t direct_errors = 0;
+    for (int e = 0; e < E; ++e) {
+        const sched::RowRange rr = sched::expert_rows(offsets.data(), e, R);
+        const int want = sched::mn_is_split(rr.end - rr.begin, split_rows) ? 0 : 1;
+        for (std::size_t t = 0; t < per; ++t) direct_errors += direct_hits[static_cast<std::size_t>(e) * per + t] != want;
+    }
+    return bad + not_once(row_hits) + not_once(slot_hits) + direct_errors;
+}
+
 }  // namespace moejit

@@ -2,6 +2,7 @@
 // T), the persistent grid size, and a CPU emulation of the device scheduler for tests.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -21,6 +22,24 @@ std::int64_t nk_tile_bound(std::int64_t rows, std::int32_t num_experts, int bloc
 // Tiles of a same_mn launch (exact, independent of the routing): E * ceil(M/BM) * ceil(N/BN).
 std::int64_t mn_tile_count(std::int32_t num_experts, std::int64_t m, int block_m,
                            std::int64_t n, int block_n);
+
+// Deterministic split of long weight-gradient reductions. An expert that owns many rows (all
+// of S with duplicate routes) leaves a same_mn GEMM with few, very long tiles; above
+// `split_rows` rows its reduction is cut into segments whose fp32 partials go to a workspace
+// and are summed in a fixed order. The rule depends only on S, M and N (not on the device or
+// the tile), so results are the same on every GPU and the plan can size its workspace without
+// one: split only when one expert's ceil(M/128) x ceil(N/256) output tiles are fewer than
+// kSplitTargetTiles, into segments of at least kMinSplitRows rows (a multiple of 64).
+inline constexpr std::int64_t kSplitTargetTiles = 256;
+inline constexpr std::int64_t kMinSplitRows = 4096;
+struct MnSplit {
+    int split_rows = 0;      // 0: no split
+    std::int64_t slots = 0;  // bound on the partial tiles: floor(2 S / split_rows)
+};
+MnSplit mn_split(std::int64_t rows, std::int64_t m, std::int64_t n);
+// Workspace of a split: cum_slots[E+1] (int32, padded to 256 bytes), then slots x M x N fp32.
+std::size_t mn_split_workspace_bytes(const MnSplit &split, std::int32_t num_experts, std::int64_t m,
+                                     std::int64_t n);
 
 // Persistent grid: one CTA per tile up to `max_resident` (blocks per SM x SMs); each CTA then
 // loops over tiles with stride gridDim.x, so a tile bound larger than the grid costs nothing.
@@ -51,6 +70,14 @@ ScheduleCoverage emulate_nk_schedule(std::span<const std::int32_t> offsets, std:
 ScheduleCoverage emulate_per_expert_grid(std::span<const std::int32_t> offsets,
                                          std::int64_t rows, int block_m, int n_tiles,
                                          std::int64_t blocks_per_expert);
+
+// Replays the split same_mn scheduler (sched::mn_item_tile, as the wgmma kernel runs it):
+// every row of every expert must be reduced exactly once for every (m-block, n-block), and
+// each split expert's partial slots must be distinct and below `split.slots`. Returns the
+// number of violations (0 = exact).
+std::int64_t emulate_mn_split_errors(std::span<const std::int32_t> offsets, std::int64_t rows,
+                                     int split_rows, std::int64_t slot_bound, int m_tiles, int n_tiles,
+                                     int group_m, std::uint32_t ctas);
 
 // Replays the same_mn scheduler: every (expert, m-block, n-block) tile exactly once?
 // Returns the number of tiles not visited exactly once (0 = exact).

@@ -1,5 +1,9 @@
 #include "moe/layer_gemms.hpp"
 
+#include <algorithm>
+
+#include "dispatch/tile_schedule.hpp"
+
 namespace moejit {
 
 LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
@@ -26,15 +30,25 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
 std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, int cc) {
     LayerSpecs s = layer_specs(d, cc);
     std::vector<KernelSource> out = {render_group_gemm_nk(s.fc1), render_group_gemm_nk(s.fc2),
-                                     render_group_gemm_nk(s.fc2_dgrad), render_group_gemm_nk(s.fc1_dgrad),
-                                     render_group_gemm_mn(s.fc2_wgrad), render_group_gemm_mn(s.fc1_wgrad)};
+                                     render_group_gemm_nk(s.fc2_dgrad), render_group_gemm_nk(s.fc1_dgrad)};
+    for (const GemmMnSpec *mn : {&s.fc2_wgrad, &s.fc1_wgrad})
+        for (KernelSource &k : group_gemm_mn_kernels(*mn)) out.push_back(std::move(k));
     if (d.fc1_layout == MOEJIT_FC1_SPLIT) out.push_back(render_group_gemm_nk(s.fc1_dgrad_acc));
     return out;
 }
 
 LayerGemms::LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs,
-                       std::int64_t rows, const std::int32_t *offsets, void *stream)
-    : ctx_(ctx), desc_(desc), specs_(specs), rows_(rows), offsets_(offsets), stream_(stream) {}
+                       std::int64_t rows, const std::int32_t *offsets, void *stream, void *split_workspace,
+                       std::size_t split_workspace_bytes)
+    : ctx_(ctx), desc_(desc), specs_(specs), rows_(rows), offsets_(offsets), stream_(stream),
+      split_workspace_(split_workspace), split_workspace_bytes_(split_workspace_bytes) {}
+
+std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &d, std::int64_t rows) {
+    const std::int64_t H = d.hidden_size, I = d.intermediate_size;
+    const std::int64_t fc1_n = d.fc1_layout == MOEJIT_FC1_MERGED ? 2 * I : I;
+    return std::max(mn_split_workspace_bytes(mn_split(rows, H, I), d.num_experts, H, I),
+                    mn_split_workspace_bytes(mn_split(rows, fc1_n, H), d.num_experts, fc1_n, H));
+}
 
 void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c) {
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
@@ -43,6 +57,8 @@ void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *
 
 void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *c) {
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
+    ops.workspace = split_workspace_;
+    ops.workspace_bytes = split_workspace_bytes_;
     launch_group_gemm_mn(ctx_, spec, ops);
 }
 

@@ -2,6 +2,7 @@
 // shapes, B layouts and output dtypes of the plan's descriptor decided in one place.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -23,11 +24,17 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &desc, int compute_capability);
 // Every GEMM specialization a plan of `desc` launches (pure; for warmup).
 std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, int compute_capability);
 
+// Scratch the weight gradients need to split long reductions (dispatch/tile_schedule.hpp,
+// mn_split) for S = rows; arch-independent so the plan's size queries need no device.
+std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &desc, std::int64_t rows);
+
 class LayerGemms {
 public:
     // rows: S, the scattered tensors' row count — the launch bound of every GEMM.
+    // split_workspace: wgrad_split_workspace_bytes of scratch for the weight gradients.
     LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs, std::int64_t rows,
-               const std::int32_t *offsets, void *stream);
+               const std::int32_t *offsets, void *stream, void *split_workspace = nullptr,
+               std::size_t split_workspace_bytes = 0);
 
     // forward
     void fc1_split(const void *xs, const void *w, void *out);         // [S,H]·[E,I,H]ᵀ → [S,I]
@@ -52,6 +59,8 @@ private:
     std::int64_t rows_;
     const std::int32_t *offsets_;
     void *stream_;
+    void *split_workspace_;
+    std::size_t split_workspace_bytes_;
 };
 
 }  // namespace moejit

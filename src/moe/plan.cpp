@@ -210,7 +210,8 @@ void Plan::backward(const moejit_backward_args_t &a) {
     // The launch bound is S, the scattered tensors' rows (DESIGN.md §3). The test hook passes
     // T instead — the historical bug — so the regression suite can prove it catches it.
     const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : S;
-    LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, a.stream);
+    LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, a.stream, L.wgrad_split.in<char>(a.workspace),
+                     L.wgrad_split.bytes);
     if (T0) scatter(ctx_, ScatterArgs{ScatterSpec{d.dtype, H, d.top_k}, a.dout, scatter_index, a.num_tokens, dy, a.stream});
     gemms.fc2_dgrad(dy, a.w_down, daw);
     gemms.fc2_wgrad(dy, aw, a.dw_down);

@@ -1,6 +1,7 @@
 #include "moe/plan_layout.hpp"
 
 #include "core/dtype.hpp"
+#include "moe/layer_gemms.hpp"
 #include "ops/routing.hpp"
 
 namespace moejit {
@@ -45,6 +46,7 @@ PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens)
     d_gate_up = bwd.take(S * 2 * I * el);
     d_w_s = bwd.take(S * 4);
     dxs = bwd.take(S * H * el);
+    wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
     workspace_bytes = std::max(fwd.end, bwd.end);
 }
 

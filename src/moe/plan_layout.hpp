@@ -47,6 +47,7 @@ struct PlanLayout {
     Region d_gate_up;      // like gate_up
     Region d_w_s;          // [S] fp32
     Region dxs;            // [S,H]
+    Region wgrad_split;    // the weight gradients' split-reduction scratch (may be empty)
     std::size_t workspace_bytes = 0;
 };
 

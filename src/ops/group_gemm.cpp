@@ -283,6 +283,12 @@ KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
                     s.m, s.n, bool_text(s.accumulate)));
 }
 
+std::vector<KernelSource> group_gemm_mn_kernels(const GemmMnSpec &spec) {
+    std::vector<KernelSource> out = {render_group_gemm_mn(spec)};
+    if (spec.tile.engine == GemmEngine::wgmma) out.push_back(render_split_reduce_sm90(spec));
+    return out;
+}
+
 void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops) {
     launch_nk(ctx, spec, ops, "", "launch_group_gemm_nk");
 }

@@ -18,7 +18,9 @@
 // sync, CUDA-graph capturable. Deterministic: no split-K, no atomics.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/context.hpp"
 #include "dispatch/tile_config.hpp"
@@ -66,6 +68,8 @@ void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int comp
 // Pure: the full translation unit of one specialization (validates dtypes and sizes).
 KernelSource render_group_gemm_nk(const GemmNkSpec &spec);
 KernelSource render_group_gemm_mn(const GemmMnSpec &spec);
+// Every kernel a same_mn launch of `spec` may use (the wgmma engine adds its split reduction).
+std::vector<KernelSource> group_gemm_mn_kernels(const GemmMnSpec &spec);
 
 struct GemmOperands {
     const void *a = nullptr;
@@ -75,6 +79,12 @@ struct GemmOperands {
     std::int64_t rows = 0;                  // S >= 0
     std::int32_t num_experts = 0;           // E >= 1
     void *stream = nullptr;                 // CUstream
+    // same_mn on the wgmma engine: scratch for a split reduction (dispatch/tile_schedule.hpp,
+    // mn_split); without enough of it the reduction is not split. split_rows: -1 = the rule
+    // (mn_split), 0 = never, > 0 = this segment length (a multiple of 64; tests).
+    void *workspace = nullptr;
+    std::size_t workspace_bytes = 0;
+    std::int32_t split_rows = -1;
 };
 
 // Validate every argument (before touching the device), then compile/load and launch.

@@ -15,6 +15,7 @@ namespace moejit {
 namespace {
 
 constexpr cuuint32_t kChunk = 64;  // elements in one 128-byte swizzle row
+constexpr int kReduceThreads = 256;
 
 CUtensorMapDataType tma_type(moejit_dtype_t dtype) {
     return dtype == MOEJIT_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -118,10 +119,32 @@ KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
     return render("mn",
                   fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m,
                               s.n, s.accumulate ? "_acc" : "", to_string(s.tile)),
-                  s.tile, s.dtype, s.c_dtype, "int num_experts",
+                  s.tile, s.dtype, s.c_dtype, "int num_experts, int split_rows, int *partials_index, float *partials",
                   fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
-                              "        rows, num_experts);",
+                              "        rows, num_experts, split_rows, partials_index, partials);",
                               s.m, s.n, bool_text(s.accumulate)));
+}
+
+KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
+    KernelSource ks;
+    ks.name = fmt::format("split_reduce_c{}_m{}_n{}{}", dtype_name(s.c_dtype), s.m, s.n, s.accumulate ? "_acc" : "");
+    ks.template_name = "group_gemm_sm90.cuh";
+    ks.entry = "moejit_split_reduce_sm90";
+    ks.source = fmt::format(
+        "// moejit split same_mn reduction: {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"group_gemm_sm90.cuh\"\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads})\n"
+        "{entry}({CT} *c, const int *offsets, int rows, int split_rows, const int *index,\n"
+        "        const float *partials) {{\n"
+        "    moejit::sm90::split_reduce_sm90<{CT}, {m}, {n}, {acc}, {threads}>(c, offsets, rows, split_rows, index,\n"
+        "                                                                partials);\n"
+        "}}\n",
+        fmt::arg("name", ks.name), fmt::arg("threads", kReduceThreads), fmt::arg("entry", ks.entry),
+        fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("m", s.m), fmt::arg("n", s.n),
+        fmt::arg("acc", bool_text(s.accumulate)));
+    return ks;
 }
 
 namespace {
@@ -161,6 +184,8 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,
                                std::int64_t tiles) {
+    MOEJIT_REQUIRE(ops.split_rows <= 0 || ops.split_rows % 64 == 0,
+                   "split_rows must be -1, 0 or a positive multiple of 64, got {}", ops.split_rows);
     require_wgmma(ctx, requested.tile, "launch_group_gemm_mn_sm90");
     GemmMnSpec spec = requested;
     spec.tile.tma_store = spec.tile.tma_store && aligned16(ops.c);
@@ -179,11 +204,42 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     const CUtensorMap tma_c = spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, spec.m, ops.num_experts},
                                                                {kChunk, kChunk, 1})
                                                   : tma_a;
+    // The split (long reductions in segments, fp32 partials in the workspace) when the
+    // workspace holds it; the tile bound then grows by one item per possible segment.
+    MnSplit split;
+    if (ops.split_rows > 0) {
+        split.split_rows = ops.split_rows;
+        split.slots = 2 * ops.rows / ops.split_rows;
+    } else if (ops.split_rows < 0) {
+        split = mn_split(ops.rows, spec.m, spec.n);
+    }
+    if (split.split_rows > 0 &&
+        (ops.workspace == nullptr ||
+         ops.workspace_bytes < mn_split_workspace_bytes(split, ops.num_experts, spec.m, spec.n)))
+        split = MnSplit{};
+    if (split.split_rows > 0)
+        tiles += split.slots * ((spec.m + spec.tile.block_m - 1) / spec.tile.block_m) *
+                 ((spec.n + spec.tile.block_n - 1) / spec.tile.block_n);
     const LaunchShape shape = persistent_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
-    const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts);
+    const int rows = static_cast<int>(ops.rows), experts = ops.num_experts, split_rows = split.split_rows;
+    auto *index = split.split_rows > 0 ? static_cast<std::int32_t *>(ops.workspace) : nullptr;
+    const std::size_t header = (static_cast<std::size_t>(experts) + 1) * 4;
+    float *partials = split.split_rows > 0
+                          ? reinterpret_cast<float *>(static_cast<char *>(ops.workspace) + (header + 255) / 256 * 256)
+                          : nullptr;
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, split_rows, index, partials);
+    if (split.split_rows == 0) return;
+    Kernel &reduce = ctx.kernel(render_split_reduce_sm90(spec));
+    LaunchShape rshape;
+    const std::int64_t quads = (spec.m * spec.n + 3) / 4;
+    rshape.grid_x = static_cast<std::uint32_t>((quads + kReduceThreads - 1) / kReduceThreads);
+    rshape.grid_y = static_cast<std::uint32_t>(experts);
+    rshape.block_x = kReduceThreads;
+    const std::int32_t *cindex = index;
+    const float *cpartials = partials;
+    ctx.launch(reduce, rshape, ops.stream, c, offsets, rows, split_rows, cindex, cpartials);
 }
 
 }  // namespace moejit

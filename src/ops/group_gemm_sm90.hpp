@@ -17,10 +17,15 @@ namespace moejit {
 // "moejit_group_gemm_mn_sm90").
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &spec);
 KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &spec);
+// The reduction of a split same_mn launch (entry "moejit_split_reduce_sm90"); every wgmma
+// same_mn spec has one (warmup compiles it: whether a call splits depends on S).
+KernelSource render_split_reduce_sm90(const GemmMnSpec &spec);
 
 // Build the tensor maps (cuTensorMapEncodeTiled) and launch one CTA per SM at most over `tiles`
 // tiles (from S, or E x M x N blocks, on the host). same_nk: rows > 0, m_tile_bound the M-tile
-// bound from S. same_mn: rows may be 0 (C = 0 is still written unless accumulating).
+// bound from S. same_mn: rows may be 0 (C = 0 is still written unless accumulating); with
+// ops.workspace large enough for mn_split(S, M, N), long reductions are split and reduced in a
+// second, deterministic launch.
 void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                                std::int64_t tiles, std::int64_t m_tile_bound);
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,

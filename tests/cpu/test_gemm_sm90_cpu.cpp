@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "compile_only.hpp"
+#include "thread_cpu_time.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "jit/nvrtc_compiler.hpp"
@@ -169,7 +170,7 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
     MemoryOnlyContext context("sm_90a");
     double worst = 0, total = 0;
     for (auto &[name, ks] : sources) {
-        const auto start = std::chrono::steady_clock::now();
+        const double start = moejit::test::thread_cpu_seconds();  // immune to a loaded machine
         BOOST_TEST_CONTEXT(name) {
             try {
                 context.impl().kernel(ks);
@@ -177,8 +178,8 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
                 BOOST_TEST(false, e.what());
             }
         }
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        BOOST_TEST_CONTEXT(name) { BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s (budget 2 s)"); }
+        const double sec = moejit::test::thread_cpu_seconds() - start;
+        BOOST_TEST_CONTEXT(name) { BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s of CPU (budget 2 s)"); }
         worst = std::max(worst, sec);
         total += sec;
     }
@@ -221,7 +222,7 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
     for (const Shape &s : kShapes)
         for (const GemmNkSpec &spec : forward_specs(s)) {
             BOOST_TEST_CONTEXT(s.name << " n " << spec.n << " k " << spec.k) {
-                BOOST_TEST(spec.tile.stages >= 4, "deep enough ring");
+                BOOST_TEST(spec.tile.stages >= (spec.tile.tma_store ? 3 : 4), "deep enough ring");
                 BOOST_TEST(gemm_smem_bytes(spec.tile, GemmKind::same_nk, s.experts) <= std::size_t{227 * 1024});
             }
         }
@@ -252,7 +253,7 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
         BOOST_TEST((make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, true, false, 0, 8, cc).tile.engine ==
                     GemmEngine::mma_sync));
     // The name round-trips through MOEJIT_GEMM_TILE's syntax.
-    BOOST_TEST(to_string(d.tile) == "wgmma_128x128x64_s4_g8");
+    BOOST_TEST(to_string(d.tile) == "wgmma_128x128x64_s4_g8_e1");
     BOOST_TEST((parse_tile_config(to_string(d.tile), "t") == d.tile));
 }
 

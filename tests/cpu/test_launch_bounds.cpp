@@ -206,3 +206,66 @@ BOOST_AUTO_TEST_CASE(mn_schedule_visits_every_tile_once) {
                     BOOST_TEST_REQUIRE(emulate_mn_schedule_errors(E, mt, nt, 8, persistent_ctas(tiles, ctas)) == 0);
                 }
 }
+
+// The split weight-gradient schedule (what the wgmma same_mn kernel runs): for all-to-one-expert,
+// skewed, random and empty routings, every row is reduced exactly once per output tile, split
+// experts' partial slots are distinct and within the host's bound floor(2 S / split_rows), and
+// every other expert (empty ones too) is written directly once per tile.
+BOOST_AUTO_TEST_CASE(mn_split_schedule_reduces_every_row_once) {
+    std::mt19937_64 rng(0x5EED5EEDu);
+    auto offsets_of = [](const std::vector<int> &counts) {
+        std::vector<std::int32_t> o(counts.size() + 1, 0);
+        for (std::size_t e = 0; e < counts.size(); ++e) o[e + 1] = o[e] + counts[e];
+        return o;
+    };
+    std::vector<std::vector<int>> cases = {
+        {1000},                    // E = 1, one long expert
+        {0, 0, 777, 0},            // all routes to one expert, empties around it
+        {64, 65, 128, 129, 0, 1},  // around the segment length
+        {300, 300, 300},
+    };
+    for (int i = 0; i < 20; ++i) {  // random skew: one heavy expert among light ones
+        std::vector<int> c(1 + rng() % 12);
+        for (int &x : c) x = static_cast<int>(rng() % 100);
+        c[rng() % c.size()] += static_cast<int>(rng() % 2000);
+        cases.push_back(c);
+    }
+    for (const std::vector<int> &counts : cases) {
+        const std::vector<std::int32_t> offsets = offsets_of(counts);
+        const std::int64_t S = offsets.back();
+        for (int split : {64, 128, 192})
+            for (int mt : {1, 3})
+                for (int nt : {1, 2})
+                    for (std::uint32_t ctas : {1u, 5u, 132u}) {
+                        BOOST_TEST_CONTEXT("S " << S << " E " << counts.size() << " split " << split << " tiles " << mt
+                                                << "x" << nt << " ctas " << ctas) {
+                            BOOST_TEST(emulate_mn_split_errors(offsets, S, split, 2 * S / split, mt, nt, 8, ctas) == 0);
+                        }
+                    }
+    }
+    // split_rows = 0 is the plain schedule.
+    BOOST_TEST(emulate_mn_split_errors(offsets_of({5, 0, 9}), 14, 0, 0, 2, 3, 8, 4) == 0);
+}
+
+// The rule: no split when one expert's output tiles fill the GPU, or when no expert can exceed
+// the segment (S small); segments >= 4096 rows, multiples of 64; the workspace holds the bound.
+BOOST_AUTO_TEST_CASE(mn_split_rule) {
+    // deepseek-v3 fc2 wgrad (H 7168 x I 2048: 448 tiles of 128 x 256): never split.
+    BOOST_TEST(mn_split(65536, 7168, 2048).split_rows == 0);
+    // small-expert-7b fc2 wgrad (1536 x 256: 12 tiles), S = 196608: 22 segments of 8960 rows.
+    const MnSplit s = mn_split(196608, 1536, 256);
+    BOOST_TEST(s.split_rows == 8960);
+    BOOST_TEST(s.slots == 2 * 196608 / 8960);
+    BOOST_TEST(mn_split_workspace_bytes(s, 128, 1536, 256) ==
+               std::size_t{768} + static_cast<std::size_t>(s.slots) * 1536 * 256 * 4);
+    // Balanced routing never reaches the segment length: small S gives no split at all.
+    BOOST_TEST(mn_split(4096, 1536, 256).split_rows == 0);
+    for (std::int64_t rows : {5000, 100000, 1 << 22}) {
+        const MnSplit r = mn_split(rows, 512, 512);
+        BOOST_TEST_CONTEXT("rows " << rows) {
+            BOOST_TEST(r.split_rows >= 4096);
+            BOOST_TEST(r.split_rows % 64 == 0);
+            BOOST_TEST(r.split_rows < rows);
+        }
+    }
+}

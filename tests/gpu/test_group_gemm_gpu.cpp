@@ -12,6 +12,7 @@
 
 #include "core/context.hpp"
 #include "core/dtype.hpp"
+#include "dispatch/tile_schedule.hpp"
 #include "ops/group_gemm.hpp"
 #include "reference_gemm.hpp"
 
@@ -214,6 +215,8 @@ struct MnCase {
     moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_FP32;
     std::optional<GemmTileConfig> tile;
+    bool split = false;   // launch with a NaN-poisoned split workspace and split_rows
+    int split_rows = -1;  // -1: the rule (mn_split), else this segment length
 };
 
 void run_mn(const MnCase &tc) {
@@ -242,12 +245,32 @@ void run_mn(const MnCase &tc) {
         args.b = db.get();
         args.c = c.buf.get();
         args.offsets = doff.as<const std::int32_t>();
+        // The split path: the spec's own launcher with a workspace (the C ABI op has none).
+        MnSplit split = mn_split(S, M, N);
+        if (tc.split_rows >= 0) {
+            split.split_rows = tc.split_rows;
+            split.slots = tc.split_rows > 0 ? 2 * S / tc.split_rows : 0;
+        }
+        if (tc.split) BOOST_TEST_MESSAGE("split_rows " << split.split_rows << " slots " << split.slots);
+        DeviceBuffer workspace(std::max<std::size_t>(16, mn_split_workspace_bytes(split, E, M, N)));
+        const std::vector<std::uint8_t> nan_bytes(workspace.bytes(), 0xFF);
         auto run = [&] {
             c.reset(tc.accumulate);
-            if (tc.tile)
+            if (tc.split) {
+                GemmMnSpec spec = make_mn_spec(tc.dtype, tc.c_dtype, M, N, tc.accumulate, S, E,
+                                               ctx().compute_capability());
+                if (tc.tile) spec.tile = *tc.tile;
+                GemmOperands ops{da.get(), db.get(), c.buf.get(), doff.as<const std::int32_t>(), S, E, nullptr};
+                workspace.upload(nan_bytes);
+                ops.workspace = workspace.get();
+                ops.workspace_bytes = workspace.bytes();
+                ops.split_rows = tc.split_rows;
+                launch_group_gemm_mn(ctx(), spec, ops);
+            } else if (tc.tile) {
                 group_gemm_same_mn(ctx(), args, &*tc.tile);
-            else
+            } else {
                 MOEJIT_TEST_OK(moejit_group_gemm_same_mn(gpu_context(), &args));
+            }
             synchronize();
         };
         run();
@@ -492,4 +515,33 @@ BOOST_AUTO_TEST_CASE(mn_every_tile_config) {
     run_mn({.name = "heuristic_bf16_c", .counts = counts, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16});
     run_mn({.name = "heuristic_bf16_c_wide", .counts = random_counts(700, 2, 6, rng, {0, 2, 3, 5}), .m = 2880,
             .n = 1408, .c_dtype = MOEJIT_DTYPE_BF16});
+}
+
+// The split weight gradient (wgmma engine): an expert owning many rows is reduced in segments
+// whose fp32 partials (NaN-poisoned workspace) are summed in order. All routes to one expert
+// (the duplicate-route shape), a skewed mix with empty experts, segment lengths around the
+// 64-row k-slice, bf16 and fp32 C, accumulate, the TMA-store epilogue on the unsplit experts.
+BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
+    if (ctx().arch() != "sm_90a") {
+        BOOST_TEST_MESSAGE("skipping: the split reduction belongs to the sm_90a wgmma engine");
+        return;
+    }
+    std::mt19937_64 rng = case_rng("mn_split");
+    std::vector<int> skewed = random_counts(200, 2, 6, rng, {1, 2, 4});
+    skewed[2] += 3000;
+    for (int split : {64, 192, 1024}) {
+        const std::string tag = "_s" + std::to_string(split);
+        run_mn({.name = "all_to_one" + tag, .counts = all_to_expert0(1500, 2, 4), .m = 264, .n = 200,
+                .split = true, .split_rows = split});
+        run_mn({.name = "skewed" + tag, .counts = skewed, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16,
+                .split = true, .split_rows = split});
+        run_mn({.name = "skewed_acc" + tag, .counts = skewed, .m = 392, .n = 328, .accumulate = true,
+                .split = true, .split_rows = split});
+    }
+    run_mn({.name = "e1_split", .counts = {5000}, .m = 128, .n = 256, .c_dtype = MOEJIT_DTYPE_BF16, .split = true, .split_rows = 320});
+    run_mn({.name = "fp16_split", .counts = {0, 2100, 7}, .m = 136, .n = 72, .dtype = MOEJIT_DTYPE_FP16,
+            .c_dtype = MOEJIT_DTYPE_FP16, .split = true, .split_rows = 256});
+    // The rule itself (-1) with a workspace: S = 12000 rows to one expert, 12 x 1 output tiles.
+    run_mn({.name = "rule_split", .counts = all_to_expert0(6000, 2, 8), .m = 1536, .n = 256,
+            .c_dtype = MOEJIT_DTYPE_BF16, .split = true});
 }

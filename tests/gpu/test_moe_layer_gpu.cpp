@@ -884,6 +884,26 @@ BOOST_AUTO_TEST_CASE(all_routes_to_expert0_realistic) {
     run_case(c);
 }
 
+// Every route to expert 0 with S = 5120 rows: on sm_90a the weight gradients' reduction over
+// the expert's rows is split (dispatch/tile_schedule.hpp: segments of 4096 rows, fp32
+// partials in the plan's workspace, summed in order) — results must match as any other case.
+BOOST_AUTO_TEST_CASE(all_routes_to_expert0_split_weight_gradients) {
+    LayerCase c;
+    c.name = "seed_split_wgrad";
+    c.T = 1280;
+    c.E = 8;
+    c.H = 256;
+    c.I = 128;
+    c.k = 4;
+    c.routing = Routing::all_to_expert0;
+    c.wgrad_dtype = MOEJIT_DTYPE_BF16;
+    run_case(c);
+    c.name = "seed_split_wgrad_accumulate";
+    c.wgrad_dtype = MOEJIT_DTYPE_FP32;
+    c.accumulate = true;
+    run_case(c);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(softmax_topk)
