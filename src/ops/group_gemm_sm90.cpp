@@ -214,7 +214,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
         split = mn_split(ops.rows, spec.m, spec.n);
     }
     if (split.split_rows > 0 &&
-        (ops.workspace == nullptr ||
+        (ops.workspace == nullptr || ops.num_experts > 65535 /* the reduction's grid.y */ ||
          ops.workspace_bytes < mn_split_workspace_bytes(split, ops.num_experts, spec.m, spec.n)))
         split = MnSplit{};
     if (split.split_rows > 0)
