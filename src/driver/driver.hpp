@@ -42,6 +42,7 @@ namespace moejit {
     X(cuStreamSynchronize)        \
     X(cuStreamBeginCapture)       \
     X(cuStreamEndCapture)         \
+    X(cuStreamIsCapturing)        \
     X(cuGraphInstantiate)         \
     X(cuGraphLaunch)              \
     X(cuGraphDestroy)             \

@@ -9,6 +9,8 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "dispatch/tile_schedule.hpp"
+#include "dispatch/tuning.hpp"
+#include "ops/gemm_tuner.hpp"
 #include "ops/group_gemm_sm90.hpp"
 
 namespace moejit {
@@ -180,6 +182,40 @@ void launch_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
     ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts);
 }
 
+// MOEJIT_TUNE: a tunable spec's tile becomes the problem's tuned winner (timed on these
+// operands on first use, or read from the cache folder), then the launch proceeds as usual.
+void launch_nk_tuned(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops, const char *prefix,
+                     const char *what) {
+    if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !tuning_enabled())
+        return launch_nk(ctx, spec, ops, prefix, what);
+    validate_nk_shape(spec, prefix);
+    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix);
+    GemmNkSpec tuned = spec;
+    tuned.tile = tuned_tile(ctx, nk_problem(spec, ops.rows, ops.num_experts), ops.rows, ops.stream, spec.tile,
+                            !spec.accumulate, [&](const GemmTileConfig &t) {
+                                GemmNkSpec s = spec;
+                                s.tile = t;
+                                launch_nk(ctx, s, ops, prefix, what);
+                            });
+    launch_nk(ctx, tuned, ops, prefix, what);
+}
+
+void launch_mn_tuned(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops, const char *prefix,
+                     const char *what) {
+    if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !tuning_enabled())
+        return launch_mn(ctx, spec, ops, prefix, what);
+    validate_mn_shape(spec, prefix);
+    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix);
+    GemmMnSpec tuned = spec;
+    tuned.tile = tuned_tile(ctx, mn_problem(spec, ops.rows, ops.num_experts), ops.rows, ops.stream, spec.tile,
+                            !spec.accumulate, [&](const GemmTileConfig &t) {
+                                GemmMnSpec s = spec;
+                                s.tile = t;
+                                launch_mn(ctx, s, ops, prefix, what);
+                            });
+    launch_mn(ctx, tuned, ops, prefix, what);
+}
+
 }  // namespace
 
 GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n,
@@ -193,6 +229,7 @@ GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64
     s.b_transposed = b_transposed;
     s.accumulate = accumulate;
     s.tile = choose_tile_config(nk_problem(s, rows_hint, num_experts), cc);
+    s.tunable = true;
     return s;
 }
 
@@ -206,6 +243,7 @@ GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64
     s.n = n;
     s.accumulate = accumulate;
     s.tile = choose_tile_config(mn_problem(s, rows_hint, num_experts), cc);
+    s.tunable = true;
     return s;
 }
 
@@ -290,11 +328,11 @@ std::vector<KernelSource> group_gemm_mn_kernels(const GemmMnSpec &spec) {
 }
 
 void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops) {
-    launch_nk(ctx, spec, ops, "", "launch_group_gemm_nk");
+    launch_nk_tuned(ctx, spec, ops, "", "launch_group_gemm_nk");
 }
 
 void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops) {
-    launch_mn(ctx, spec, ops, "", "launch_group_gemm_mn");
+    launch_mn_tuned(ctx, spec, ops, "", "launch_group_gemm_mn");
 }
 
 void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
@@ -316,6 +354,7 @@ void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
     spec.tile = tile ? *tile
                      : choose_tile_config(nk_problem(spec, args.rows, args.num_experts),
                                           ctx.compute_capability());
+    spec.tunable = tile == nullptr;
     GemmOperands ops;
     ops.a = args.a;
     ops.b = args.b;
@@ -324,7 +363,7 @@ void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
     ops.rows = args.rows;
     ops.num_experts = args.num_experts;
     ops.stream = args.stream;
-    launch_nk(ctx, spec, ops, prefix, "moejit_group_gemm_same_nk");
+    launch_nk_tuned(ctx, spec, ops, prefix, "moejit_group_gemm_same_nk");
 }
 
 void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,
@@ -343,6 +382,7 @@ void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,
     spec.tile = tile ? *tile
                      : choose_tile_config(mn_problem(spec, args.rows, args.num_experts),
                                           ctx.compute_capability());
+    spec.tunable = tile == nullptr;
     GemmOperands ops;
     ops.a = args.a;
     ops.b = args.b;
@@ -351,7 +391,7 @@ void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,
     ops.rows = args.rows;
     ops.num_experts = args.num_experts;
     ops.stream = args.stream;
-    launch_mn(ctx, spec, ops, prefix, "moejit_group_gemm_same_mn");
+    launch_mn_tuned(ctx, spec, ops, prefix, "moejit_group_gemm_same_mn");
 }
 
 }  // namespace moejit

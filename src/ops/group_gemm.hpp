@@ -38,6 +38,7 @@ struct GemmNkSpec {
     bool b_transposed = true;
     bool accumulate = false;
     GemmTileConfig tile;
+    bool tunable = false;  // the tile is the heuristic's: MOEJIT_TUNE may replace it (gemm_tuner)
 };
 
 // The compile-time part of a same_mn kernel.
@@ -48,9 +49,10 @@ struct GemmMnSpec {
     std::int64_t n = 0;
     bool accumulate = false;  // requires c_dtype FP32
     GemmTileConfig tile;
+    bool tunable = false;  // the tile is the heuristic's: MOEJIT_TUNE may replace it (gemm_tuner)
 };
 
-// Specs with the tile config chosen for the problem (heuristic, or MOEJIT_GEMM_TILE).
+// Specs with the tile config chosen for the problem (heuristic, or MOEJIT_GEMM_TILE); tunable.
 // rows_hint: the typical S (0 = unknown); compute_capability: e.g. ctx.compute_capability().
 GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n,
                         std::int64_t k, bool b_transposed, bool accumulate,

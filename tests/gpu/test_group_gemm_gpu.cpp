@@ -14,6 +14,7 @@
 #include "core/dtype.hpp"
 #include "dispatch/tile_schedule.hpp"
 #include "ops/group_gemm.hpp"
+#include "compile_only.hpp"
 #include "reference_gemm.hpp"
 
 MOEJIT_GPU_TEST_MAIN("group_gemm_gpu")
@@ -123,6 +124,7 @@ struct NkCase {
     moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
     std::optional<GemmTileConfig> tile;
+    moejit_context_t context = nullptr;  // the C ABI call's context (default: the shared one)
 };
 
 void run_nk(const NkCase &tc) {
@@ -157,7 +159,7 @@ void run_nk(const NkCase &tc) {
             if (tc.tile)
                 group_gemm_same_nk(ctx(), args, &*tc.tile);
             else
-                MOEJIT_TEST_OK(moejit_group_gemm_same_nk(gpu_context(), &args));
+                MOEJIT_TEST_OK(moejit_group_gemm_same_nk(tc.context ? tc.context : gpu_context(), &args));
             synchronize();
         };
         run();
@@ -215,6 +217,7 @@ struct MnCase {
     moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_FP32;
     std::optional<GemmTileConfig> tile;
+    moejit_context_t context = nullptr;  // the C ABI call's context (default: the shared one)
     bool split = false;   // launch with a NaN-poisoned split workspace and split_rows
     int split_rows = -1;  // -1: the rule (mn_split), else this segment length
 };
@@ -269,7 +272,7 @@ void run_mn(const MnCase &tc) {
             } else if (tc.tile) {
                 group_gemm_same_mn(ctx(), args, &*tc.tile);
             } else {
-                MOEJIT_TEST_OK(moejit_group_gemm_same_mn(gpu_context(), &args));
+                MOEJIT_TEST_OK(moejit_group_gemm_same_mn(tc.context ? tc.context : gpu_context(), &args));
             }
             synchronize();
         };
@@ -544,4 +547,46 @@ BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
     // The rule itself (-1) with a workspace: S = 12000 rows to one expert, 12 x 1 output tiles.
     run_mn({.name = "rule_split", .counts = all_to_expert0(6000, 2, 8), .m = 1536, .n = 256,
             .c_dtype = MOEJIT_DTYPE_BF16, .split = true});
+}
+
+// MOEJIT_TUNE=1 on a fresh context with its own cache folder: the first call of a problem times
+// the candidates (one "tuned" log line), still computes the right result, and writes the winner
+// to <folder>/tuning; later calls and a later context reuse it without timing anything (in this
+// process from memory; tests/cpu/test_tuning_cpu.cpp shows a new store reading the files).
+BOOST_AUTO_TEST_CASE(tuning_times_once_and_persists_the_winner) {
+    moejit::test::TempDir dir("moejit-tune");
+    ::setenv("MOEJIT_TUNE", "1", 1);
+    static std::vector<std::string> tuned;
+    tuned.clear();
+    auto make_context = [&] {
+        moejit_context_options_t o;
+        MOEJIT_TEST_OK(moejit_context_options_init(&o));
+        const std::string folder = dir.string();
+        o.cache_dir = folder.c_str();
+        o.log_fn = [](moejit_log_level_t, const char *message, void *) {
+            if (std::string(message).find("tuned") != std::string::npos) tuned.emplace_back(message);
+        };
+        moejit_context_t c = nullptr;
+        MOEJIT_TEST_OK(moejit_context_create(&o, &c));
+        return c;
+    };
+    std::mt19937_64 rng = case_rng("tuning");
+    const std::vector<int> counts = random_counts(600, 2, 8, rng, {0, 1, 2, 4, 5, 7});
+    moejit_context_t first = make_context();
+    run_nk({.name = "tuned_nk", .counts = counts, .n = 768, .k = 1024, .context = first});
+    BOOST_TEST(tuned.size() == 1u, "one problem tuned once (run_nk calls it twice)");
+    run_mn({.name = "tuned_mn", .counts = counts, .m = 512, .n = 384, .c_dtype = MOEJIT_DTYPE_BF16, .context = first});
+    BOOST_TEST(tuned.size() == 2u);
+    for (const std::string &m : tuned) BOOST_TEST_MESSAGE(m);
+    moejit_context_destroy(first);
+    int files = 0;
+    for (const auto &e : std::filesystem::recursive_directory_iterator(dir.path()))
+        files += e.path().parent_path().filename() == "tuning" && e.path().extension() == ".txt";
+    BOOST_TEST(files == 2);
+    moejit_context_t later = make_context();
+    run_nk({.name = "tuned_nk", .counts = counts, .n = 768, .k = 1024, .context = later});
+    run_mn({.name = "tuned_mn", .counts = counts, .m = 512, .n = 384, .c_dtype = MOEJIT_DTYPE_BF16, .context = later});
+    BOOST_TEST(tuned.size() == 2u, "the later context reused both winners");
+    moejit_context_destroy(later);
+    ::unsetenv("MOEJIT_TUNE");
 }

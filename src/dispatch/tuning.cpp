@@ -1,0 +1,148 @@
+#include "dispatch/tuning.hpp"
+
+#include <strings.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "jit/sha256.hpp"
+
+namespace moejit {
+namespace {
+
+constexpr const char *kMagic = "moejit-tuning 1";
+
+std::int64_t size_class(std::int64_t rows) {
+    std::int64_t c = 1;
+    while (c < rows) c <<= 1;
+    return c;
+}
+
+}  // namespace
+
+bool tuning_enabled() {
+    const char *tile = std::getenv("MOEJIT_GEMM_TILE");
+    if (tile && *tile) return false;
+    const char *env = std::getenv("MOEJIT_TUNE");
+    if (!env) return false;
+    for (const char *on : {"1", "on", "true", "yes"})
+        if (::strcasecmp(env, on) == 0) return true;
+    return false;
+}
+
+std::string tuning_key(const GemmProblem &p, std::int64_t rows, int cc) {
+    return fmt::format("{} dtype={} c={} m={} n={} k={} bt={} acc={} experts={} rows<={} sm_{}",
+                       p.kind == GemmKind::same_nk ? "same_nk" : "same_mn", dtype_name(p.dtype),
+                       dtype_name(p.c_dtype), p.m, p.n, p.k, p.b_transposed ? 1 : 0, p.accumulate ? 1 : 0,
+                       p.num_experts, size_class(rows), cc);
+}
+
+std::vector<GemmTileConfig> tuning_candidates(const GemmProblem &p, int cc) {
+    auto valid = [&](const GemmTileConfig &c) {
+        try {
+            validate_tile_config(c, p, cc);
+            return true;
+        } catch (const Error &) {
+            return false;
+        }
+    };
+    std::vector<GemmTileConfig> out = {heuristic_tile_config(p, cc)};
+    auto add = [&](const GemmTileConfig &c) {
+        for (const GemmTileConfig &o : out)
+            if (o == c) return;
+        out.push_back(c);
+    };
+    if (wgmma_supports(p, cc)) {
+        // Per (BLOCK_N, group, epilogue): the deepest ring that fits.
+        for (int bn : {128, 256})
+            for (int group : {8, 16})
+                for (bool tma_store : {true, false}) {
+                    GemmTileConfig w;
+                    w.engine = GemmEngine::wgmma;
+                    w.block_m = 128;
+                    w.block_k = 64;
+                    w.block_n = bn;
+                    w.group_m = group;
+                    w.tma_store = tma_store;
+                    for (w.stages = 6; w.stages >= 2; --w.stages)
+                        if (valid(w)) {
+                            add(w);
+                            break;
+                        }
+                }
+    } else {
+        for (const char *t : {"128x128x64_s3_w2x4", "128x128x32_s4_w2x4", "64x128x32_s4_w2x4", "128x256x32_s3_w2x4_o1"}) {
+            const GemmTileConfig c = parse_tile_config(t, "tuning candidate");
+            if (valid(c)) add(c);
+        }
+    }
+    return out;
+}
+
+TuningStore::TuningStore(std::string folder) : folder_(std::move(folder)) {}
+
+std::string TuningStore::path_for(const std::string &key) const {
+    if (folder_.empty()) return "";
+    return (std::filesystem::path(folder_) / "tuning" / (to_hex(sha256(key)) + ".txt")).string();
+}
+
+std::optional<GemmTileConfig> TuningStore::find(const std::string &key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = winners_.find(key); it != winners_.end()) return it->second;
+    const std::string path = path_for(key);
+    if (path.empty()) return std::nullopt;
+    std::ifstream in(path);
+    std::string magic, stored_key, config;
+    if (!in || !std::getline(in, magic) || !std::getline(in, stored_key) || !std::getline(in, config))
+        return std::nullopt;
+    if (magic != kMagic || stored_key != key) return std::nullopt;
+    try {
+        const GemmTileConfig c = parse_tile_config(config, path.c_str());
+        winners_[key] = c;
+        return c;
+    } catch (const Error &) {
+        return std::nullopt;
+    }
+}
+
+void TuningStore::save(const std::string &key, const GemmTileConfig &winner) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    winners_[key] = winner;
+    const std::string path = path_for(key);
+    if (path.empty()) return;
+    // Unique temp file, then rename: readers see the old file or the whole new one.
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), reinterpret_cast<std::uintptr_t>(this));
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        if (!out) return;  // an unwritable cache keeps the winner in memory only
+        out << kMagic << '\n' << key << '\n' << to_string(winner) << '\n';
+        if (!out.flush()) {
+            std::filesystem::remove(tmp, ec);
+            return;
+        }
+    }
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) std::filesystem::remove(tmp, ec);
+}
+
+TuningStore &tuning_store(const std::string &folder) {
+    static std::mutex mutex;
+    static std::map<std::string, std::unique_ptr<TuningStore>> stores;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto &slot = stores[folder];
+    if (!slot) slot = std::make_unique<TuningStore>(folder);
+    return *slot;
+}
+
+}  // namespace moejit
