@@ -46,7 +46,7 @@ void check_experts(std::int32_t e, const char *prefix) {
              prefix, e, kMaxExperts);
 }
 
-GemmProblem nk_problem(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t experts) {
+GemmProblem problem_of(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t experts) {
     GemmProblem p;
     p.kind = GemmKind::same_nk;
     p.dtype = s.dtype;
@@ -60,7 +60,7 @@ GemmProblem nk_problem(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t
     return p;
 }
 
-GemmProblem mn_problem(const GemmMnSpec &s, std::int64_t rows_hint, std::int32_t experts) {
+GemmProblem problem_of(const GemmMnSpec &s, std::int64_t rows_hint, std::int32_t experts) {
     GemmProblem p;
     p.kind = GemmKind::same_mn;
     p.dtype = s.dtype;
@@ -73,13 +73,13 @@ GemmProblem mn_problem(const GemmMnSpec &s, std::int64_t rows_hint, std::int32_t
     return p;
 }
 
-void validate_nk_shape(const GemmNkSpec &s, const char *prefix) {
+void validate_shape(const GemmNkSpec &s, const char *prefix) {
     check_dtypes(s.dtype, s.c_dtype, prefix);
     check_dim(s.n, prefix, "n");
     check_dim(s.k, prefix, "k");
 }
 
-void validate_mn_shape(const GemmMnSpec &s, const char *prefix) {
+void validate_shape(const GemmMnSpec &s, const char *prefix) {
     check_dtypes(s.dtype, s.c_dtype, prefix);
     check_dim(s.m, prefix, "m");
     check_dim(s.n, prefix, "n");
@@ -120,12 +120,12 @@ void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, b
     }
 }
 
-void launch_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
+void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                const char *prefix, const char *what) {
-    validate_nk_shape(spec, prefix);
+    validate_shape(spec, prefix);
     check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix);
     const int cc = ctx.compute_capability();
-    validate_tile_config(spec.tile, nk_problem(spec, ops.rows, ops.num_experts), cc);
+    validate_tile_config(spec.tile, problem_of(spec, ops.rows, ops.num_experts), cc);
     const std::int64_t m_bound = m_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m);
     const std::int64_t tiles =
         nk_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m, spec.n, spec.tile.block_n);
@@ -151,14 +151,14 @@ void launch_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
     ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts, bound);
 }
 
-void launch_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
+void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
                const char *prefix, const char *what) {
-    validate_mn_shape(spec, prefix);
+    validate_shape(spec, prefix);
     // Accumulating into C with no rows adds nothing; otherwise C = 0 must still be written.
     const bool nothing = ops.rows == 0 && spec.accumulate;
     check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, !nothing, prefix);
     const int cc = ctx.compute_capability();
-    validate_tile_config(spec.tile, mn_problem(spec, ops.rows, ops.num_experts), cc);
+    validate_tile_config(spec.tile, problem_of(spec, ops.rows, ops.num_experts), cc);
     const std::int64_t tiles = mn_tile_count(ops.num_experts, spec.m, spec.tile.block_m, spec.n,
                                              spec.tile.block_n);
     if (tiles > INT32_MAX)
@@ -184,36 +184,46 @@ void launch_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
 
 // MOEJIT_TUNE: a tunable spec's tile becomes the problem's tuned winner (timed on these
 // operands on first use, or read from the cache folder), then the launch proceeds as usual.
-void launch_nk_tuned(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops, const char *prefix,
-                     const char *what) {
+template <class Spec>
+void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const char *prefix, const char *what) {
     if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !tuning_enabled())
-        return launch_nk(ctx, spec, ops, prefix, what);
-    validate_nk_shape(spec, prefix);
+        return launch_spec(ctx, spec, ops, prefix, what);
+    validate_shape(spec, prefix);
     check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix);
-    GemmNkSpec tuned = spec;
-    tuned.tile = tuned_tile(ctx, nk_problem(spec, ops.rows, ops.num_experts), ops.rows, ops.stream, spec.tile,
+    Spec tuned = spec;
+    tuned.tile = tuned_tile(ctx, problem_of(spec, ops.rows, ops.num_experts), ops.rows, ops.stream, spec.tile,
                             !spec.accumulate, [&](const GemmTileConfig &t) {
-                                GemmNkSpec s = spec;
+                                Spec s = spec;
                                 s.tile = t;
-                                launch_nk(ctx, s, ops, prefix, what);
+                                launch_spec(ctx, s, ops, prefix, what);
                             });
-    launch_nk(ctx, tuned, ops, prefix, what);
+    launch_spec(ctx, tuned, ops, prefix, what);
 }
 
-void launch_mn_tuned(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops, const char *prefix,
-                     const char *what) {
-    if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !tuning_enabled())
-        return launch_mn(ctx, spec, ops, prefix, what);
-    validate_mn_shape(spec, prefix);
-    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix);
-    GemmMnSpec tuned = spec;
-    tuned.tile = tuned_tile(ctx, mn_problem(spec, ops.rows, ops.num_experts), ops.rows, ops.stream, spec.tile,
-                            !spec.accumulate, [&](const GemmTileConfig &t) {
-                                GemmMnSpec s = spec;
-                                s.tile = t;
-                                launch_mn(ctx, s, ops, prefix, what);
-                            });
-    launch_mn(ctx, tuned, ops, prefix, what);
+// The C ABI ops: the args' operands, and the tile (given, or the heuristic's: then tunable).
+template <class Args> GemmOperands operands_of(const Args &args) {
+    GemmOperands ops;
+    ops.a = args.a;
+    ops.b = args.b;
+    ops.c = args.c;
+    ops.offsets = args.offsets;
+    ops.rows = args.rows;
+    ops.num_experts = args.num_experts;
+    ops.stream = args.stream;
+    return ops;
+}
+
+template <class Spec, class Args>
+void launch_from_args(Context &ctx, Spec &spec, const Args &args, const GemmTileConfig *tile, const char *what) {
+    constexpr const char *prefix = "args->";
+    MOEJIT_REQUIRE(args.accumulate == 0 || args.accumulate == 1,
+                   "args->accumulate must be 0 or 1, got {}", args.accumulate);
+    spec.accumulate = args.accumulate == 1;
+    validate_shape(spec, prefix);
+    check_experts(args.num_experts, prefix);
+    spec.tile = tile ? *tile : choose_tile_config(problem_of(spec, args.rows, args.num_experts), ctx.compute_capability());
+    spec.tunable = tile == nullptr;
+    launch_tuned(ctx, spec, operands_of(args), prefix, what);
 }
 
 }  // namespace
@@ -228,7 +238,7 @@ GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64
     s.k = k;
     s.b_transposed = b_transposed;
     s.accumulate = accumulate;
-    s.tile = choose_tile_config(nk_problem(s, rows_hint, num_experts), cc);
+    s.tile = choose_tile_config(problem_of(s, rows_hint, num_experts), cc);
     s.tunable = true;
     return s;
 }
@@ -242,21 +252,21 @@ GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64
     s.m = m;
     s.n = n;
     s.accumulate = accumulate;
-    s.tile = choose_tile_config(mn_problem(s, rows_hint, num_experts), cc);
+    s.tile = choose_tile_config(problem_of(s, rows_hint, num_experts), cc);
     s.tunable = true;
     return s;
 }
 
 void validate_nk_spec(const GemmNkSpec &spec, std::int32_t num_experts, int cc) {
-    validate_nk_shape(spec, "");
+    validate_shape(spec, "");
     check_experts(num_experts, "");
-    validate_tile_config(spec.tile, nk_problem(spec, 0, num_experts), cc);
+    validate_tile_config(spec.tile, problem_of(spec, 0, num_experts), cc);
 }
 
 void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int cc) {
-    validate_mn_shape(spec, "");
+    validate_shape(spec, "");
     check_experts(num_experts, "");
-    validate_tile_config(spec.tile, mn_problem(spec, 0, num_experts), cc);
+    validate_tile_config(spec.tile, problem_of(spec, 0, num_experts), cc);
 }
 
 namespace {
@@ -296,7 +306,7 @@ const char *bool_text(bool b) { return b ? "true" : "false"; }
 }  // namespace
 
 KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
-    validate_nk_shape(s, "");
+    validate_shape(s, "");
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_nk_sm90(s);
     return render_group_gemm(
         "nk",
@@ -309,7 +319,7 @@ KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
 }
 
 KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
-    validate_mn_shape(s, "");
+    validate_shape(s, "");
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_mn_sm90(s);
     return render_group_gemm(
         "mn",
@@ -328,16 +338,15 @@ std::vector<KernelSource> group_gemm_mn_kernels(const GemmMnSpec &spec) {
 }
 
 void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops) {
-    launch_nk_tuned(ctx, spec, ops, "", "launch_group_gemm_nk");
+    launch_tuned(ctx, spec, ops, "", "launch_group_gemm_nk");
 }
 
 void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops) {
-    launch_mn_tuned(ctx, spec, ops, "", "launch_group_gemm_mn");
+    launch_tuned(ctx, spec, ops, "", "launch_group_gemm_mn");
 }
 
 void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
                         const GemmTileConfig *tile) {
-    constexpr const char *prefix = "args->";
     GemmNkSpec spec;
     spec.dtype = args.dtype;
     spec.c_dtype = args.c_dtype;
@@ -345,53 +354,18 @@ void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
     spec.k = args.k;
     MOEJIT_REQUIRE(args.b_transposed == 0 || args.b_transposed == 1,
                    "args->b_transposed must be 0 or 1, got {}", args.b_transposed);
-    MOEJIT_REQUIRE(args.accumulate == 0 || args.accumulate == 1,
-                   "args->accumulate must be 0 or 1, got {}", args.accumulate);
     spec.b_transposed = args.b_transposed == 1;
-    spec.accumulate = args.accumulate == 1;
-    validate_nk_shape(spec, prefix);
-    check_experts(args.num_experts, prefix);
-    spec.tile = tile ? *tile
-                     : choose_tile_config(nk_problem(spec, args.rows, args.num_experts),
-                                          ctx.compute_capability());
-    spec.tunable = tile == nullptr;
-    GemmOperands ops;
-    ops.a = args.a;
-    ops.b = args.b;
-    ops.c = args.c;
-    ops.offsets = args.offsets;
-    ops.rows = args.rows;
-    ops.num_experts = args.num_experts;
-    ops.stream = args.stream;
-    launch_nk_tuned(ctx, spec, ops, prefix, "moejit_group_gemm_same_nk");
+    launch_from_args(ctx, spec, args, tile, "moejit_group_gemm_same_nk");
 }
 
 void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,
                         const GemmTileConfig *tile) {
-    constexpr const char *prefix = "args->";
     GemmMnSpec spec;
     spec.dtype = args.dtype;
     spec.c_dtype = args.c_dtype;
     spec.m = args.m;
     spec.n = args.n;
-    MOEJIT_REQUIRE(args.accumulate == 0 || args.accumulate == 1,
-                   "args->accumulate must be 0 or 1, got {}", args.accumulate);
-    spec.accumulate = args.accumulate == 1;
-    validate_mn_shape(spec, prefix);
-    check_experts(args.num_experts, prefix);
-    spec.tile = tile ? *tile
-                     : choose_tile_config(mn_problem(spec, args.rows, args.num_experts),
-                                          ctx.compute_capability());
-    spec.tunable = tile == nullptr;
-    GemmOperands ops;
-    ops.a = args.a;
-    ops.b = args.b;
-    ops.c = args.c;
-    ops.offsets = args.offsets;
-    ops.rows = args.rows;
-    ops.num_experts = args.num_experts;
-    ops.stream = args.stream;
-    launch_mn_tuned(ctx, spec, ops, prefix, "moejit_group_gemm_same_mn");
+    launch_from_args(ctx, spec, args, tile, "moejit_group_gemm_same_mn");
 }
 
 }  // namespace moejit
