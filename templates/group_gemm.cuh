@@ -16,6 +16,7 @@
 
 #include "moejit_common.cuh"
 #include "group_gemm_schedule.cuh"
+#include "expert_scan.cuh"
 
 namespace moejit {
 namespace gg {
@@ -370,32 +371,10 @@ __device__ __forceinline__ void group_gemm_nk(const typename Cfg::T *__restrict_
     int *cum = reinterpret_cast<int *>(smem_raw + Cfg::STAGES * Cfg::STAGE_BYTES);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-    // Exclusive scan of ceil(count_e / BM) over experts, THREADS experts at a time. Every CTA
-    // does it (E+1 ints from L2): cheaper than another kernel and needs no host round trip.
-    int carry = 0;
-    for (int base = 0; base < num_experts; base += THREADS) {
-        int e = base + tid;
-        int v = e < num_experts ? sched::expert_m_tiles(offsets, e, rows, BM) : 0;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            int u = __shfl_up_sync(0xffffffffu, v, d);
-            if (lane >= d) v += u;
-        }
-        if (lane == 31) warp_sums[warp] = v;
-        __syncthreads();
-        int before = 0, total = 0;
-#pragma unroll
-        for (int w = 0; w < THREADS / 32; ++w) {
-            int s = warp_sums[w];
-            before += w < warp ? s : 0;
-            total += s;
-        }
-        if (e < num_experts) cum[e + 1] = carry + before + v;
-        carry += total;
-        __syncthreads();
-    }
-    if (tid == 0) cum[0] = 0;
-    __syncthreads();
+    // Exclusive scan of ceil(count_e / BM) over experts (expert_scan.cuh).
+    const int carry = scan_experts<THREADS>(num_experts, warp_sums, cum, [&](int e) {
+        return sched::expert_m_tiles(offsets, e, rows, BM);
+    });
 
     // The host bound is never smaller than the true count (clamped offsets guarantee it);
     // taking the minimum keeps the kernel exactly what the CPU emulation checks.

@@ -18,6 +18,7 @@
 
 #include "moejit_common.cuh"
 #include "group_gemm_schedule.cuh"
+#include "expert_scan.cuh"
 
 namespace moejit {
 namespace sm90 {
@@ -428,38 +429,6 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
         for (int j = 0; j < Cfg::BN / 64; ++j) store_chunk(j, tile + j * (64 * 128));
         bulk_commit();
     }
-}
-
-// Exclusive prefix sum over experts of value(e) into cum[0..E] (cum[0] = 0) by the whole CTA;
-// returns the total. warp_sums: 16 ints of scratch. Ends with the cum published (__syncthreads).
-template <int THREADS, class Value>
-__device__ __forceinline__ int scan_experts(int num_experts, int *warp_sums, int *cum, Value value) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int carry = 0;
-    for (int first = 0; first < num_experts; first += THREADS) {
-        const int e = first + tid;
-        int v = e < num_experts ? value(e) : 0;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int u = __shfl_up_sync(0xffffffffu, v, d);
-            if (lane >= d) v += u;
-        }
-        if (lane == 31) warp_sums[warp] = v;
-        __syncthreads();
-        int before = 0, total = 0;
-#pragma unroll
-        for (int w = 0; w < THREADS / 32; ++w) {
-            const int s = warp_sums[w];
-            before += w < warp ? s : 0;
-            total += s;
-        }
-        if (e < num_experts) cum[e + 1] = carry + before + v;
-        carry += total;
-        __syncthreads();
-    }
-    if (tid == 0) cum[0] = 0;
-    __syncthreads();
-    return carry;
 }
 
 struct NoPrepare {
