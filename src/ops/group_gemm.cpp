@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "dispatch/tile_schedule.hpp"
 #include "dispatch/tuning.hpp"
+#include "ops/gemm_common.hpp"
 #include "ops/gemm_tuner.hpp"
 #include "ops/group_gemm_sm90.hpp"
 
@@ -95,9 +96,6 @@ std::string config_type(const GemmTileConfig &t, moejit_dtype_t dtype, moejit_dt
                        t.block_k, t.stages, t.warps_m, t.warps_n, t.group_m);
 }
 
-bool aligned(const void *p, std::size_t bytes) {
-    return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
-}
 
 void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, bool need_c,
                     const char *prefix) {
@@ -136,13 +134,7 @@ void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
     if (spec.tile.engine == GemmEngine::wgmma)
         return launch_group_gemm_nk_sm90(ctx, spec, ops, tiles, m_bound);
     Kernel &kernel = ctx.kernel(render_group_gemm_nk(spec));
-    LaunchShape shape;
-    shape.grid_x = persistent_ctas(
-        tiles, std::int64_t{blocks_per_sm(spec.tile, GemmKind::same_nk, ops.num_experts, cc)} *
-                   ctx.sm_count());
-    shape.block_x = static_cast<std::uint32_t>(spec.tile.threads());
-    shape.shared_bytes = static_cast<std::uint32_t>(
-        gemm_smem_bytes(spec.tile, GemmKind::same_nk, ops.num_experts));
+    const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
     const void *a = ops.a, *b = ops.b;
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
@@ -167,13 +159,7 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
     if (nothing) return;
     if (spec.tile.engine == GemmEngine::wgmma) return launch_group_gemm_mn_sm90(ctx, spec, ops, tiles);
     Kernel &kernel = ctx.kernel(render_group_gemm_mn(spec));
-    LaunchShape shape;
-    shape.grid_x = persistent_ctas(
-        tiles, std::int64_t{blocks_per_sm(spec.tile, GemmKind::same_mn, ops.num_experts, cc)} *
-                   ctx.sm_count());
-    shape.block_x = static_cast<std::uint32_t>(spec.tile.threads());
-    shape.shared_bytes = static_cast<std::uint32_t>(
-        gemm_smem_bytes(spec.tile, GemmKind::same_mn, ops.num_experts));
+    const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
     // With rows == 0 nothing is read: a and b may be null; pass c so addresses stay valid.
     const void *a = ops.a ? ops.a : ops.c, *b = ops.b ? ops.b : ops.c;
     void *c = ops.c;
@@ -271,64 +257,43 @@ void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int cc) 
 
 namespace {
 
-// The translation unit of one grouped-GEMM specialization; `kind` is "nk" or "mn", `params`
-// the kind's extra kernel parameters, `call` the templated device function it forwards to.
-KernelSource render_group_gemm(const char *kind, std::string name, const GemmTileConfig &t,
-                               moejit_dtype_t dtype, moejit_dtype_t c_dtype, const char *params,
-                               const std::string &call) {
-    KernelSource ks;
-    ks.name = std::move(name);
-    ks.template_name = "group_gemm.cuh";
-    ks.entry = fmt::format("moejit_group_gemm_{}", kind);
-    ks.source = fmt::format(
-        "// moejit grouped GEMM same_{kind}: {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"group_gemm.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "using Cfg = {cfg};\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks})\n"
-        "{entry}(const {T} *a, const {T} *b, {CT} *c, const int *offsets, int rows,\n"
-        "        {params}) {{\n"
-        "    {call}\n"
-        "}}\n",
-        fmt::arg("kind", kind), fmt::arg("name", ks.name), fmt::arg("cfg", config_type(t, dtype, c_dtype)),
-        fmt::arg("threads", t.threads()), fmt::arg("min_blocks", t.min_blocks_per_sm),
-        fmt::arg("entry", ks.entry), fmt::arg("T", dtype_cuda_type(dtype)),
-        fmt::arg("CT", dtype_cuda_type(c_dtype)), fmt::arg("params", params), fmt::arg("call", call));
-    return ks;
+// The mma.sync engine's unit: raw operand pointers, gg::Config, `min_blocks_per_sm` CTAs per SM.
+GemmUnit mma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
+                  moejit_dtype_t c_dtype, const char *params, std::string call) {
+    GemmUnit u;
+    u.kind = kind;
+    u.template_name = "group_gemm.cuh";
+    u.name = std::move(name);
+    u.cfg = config_type(t, dtype, c_dtype);
+    u.threads = t.threads();
+    u.min_blocks = t.min_blocks_per_sm;
+    u.operands = fmt::format("const {0} *a, const {0} *b, {1} *c, const int *offsets, int rows,\n        ",
+                             dtype_cuda_type(dtype), dtype_cuda_type(c_dtype));
+    u.params = params;
+    u.call = std::move(call);
+    return u;
 }
-
-const char *bool_text(bool b) { return b ? "true" : "false"; }
 
 }  // namespace
 
 KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
     validate_shape(s, "");
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_nk_sm90(s);
-    return render_group_gemm(
-        "nk",
-        fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.n,
-                    s.k, s.b_transposed ? "bt" : "bn", s.accumulate ? "_acc" : "", to_string(s.tile)),
-        s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
+    return render_gemm_unit(mma_unit(
+        "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
         fmt::format("moejit::gg::group_gemm_nk<Cfg, {}, {}, {}, {}>(a, b, c, offsets, rows,\n"
                     "                                                          num_experts, m_tile_bound);",
-                    s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate)));
+                    s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate))));
 }
 
 KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
     validate_shape(s, "");
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_mn_sm90(s);
-    return render_group_gemm(
-        "mn",
-        fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m, s.n,
-                    s.accumulate ? "_acc" : "", to_string(s.tile)),
-        s.tile, s.dtype, s.c_dtype, "int num_experts",
+    return render_gemm_unit(mma_unit(
+        "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts",
         fmt::format("moejit::gg::group_gemm_mn<Cfg, {}, {}, {}>(a, b, c, offsets, rows,\n"
                     "                                                    num_experts);",
-                    s.m, s.n, bool_text(s.accumulate)));
+                    s.m, s.n, bool_text(s.accumulate))));
 }
 
 std::vector<KernelSource> group_gemm_mn_kernels(const GemmMnSpec &spec) {

@@ -10,6 +10,7 @@
 #include "dispatch/tile_config.hpp"
 #include "dispatch/tile_schedule.hpp"
 #include "driver/driver.hpp"
+#include "ops/gemm_common.hpp"
 
 namespace moejit {
 namespace {
@@ -55,47 +56,29 @@ void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *f
         fail(MOEJIT_ERROR_UNSUPPORTED, "the wgmma grouped GEMM needs an sm_90a context, got {}", ctx.arch());
 }
 
-// The translation unit of one specialization: `kind` "nk" or "mn", `params` the kind's extra
-// kernel parameters, `call` the device function it forwards to.
-KernelSource render(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
-                    moejit_dtype_t c_dtype, const char *params, const std::string &call) {
-    KernelSource ks;
-    ks.name = std::move(name);
-    ks.template_name = "group_gemm_sm90.cuh";
-    ks.entry = fmt::format("moejit_group_gemm_{}_sm90", kind);
-    ks.source = fmt::format(
-        "// moejit grouped GEMM same_{kind}, sm_90a wgmma/TMA: {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"group_gemm_sm90.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "using Cfg = moejit::sm90::Config<{T}, {CT}, {bn}, {stages}, {group}, {epi_tma}>;\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}, 1)\n"
-        "{entry}(const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
+// The wgmma engine's unit: three tensor maps as __grid_constant__ parameters, sm90::Config,
+// one CTA per SM.
+GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
+                    moejit_dtype_t c_dtype, const char *params, std::string call) {
+    GemmUnit u;
+    u.kind = kind;
+    u.entry_suffix = "_sm90";
+    u.title = ", sm_90a wgmma/TMA";
+    u.template_name = "group_gemm_sm90.cuh";
+    u.name = std::move(name);
+    u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}>", dtype_cuda_type(dtype), dtype_cuda_type(c_dtype),
+                        t.block_n, t.stages, t.group_m, bool_text(t.tma_store));
+    u.threads = t.threads();
+    u.min_blocks = 1;
+    u.operands = fmt::format(
+        "const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_b,\n"
-        "        const __grid_constant__ moejit::sm90::TmaDesc tma_c, {CT} *c,\n"
-        "        const int *offsets, int rows, {params}) {{\n"
-        "    {call}\n"
-        "}}\n",
-        fmt::arg("kind", kind), fmt::arg("name", ks.name), fmt::arg("T", dtype_cuda_type(dtype)),
-        fmt::arg("CT", dtype_cuda_type(c_dtype)), fmt::arg("bn", t.block_n), fmt::arg("stages", t.stages),
-        fmt::arg("group", t.group_m), fmt::arg("epi_tma", t.tma_store ? "true" : "false"),
-        fmt::arg("threads", t.threads()), fmt::arg("entry", ks.entry),
-        fmt::arg("params", params), fmt::arg("call", call));
-    return ks;
-}
-
-const char *bool_text(bool b) { return b ? "true" : "false"; }
-
-LaunchShape persistent_shape(const Context &ctx, const GemmTileConfig &tile, GemmKind kind, std::int64_t tiles,
-                             std::int32_t experts) {
-    LaunchShape shape;
-    shape.grid_x = persistent_ctas(tiles, ctx.sm_count());  // one CTA per SM
-    shape.block_x = static_cast<std::uint32_t>(tile.threads());
-    shape.shared_bytes = static_cast<std::uint32_t>(gemm_smem_bytes(tile, kind, experts));
-    return shape;
+        "        const __grid_constant__ moejit::sm90::TmaDesc tma_c, {} *c,\n"
+        "        const int *offsets, int rows, ",
+        dtype_cuda_type(c_dtype));
+    u.params = params;
+    u.call = std::move(call);
+    return u;
 }
 
 }  // namespace
@@ -103,26 +86,22 @@ LaunchShape persistent_shape(const Context &ctx, const GemmTileConfig &tile, Gem
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_nk_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
-    return render("nk",
-                  fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype),
-                              s.n, s.k, s.b_transposed ? "bt" : "bn", s.accumulate ? "_acc" : "",
-                              to_string(s.tile)),
-                  s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
-                  fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}>(tma_a, tma_b, tma_c, c, "
-                              "offsets,\n        rows, num_experts, m_tile_bound);",
-                              s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate)));
+    return render_gemm_unit(wgmma_unit(
+        "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
+        fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}>(tma_a, tma_b, tma_c, c, "
+                    "offsets,\n        rows, num_experts, m_tile_bound);",
+                    s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate))));
 }
 
 KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_mn_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
-    return render("mn",
-                  fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m,
-                              s.n, s.accumulate ? "_acc" : "", to_string(s.tile)),
-                  s.tile, s.dtype, s.c_dtype, "int num_experts, int split_rows, int *partials_index, float *partials",
-                  fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
-                              "        rows, num_experts, split_rows, partials_index, partials);",
-                              s.m, s.n, bool_text(s.accumulate)));
+    return render_gemm_unit(wgmma_unit(
+        "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+        "int num_experts, int split_rows, int *partials_index, float *partials",
+        fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
+                    "        rows, num_experts, split_rows, partials_index, partials);",
+                    s.m, s.n, bool_text(s.accumulate))));
 }
 
 KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
@@ -149,7 +128,6 @@ KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
 
 namespace {
 
-bool aligned16(const void *p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -158,7 +136,7 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     require_wgmma(ctx, requested.tile, "launch_group_gemm_nk_sm90");
     // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
     GemmNkSpec spec = requested;
-    spec.tile.tma_store = spec.tile.tma_store && aligned16(ops.c);
+    spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16);
     Kernel &kernel = ctx.kernel(render_group_gemm_nk_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     // A [S, K]: rows past S are zero-filled, so the last tile never reads out of bounds.
@@ -174,7 +152,7 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     // C [S, N] in 64 x 64 boxes (unused by the register epilogue: A's map stands in).
     const CUtensorMap tma_c =
         spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, ops.rows}, {kChunk, kChunk}) : tma_a;
-    const LaunchShape shape = persistent_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
+    const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
@@ -188,7 +166,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
                    "split_rows must be -1, 0 or a positive multiple of 64, got {}", ops.split_rows);
     require_wgmma(ctx, requested.tile, "launch_group_gemm_mn_sm90");
     GemmMnSpec spec = requested;
-    spec.tile.tma_store = spec.tile.tma_store && aligned16(ops.c);
+    spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16);
     Kernel &kernel = ctx.kernel(render_group_gemm_mn_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     // A [S, M] and B [S, N], MN-major boxes of 64 columns x BK rows (rows past S read as 0).
@@ -220,7 +198,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     if (split.split_rows > 0)
         tiles += split.slots * ((spec.m + spec.tile.block_m - 1) / spec.tile.block_m) *
                  ((spec.n + spec.tile.block_n - 1) / spec.tile.block_n);
-    const LaunchShape shape = persistent_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
+    const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts, split_rows = split.split_rows;
