@@ -2,8 +2,9 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <strings.h>
 
+#include "core/env.hpp"
+#include "dispatch/tuning.hpp"
 #include "driver/driver.hpp"
 #include "jit/cache_paths.hpp"
 #include "jit/nvrtc_compiler.hpp"
@@ -14,18 +15,14 @@ namespace {
 bool jit_enabled_from(int mode) {
     if (mode == MOEJIT_JIT_ON) return true;
     if (mode == MOEJIT_JIT_OFF) return false;
-    const char *env = std::getenv("MOEJIT_COMPILE");
-    if (!env) return true;
-    for (const char *off : {"off", "0", "false", "no"})
-        if (::strcasecmp(env, off) == 0) return false;
-    return true;
+    return env_flag("MOEJIT_COMPILE").value_or(true);
 }
 
 }  // namespace
 
 Context::Context(const moejit_context_options_t &options)
     : log_{options.log_fn, options.log_user_data}, compile_only_(options.compile_only != 0),
-      device_ordinal_(options.device_ordinal) {
+      tuning_(tuning_enabled()), device_ordinal_(options.device_ordinal) {
     MOEJIT_REQUIRE(options.jit_mode >= MOEJIT_JIT_FROM_ENV && options.jit_mode <= MOEJIT_JIT_OFF,
                    "options->jit_mode is {}, expected 0 (from env), 1 (on) or 2 (off)", options.jit_mode);
     std::string arch = options.arch ? options.arch : "";

@@ -28,6 +28,8 @@ public:
     Context &operator=(const Context &) = delete;
 
     bool compile_only() const { return compile_only_; }
+    // MOEJIT_TUNE (dispatch/tuning.hpp), read once when the context is created.
+    bool tuning() const { return tuning_; }
     const std::string &arch() const { return jit_->arch(); }
     int sm_count() const { return sm_count_; }            // 0 when compile-only
     // The device's (major*10+minor), or the one the arch names on a compile-only context.
@@ -59,6 +61,7 @@ public:
 private:
     Logger log_;
     bool compile_only_ = false;
+    bool tuning_ = false;
     int device_ordinal_ = 0;
     CUdevice device_ = 0;
     CUcontext cu_context_ = nullptr;

@@ -118,11 +118,20 @@ std::int64_t emulate_mn_schedule_errors(std::int32_t num_experts, int m_tiles, i
     return bad + std::count_if(hits.begin(), hits.end(), [](int h) { return h != 1; });
 }
 
+namespace {
+
+std::int64_t nominal_expert_tiles(std::int64_t m, std::int64_t n) { return ((m + 127) / 128) * ((n + 255) / 256); }
+
+}  // namespace
+
+bool mn_can_split(std::int64_t m, std::int64_t n) {
+    return m > 0 && n > 0 && nominal_expert_tiles(m, n) < kSplitTargetTiles;  // else one expert fills the GPU
+}
+
 MnSplit mn_split(std::int64_t rows, std::int64_t m, std::int64_t n) {
     MnSplit s;
-    if (rows <= 0 || m <= 0 || n <= 0) return s;
-    const std::int64_t expert_tiles = ((m + 127) / 128) * ((n + 255) / 256);
-    if (expert_tiles >= kSplitTargetTiles) return s;  // one expert's tiles already fill the GPU
+    if (rows <= 0 || !mn_can_split(m, n)) return s;
+    const std::int64_t expert_tiles = nominal_expert_tiles(m, n);
     const std::int64_t segments = (kSplitTargetTiles + expert_tiles - 1) / expert_tiles;
     std::int64_t split = std::max(kMinSplitRows, (rows + segments - 1) / segments);
     split = (split + 63) / 64 * 64;

@@ -1,9 +1,7 @@
 #include "dispatch/tuning.hpp"
 
-#include <strings.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/dtype.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "jit/sha256.hpp"
 
@@ -32,11 +31,7 @@ std::int64_t size_class(std::int64_t rows) {
 bool tuning_enabled() {
     const char *tile = std::getenv("MOEJIT_GEMM_TILE");
     if (tile && *tile) return false;
-    const char *env = std::getenv("MOEJIT_TUNE");
-    if (!env) return false;
-    for (const char *on : {"1", "on", "true", "yes"})
-        if (::strcasecmp(env, on) == 0) return true;
-    return false;
+    return env_flag("MOEJIT_TUNE").value_or(false);
 }
 
 std::string tuning_key(const GemmProblem &p, std::int64_t rows, int cc) {
@@ -98,25 +93,27 @@ std::string TuningStore::path_for(const std::string &key) const {
 std::optional<GemmTileConfig> TuningStore::find(const std::string &key) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = winners_.find(key); it != winners_.end()) return it->second;
+    if (absent_.count(key)) return std::nullopt;  // looked for once: no file I/O per launch
     const std::string path = path_for(key);
-    if (path.empty()) return std::nullopt;
     std::ifstream in(path);
     std::string magic, stored_key, config;
-    if (!in || !std::getline(in, magic) || !std::getline(in, stored_key) || !std::getline(in, config))
-        return std::nullopt;
-    if (magic != kMagic || stored_key != key) return std::nullopt;
-    try {
-        const GemmTileConfig c = parse_tile_config(config, path.c_str());
-        winners_[key] = c;
-        return c;
-    } catch (const Error &) {
-        return std::nullopt;
+    if (!path.empty() && in && std::getline(in, magic) && std::getline(in, stored_key) &&
+        std::getline(in, config) && magic == kMagic && stored_key == key) {
+        try {
+            const GemmTileConfig c = parse_tile_config(config, path.c_str());
+            winners_[key] = c;
+            return c;
+        } catch (const Error &) {
+        }
     }
+    absent_.insert(key);
+    return std::nullopt;
 }
 
 void TuningStore::save(const std::string &key, const GemmTileConfig &winner) {
     std::lock_guard<std::mutex> lock(mutex_);
     winners_[key] = winner;
+    absent_.erase(key);
     const std::string path = path_for(key);
     if (path.empty()) return;
     // Unique temp file, then rename: readers see the old file or the whole new one.

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "dispatch/tile_config.hpp"
@@ -17,6 +18,7 @@
 namespace moejit {
 
 // MOEJIT_TUNE is 1/on/true/yes (case-insensitive) and MOEJIT_GEMM_TILE does not force a tile.
+// A Context reads it once, when it is created (Context::tuning()).
 bool tuning_enabled();
 
 // Canonical text of everything a winner depends on: kind, dtypes, sizes, layout, expert count,
@@ -29,7 +31,8 @@ std::string tuning_key(const GemmProblem &problem, std::int64_t rows, int comput
 std::vector<GemmTileConfig> tuning_candidates(const GemmProblem &problem, int compute_capability);
 
 // Winners in memory, backed by files under `folder`/tuning ("" = memory only). Thread-safe.
-// A file that does not parse or belongs to another key is ignored (and replaced on save).
+// A file that does not parse or belongs to another key is ignored (and replaced on save); a
+// key found without a file is not looked up on disk again by this store.
 class TuningStore {
 public:
     explicit TuningStore(std::string folder);
@@ -41,6 +44,7 @@ private:
     std::string folder_;
     std::mutex mutex_;
     std::unordered_map<std::string, GemmTileConfig> winners_;
+    std::unordered_set<std::string> absent_;  // keys without a (valid) file
 };
 
 // One store per cache folder for the process.

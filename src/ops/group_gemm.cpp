@@ -9,7 +9,6 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "dispatch/tile_schedule.hpp"
-#include "dispatch/tuning.hpp"
 #include "ops/gemm_common.hpp"
 #include "ops/gemm_tuner.hpp"
 #include "ops/group_gemm_sm90.hpp"
@@ -172,7 +171,7 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
 // operands on first use, or read from the cache folder), then the launch proceeds as usual.
 template <class Spec>
 void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const char *prefix, const char *what) {
-    if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !tuning_enabled())
+    if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !ctx.tuning())
         return launch_spec(ctx, spec, ops, prefix, what);
     validate_shape(spec, prefix);
     check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix);
@@ -298,7 +297,8 @@ KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
 
 std::vector<KernelSource> group_gemm_mn_kernels(const GemmMnSpec &spec) {
     std::vector<KernelSource> out = {render_group_gemm_mn(spec)};
-    if (spec.tile.engine == GemmEngine::wgmma) out.push_back(render_split_reduce_sm90(spec));
+    if (spec.tile.engine == GemmEngine::wgmma && mn_can_split(spec.m, spec.n))
+        out.push_back(render_split_reduce_sm90(spec));
     return out;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "compile_only.hpp"
+#include "core/context.hpp"
 #include "dispatch/tuning.hpp"
 
 using namespace moejit;
@@ -140,5 +141,11 @@ BOOST_AUTO_TEST_CASE(enabled_by_env_unless_a_tile_is_forced) {
     ::setenv("MOEJIT_GEMM_TILE", "128x128x64", 1);
     BOOST_TEST(!tuning_enabled(), "an explicit tile wins");
     ::unsetenv("MOEJIT_GEMM_TILE");
+    // A context reads the switch once, when it is created.
+    moejit::test::CompileOnlyContext tuned("sm_90a");
+    BOOST_TEST(tuned.impl().tuning());
     ::unsetenv("MOEJIT_TUNE");
+    BOOST_TEST(tuned.impl().tuning());
+    moejit::test::CompileOnlyContext plain("sm_90a");
+    BOOST_TEST(!plain.impl().tuning());
 }
