@@ -75,26 +75,6 @@ template <> struct Mma<__half> {
     }
 };
 
-// Two adjacent output elements (the mma accumulator layout gives each thread column pairs).
-__device__ __forceinline__ void store2(float *p, float a, float b) {
-    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
-}
-__device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) {
-    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
-}
-__device__ __forceinline__ void store2(__half *p, float a, float b) {
-    *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
-}
-__device__ __forceinline__ float2 load2(const float *p) {
-    return *reinterpret_cast<const float2 *>(p);
-}
-__device__ __forceinline__ float2 load2(const __nv_bfloat16 *p) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
-}
-__device__ __forceinline__ float2 load2(const __half *p) {
-    return __half22float2(*reinterpret_cast<const __half2 *>(p));
-}
-
 // ---------------------------------------------------------------- shared-memory tiles
 
 // A tile of ROWS rows x CPR 16-byte chunks. Chunks are XOR-swizzled so that the 8 rows an

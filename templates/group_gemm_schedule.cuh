@@ -68,16 +68,22 @@ struct TileCoord {
 // the exclusive prefix sum of expert_m_tiles (E+1 entries). Precondition: t < cum[E] * n_tiles.
 // The expert is the last e with cum[e] <= t / n_tiles (empty experts have cum[e] == cum[e+1]
 // and are skipped by taking the last one).
-MOEJIT_HD TileCoord nk_tile(const int *cum, int num_experts, int n_tiles, int group, int t) {
-    int mt = t / n_tiles;
-    int lo = 0, hi = num_experts - 1;  // invariant: cum[lo] <= mt
+// The last e in [0, num_experts) with cum[e] <= v (cum non-decreasing, cum[0] = 0 <= v).
+MOEJIT_HD int last_at_most(const int *cum, int num_experts, int v) {
+    int lo = 0, hi = num_experts - 1;  // invariant: cum[lo] <= v
     while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
-        if (cum[mid] <= mt)
+        if (cum[mid] <= v)
             lo = mid;
         else
             hi = mid - 1;
     }
+    return lo;
+}
+
+MOEJIT_HD TileCoord nk_tile(const int *cum, int num_experts, int n_tiles, int group, int t) {
+    int mt = t / n_tiles;
+    int lo = last_at_most(cum, num_experts, mt);
     int m_tiles = cum[lo + 1] - cum[lo];
     TileMN mn = grouped_order(t - cum[lo] * n_tiles, m_tiles, n_tiles, group);
     TileCoord c;
@@ -122,20 +128,23 @@ MOEJIT_HD MnItemTile mn_item_tile(const int *cum_items, int num_experts, int m_t
                                   int group, int t) {
     int per_item = m_tiles * n_tiles;
     int item = t / per_item;
-    int lo = 0, hi = num_experts - 1;  // the last e with cum_items[e] <= item
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (cum_items[mid] <= item)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    int lo = last_at_most(cum_items, num_experts, item);
     TileMN mn = grouped_order(t - item * per_item, m_tiles, n_tiles, group);
     MnItemTile r;
     r.expert = lo;
     r.segment = item - cum_items[lo];
     r.m_block = mn.m;
     r.n_block = mn.n;
+    return r;
+}
+
+// The rows item `it` reduces over: its segment of a split expert, else all the expert's rows.
+MOEJIT_HD RowRange mn_item_rows(const int *offsets, int rows, int split_rows, const MnItemTile &it) {
+    RowRange r = expert_rows(offsets, it.expert, rows);
+    if (mn_is_split(r.end - r.begin, split_rows)) {
+        r.begin += it.segment * split_rows;
+        r.end = min_int(r.end, r.begin + split_rows);
+    }
     return r;
 }
 

@@ -222,15 +222,6 @@ MJ_WGMMA(__half, "f16", 128)
 MJ_WGMMA(__half, "f16", 256)
 #undef MJ_WGMMA
 
-__device__ __forceinline__ void store2(float *p, float a, float b) {
-    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
-}
-__device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) {
-    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
-}
-__device__ __forceinline__ void store2(__half *p, float a, float b) {
-    *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
-}
 // Two values rounded to 16 bits and packed (the pointer only picks the type).
 __device__ __forceinline__ unsigned pack2(__nv_bfloat16 *, float a, float b) {
     __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
@@ -241,16 +232,6 @@ __device__ __forceinline__ unsigned pack2(__half *, float a, float b) {
     return *reinterpret_cast<unsigned *>(&v);
 }
 __device__ __forceinline__ unsigned pack2(float *, float, float) { return 0; }  // never staged
-__device__ __forceinline__ float2 load2(const float *p) {
-    return *reinterpret_cast<const float2 *>(p);
-}
-__device__ __forceinline__ float2 load2(const __nv_bfloat16 *p) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
-}
-__device__ __forceinline__ float2 load2(const __half *p) {
-    return __half22float2(*reinterpret_cast<const __half2 *>(p));
-}
-
 
 // ---------------------------------------------------------------- configuration
 
@@ -582,15 +563,6 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
 
     const int total_tiles = total_items * M_TILES * N_TILES;
     const int wg = warp >> 2;
-    // The rows item `it` reduces over: a segment of a split expert, else all of the expert's.
-    auto item_rows = [&](const sched::MnItemTile &it) {
-        sched::RowRange r = sched::expert_rows(offsets, it.expert, rows);
-        if (sched::mn_is_split(r.end - r.begin, split_rows)) {
-            r.begin += it.segment * split_rows;
-            r.end = sched::min_int(r.end, r.begin + split_rows);
-        }
-        return r;
-    };
 
     if (wg == 0) {
         // ------------------------------------------------ producer
@@ -599,7 +571,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
             const sched::MnItemTile it = sched::mn_item_tile(cum_items, num_experts, M_TILES, N_TILES, Cfg::GROUP_M, t);
-            const sched::RowRange rr = item_rows(it);
+            const sched::RowRange rr = sched::mn_item_rows(offsets, rows, split_rows, it);
             const int m0 = it.m_block * BM, n0 = it.n_block * BN;
             const int k_tiles = sched::ceil_div(rr.end - rr.begin, BK);
             for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
@@ -623,7 +595,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
             const sched::MnItemTile it = sched::mn_item_tile(cum_items, num_experts, M_TILES, N_TILES, Cfg::GROUP_M, t);
-            const sched::RowRange rr = item_rows(it);
+            const sched::RowRange rr = sched::mn_item_rows(offsets, rows, split_rows, it);
             const bool partial = sched::mn_is_split(count_of(it.expert), split_rows);
             const int m0 = it.m_block * BM, n0 = it.n_block * BN;
             const int count = rr.end - rr.begin;

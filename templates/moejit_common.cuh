@@ -26,6 +26,27 @@ template <class T> struct alignas(16) Vec16 {
     T v[kCount];
 };
 
+// Two adjacent elements of an output row (the mma/wgmma accumulator layouts give each thread
+// column pairs), converted from/to fp32.
+__device__ __forceinline__ void store2(float *p, float a, float b) {
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+}
+__device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store2(__half *p, float a, float b) {
+    *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
+}
+__device__ __forceinline__ float2 load2(const float *p) {
+    return *reinterpret_cast<const float2 *>(p);
+}
+__device__ __forceinline__ float2 load2(const __nv_bfloat16 *p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
+}
+__device__ __forceinline__ float2 load2(const __half *p) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(p));
+}
+
 __device__ __forceinline__ long long global_thread_id() {
     return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
 }

@@ -175,13 +175,12 @@ std::int64_t emulate_mn_split_errors(std::span<const std::int32_t> offsets, std:
                 ++bad;
                 continue;
             }
-            const sched::RowRange rr = sched::expert_rows(offsets.data(), it.expert, R);
-            const int count = rr.end - rr.begin;
-            int begin = rr.begin, end = rr.end;
+            const sched::RowRange er = sched::expert_rows(offsets.data(), it.expert, R);
+            const int count = er.end - er.begin;
+            const sched::RowRange rr = sched::mn_item_rows(offsets.data(), R, split_rows, it);
+            const int begin = rr.begin, end = rr.end;
             const std::size_t tile = static_cast<std::size_t>(it.m_block) * n_tiles + it.n_block;
             if (sched::mn_is_split(count, split_rows)) {
-                begin = rr.begin + it.segment * split_rows;
-                end = std::min(rr.end, begin + split_rows);
                 if (it.segment >= sched::mn_slots(count, split_rows) || begin >= end) {
                     ++bad;
                     continue;
