@@ -141,11 +141,15 @@ MnSplit mn_split(std::int64_t rows, std::int64_t m, std::int64_t n) {
     return s;
 }
 
+std::size_t mn_split_partials_offset(std::int32_t num_experts) {
+    const std::size_t header = (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * 4;
+    return (header + 255) / 256 * 256;
+}
+
 std::size_t mn_split_workspace_bytes(const MnSplit &split, std::int32_t num_experts, std::int64_t m,
                                      std::int64_t n) {
     if (split.split_rows <= 0) return 0;
-    const std::size_t header = (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * 4;
-    return (header + 255) / 256 * 256 +
+    return mn_split_partials_offset(num_experts) +
            static_cast<std::size_t>(split.slots) * static_cast<std::size_t>(m) * static_cast<std::size_t>(n) * 4;
 }
 

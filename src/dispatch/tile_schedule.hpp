@@ -39,7 +39,9 @@ struct MnSplit {
 MnSplit mn_split(std::int64_t rows, std::int64_t m, std::int64_t n);
 // Whether mn_split can split an M x N weight gradient at all (for some S).
 bool mn_can_split(std::int64_t m, std::int64_t n);
-// Workspace of a split: cum_slots[E+1] (int32, padded to 256 bytes), then slots x M x N fp32.
+// Workspace of a split: cum_slots[E+1] (int32, padded to 256 bytes), then slots x M x N fp32
+// from mn_split_partials_offset.
+std::size_t mn_split_partials_offset(std::int32_t num_experts);
 std::size_t mn_split_workspace_bytes(const MnSplit &split, std::int32_t num_experts, std::int64_t m,
                                      std::int64_t n);
 

@@ -195,18 +195,17 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
         (ops.workspace == nullptr || ops.num_experts > 65535 /* the reduction's grid.y */ ||
          ops.workspace_bytes < mn_split_workspace_bytes(split, ops.num_experts, spec.m, spec.n)))
         split = MnSplit{};
-    if (split.split_rows > 0)
-        tiles += split.slots * ((spec.m + spec.tile.block_m - 1) / spec.tile.block_m) *
-                 ((spec.n + spec.tile.block_n - 1) / spec.tile.block_n);
+    if (split.split_rows > 0)  // one more item per possible segment
+        tiles += mn_tile_count(static_cast<std::int32_t>(split.slots), spec.m, spec.tile.block_m, spec.n,
+                               spec.tile.block_n);
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts, split_rows = split.split_rows;
     auto *index = split.split_rows > 0 ? static_cast<std::int32_t *>(ops.workspace) : nullptr;
-    const std::size_t header = (static_cast<std::size_t>(experts) + 1) * 4;
-    float *partials = split.split_rows > 0
-                          ? reinterpret_cast<float *>(static_cast<char *>(ops.workspace) + (header + 255) / 256 * 256)
-                          : nullptr;
+    float *partials = split.split_rows > 0 ? reinterpret_cast<float *>(static_cast<char *>(ops.workspace) +
+                                                                         mn_split_partials_offset(experts))
+                                           : nullptr;
     ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, split_rows, index, partials);
     if (split.split_rows == 0) return;
     Kernel &reduce = ctx.kernel(render_split_reduce_sm90(spec));
