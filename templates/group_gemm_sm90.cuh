@@ -1,5 +1,6 @@
-// Hopper (sm_90a) grouped GEMM, same_nk forward case: C[rows of e] (+)= A[rows of e] · B_eᵀ
-// with A [S,K], B [E,N,K], C [S,N]. DRAFT (issue 7): opt-in only, not yet validated on a GPU.
+// The wgmma engine (sm_90a) of the grouped GEMMs: same_nk (C[rows of e] (+)= A · B_e or B_eᵀ,
+// forward and input gradients) and same_mn (C[e] (+)= A_eᵀ · B_e, weight gradients, with an
+// optional deterministic split of long reductions), picked by the tile heuristic on cc 9.0.
 //
 // Structure (one CTA per SM, persistent):
 //   warpgroup 0   producer: one thread walks the tile schedule and issues TMA loads
@@ -7,8 +8,9 @@
 //                 shared-memory stages; each stage has a `full` mbarrier (TMA completes bytes
 //                 on it) and an `empty` mbarrier (consumers release it).
 //   warpgroups 1-2 consumers: 64 rows of the 128-row tile each, wgmma.mma_async m64nBNk16
-//                 from shared memory (both operands K-major, 128-byte swizzle), fp32
-//                 accumulators in registers, then a predicated register epilogue.
+//                 from shared memory (K- or MN-major operands, 128-byte swizzle), fp32
+//                 accumulators in registers, then a TMA-store epilogue through shared memory
+//                 (16-bit C) or a predicated register epilogue.
 // Tile schedule: the same device scheduler as the mma.sync kernels (group_gemm_schedule.cuh)
 // over `offsets`, capped by the host bound from S, so the launch-bound invariant holds.
 // Rows past an expert's end are loaded (they belong to the next expert or are TMA zero-fill

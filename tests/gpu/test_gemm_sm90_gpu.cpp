@@ -17,6 +17,7 @@
 #include "core/dtype.hpp"
 #include "dispatch/tile_config.hpp"
 #include "ops/group_gemm.hpp"
+#include "expert_counts.hpp"
 #include "reference_gemm.hpp"
 
 MOEJIT_GPU_TEST_MAIN("gemm_sm90_gpu")
@@ -38,33 +39,6 @@ bool hopper() {
     if (ctx().arch() == "sm_90a") return true;
     BOOST_TEST_MESSAGE("skipping: the context is " << ctx().arch() << ", the kernel needs sm_90a");
     return false;
-}
-
-std::vector<std::int32_t> offsets_from_counts(const std::vector<int> &counts) {
-    std::vector<std::int32_t> offsets(counts.size() + 1, 0);
-    for (std::size_t e = 0; e < counts.size(); ++e) offsets[e + 1] = offsets[e] + counts[e];
-    return offsets;
-}
-
-// T*k routes drawn uniformly over `allowed` experts (empty: all E).
-std::vector<int> random_counts(std::int64_t tokens, int top_k, int num_experts, std::mt19937_64 &rng,
-                               std::vector<int> allowed = {}) {
-    if (allowed.empty())
-        for (int e = 0; e < num_experts; ++e) allowed.push_back(e);
-    std::uniform_int_distribution<std::size_t> pick(0, allowed.size() - 1);
-    std::vector<int> counts(num_experts, 0);
-    for (std::int64_t i = 0; i < tokens * top_k; ++i) ++counts[allowed[pick(rng)]];
-    return counts;
-}
-
-std::vector<int> all_to_expert(int rows, int num_experts, int expert) {
-    std::vector<int> counts(num_experts, 0);
-    counts[expert] = rows;
-    return counts;
-}
-
-std::mt19937_64 case_rng(const std::string &name) {
-    return std::mt19937_64(test_seed() ^ std::hash<std::string>{}(name));
 }
 
 double tolerance(moejit_dtype_t c_dtype) { return c_dtype == MOEJIT_DTYPE_FP32 ? 1e-4 : 1e-2; }

@@ -15,6 +15,7 @@
 #include "dispatch/tile_schedule.hpp"
 #include "ops/group_gemm.hpp"
 #include "compile_only.hpp"
+#include "expert_counts.hpp"
 #include "reference_gemm.hpp"
 
 MOEJIT_GPU_TEST_MAIN("group_gemm_gpu")
@@ -34,27 +35,6 @@ struct ContextFixture {
     ContextFixture() { gpu_context(); }
 };
 
-std::vector<std::int32_t> offsets_from_counts(const std::vector<int> &counts) {
-    std::vector<std::int32_t> offsets(counts.size() + 1, 0);
-    for (std::size_t e = 0; e < counts.size(); ++e) offsets[e + 1] = offsets[e] + counts[e];
-    return offsets;
-}
-
-// Counts of T*k routes drawn uniformly (duplicate routes of one token allowed), restricted to
-// the experts in `allowed` (empty: all E).
-std::vector<int> random_counts(std::int64_t tokens, int top_k, int num_experts, std::mt19937_64 &rng,
-                               std::vector<int> allowed = {}) {
-    if (allowed.empty())
-        for (int e = 0; e < num_experts; ++e) allowed.push_back(e);
-    std::uniform_int_distribution<std::size_t> pick(0, allowed.size() - 1);
-    std::vector<int> counts(num_experts, 0);
-    for (std::int64_t i = 0; i < tokens * top_k; ++i) ++counts[allowed[pick(rng)]];
-    return counts;
-}
-
-std::mt19937_64 case_rng(const std::string &name) {
-    return std::mt19937_64(test_seed() ^ std::hash<std::string>{}(name));
-}
 
 // A C tensor on the device: its host values as doubles, poison or random prefill.
 struct CTensor {
@@ -312,9 +292,7 @@ void run_mn(const MnCase &tc) {
 }
 
 std::vector<int> all_to_expert0(int tokens, int top_k, int num_experts) {
-    std::vector<int> counts(num_experts, 0);
-    counts[0] = tokens * top_k;
-    return counts;
+    return all_to_expert(tokens * top_k, num_experts, 0);
 }
 
 }  // namespace
