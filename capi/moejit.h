@@ -328,6 +328,8 @@ typedef struct moejit_backward_args {
     void *workspace;
     size_t workspace_size;
     void *stream;
+    const void *x;                /* [T,H], the forward's input (since 0.2: the layer re-reads
+                                     x's rows instead of saving their [S,H] scatter) */
 } moejit_backward_args_t;
 
 MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc);

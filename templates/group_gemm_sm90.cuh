@@ -106,6 +106,18 @@ __device__ __forceinline__ void tma_store_3d(const TmaDesc *desc, unsigned src, 
                  "r"(src), "r"(c0), "r"(c1), "r"(c2)
                  : "memory");
 }
+// 16 bytes global -> shared with the generic cp.async; src_bytes = 0 writes 16 zero bytes.
+__device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+// Arrives on `bar` once this thread's earlier cp.async copies have landed; the arrival is one
+// of the barrier's expected arrivals (.noinc).
+__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // The committed stores have finished reading shared memory (the buffer may be rewritten).
 __device__ __forceinline__ void bulk_wait_read() {
@@ -237,6 +249,8 @@ __device__ __forceinline__ unsigned pack2(float *, float, float) { return 0; }  
 
 // ---------------------------------------------------------------- configuration
 
+constexpr int kGatherThreads = 128;  // the producer warpgroup copies gathered rows
+
 // BM = 128 (two consumer warpgroups of 64 rows), BK = 64 (one 128-byte swizzle row of 16-bit
 // elements), BN in {64, 128, 256}. Host mirror: gemm_smem_bytes in src/dispatch/tile_config.cpp.
 // EPI_TMA: the epilogue stages each consumer's 64 x BN tile in shared memory (16-bit C) and
@@ -290,12 +304,13 @@ template <class Cfg> __device__ __forceinline__ Smem<Cfg> carve_smem(unsigned ch
 }
 
 // Thread 0: every barrier, made visible to TMA and the other threads (publish with a
-// __syncthreads before use); the tensor maps prefetched.
-template <class Cfg>
+// __syncthreads before use); the tensor maps prefetched. A stage is full after the TMA
+// thread's expect_tx and, when an operand is gathered, every gathering thread's arrival.
+template <class Cfg, bool GATHER>
 __device__ __forceinline__ void init_ring(const Smem<Cfg> &m, const TmaDesc &a, const TmaDesc &b) {
 #pragma unroll
     for (int s = 0; s < Cfg::STAGES; ++s) {
-        mbar_init(m.full(s), 1);                        // the producer's expect_tx
+        mbar_init(m.full(s), 1 + (GATHER ? kGatherThreads : 0));
         mbar_init(m.empty(s), 128 * Cfg::CONSUMERS);    // every consumer thread
     }
     mbar_init_fence();
@@ -310,14 +325,47 @@ template <int STAGES> struct RingPos {
     __device__ __forceinline__ unsigned phase() const { return static_cast<unsigned>(it / STAGES) & 1u; }
 };
 
-// Producer: waits for stage `s` to be free and announces its bytes (full boxes count even
-// where TMA zero-fills out-of-bounds elements).
+// Producer: waits for stage `pos` to be free (a fresh barrier passes parity 1 at once).
 template <class Cfg>
-__device__ __forceinline__ unsigned producer_acquire(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos) {
-    const int s = pos.stage();
-    mbar_wait(m.empty(s), pos.phase() ^ 1u);  // a fresh barrier passes parity 1 at once
-    mbar_arrive_expect_tx(m.full(s), Cfg::STAGE_BYTES);
-    return m.stage(s);
+__device__ __forceinline__ unsigned producer_wait(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos) {
+    mbar_wait(m.empty(pos.stage()), pos.phase() ^ 1u);
+    return m.stage(pos.stage());
+}
+
+// ---------------------------------------------------------------- row gathers
+
+// A gathered operand: scattered row s is row row_token[s] of the source [T, ld] (x or dout), so
+// the layer never materializes the [S, H] scatter. TMA cannot gather rows on sm_90, so the
+// producer warpgroup's 128 threads copy the box with 16-byte cp.async into the layout TMA would
+// write (128-byte swizzle), then arrive on the stage's full barrier when their copies landed.
+// Thread p copies 16-byte unit p % 8 of rows p / 8 + 16 i.
+template <int ROWS> struct GatherRows {
+    static constexpr int PER_THREAD = ROWS / 16;
+    int token[PER_THREAD];  // the source row, or -1: zero-fill
+    // Rows [first, first + valid) of the scattered operand; rows from `valid` on read as zeros.
+    __device__ __forceinline__ void load(const int *__restrict__ row_token, int first, int valid, int p) {
+#pragma unroll
+        for (int i = 0; i < PER_THREAD; ++i) {
+            const int r = (p >> 3) + 16 * i;
+            token[i] = r < valid ? __ldg(row_token + first + r) : -1;
+        }
+    }
+};
+
+// The ROWS x 64 box at column col0 (columns from `cols` on read as zeros) -> the swizzled tile
+// at dst (rows 128 B apart; 16-byte unit u of row r at u ^ (r % 8)).
+template <class T, int ROWS>
+__device__ __forceinline__ void gather_box(unsigned dst, const T *__restrict__ src, long long ld,
+                                           const GatherRows<ROWS> &g, int col0, int cols, int p) {
+    const int unit = p & 7, col = col0 + unit * 8;
+    const unsigned swizzled = static_cast<unsigned>((unit ^ ((p >> 3) & 7)) << 4);
+#pragma unroll
+    for (int i = 0; i < GatherRows<ROWS>::PER_THREAD; ++i) {
+        const int r = (p >> 3) + 16 * i;
+        const bool ok = g.token[i] >= 0 && col < cols;
+        const T *from = ok ? src + static_cast<long long>(g.token[i]) * ld + col : src;
+        cp_async16_zfill(dst + r * 128 + swizzled, from, ok ? 16 : 0);
+    }
 }
 
 // Consumer: the k-slice's wgmmas on stage `pos` (after its bytes landed, and after `prepare`
@@ -414,8 +462,13 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
     }
 }
 
-struct NoPrepare {
-    __device__ __forceinline__ void operator()(unsigned) const {}
+// Runs on a stage once its bytes landed. With cp.async-gathered rows (GATHERED) the generic-
+// proxy writes, visible to this thread through the full barrier, are made visible to wgmma's
+// async proxy.
+template <bool GATHERED> struct StagePrepare {
+    __device__ __forceinline__ void operator()(unsigned) const {
+        if constexpr (GATHERED) fence_proxy_async_smem();
+    }
 };
 
 // ---------------------------------------------------------------- same_nk
@@ -428,9 +481,13 @@ struct NoPrepare {
 // m_tile_bound: the host's bound ceil(rows/BM) + min(E, rows) on the M-tile count.
 // Rows past an expert's end are loaded (they belong to the next expert or are TMA zero-fill
 // past S) but never stored; columns past N and k past K are TMA zero-fill.
-template <class Cfg, int N, int K, bool B_TRANSPOSED, bool ACCUMULATE>
+// GATHER_A: A's rows are gathered from gather_src [T, K] by row_token (tma_a unused); rows past
+// the expert's end are zero-filled instead.
+template <class Cfg, int N, int K, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
+                                                   const typename Cfg::T *__restrict__ gather_src,
+                                                   const int *__restrict__ row_token,
                                                    const int *__restrict__ offsets, int rows,
                                                    int num_experts, int m_tile_bound) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
@@ -443,7 +500,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
     int *const warp_sums = m.scratch;
     int *const cum = m.scratch + 16;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (tid == 0) init_ring(m, tma_a, tma_b);
+    if (tid == 0) init_ring<Cfg, GATHER_A>(m, tma_a, tma_b);
 
     // Exclusive scan of ceil(count_e / BM) over experts (as the mma.sync kernel does); its
     // __syncthreads also publish the barrier initialization.
@@ -458,27 +515,38 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
     if (wg == 0) {
         // ------------------------------------------------ producer
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-        if (tid != 0) return;
+        if (!GATHER_A && tid != 0) return;  // TMA only: one thread issues everything
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
             const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
             const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
             const int row0 = rr.begin + tc.m_block * BM;
             const int n0 = tc.n_block * BN;
+            GatherRows<BM> a_rows;
+            if constexpr (GATHER_A) a_rows.load(row_token, row0, rr.end - row0, tid);
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it) {
-                const unsigned stage = producer_acquire(m, pos);
+                const unsigned stage = producer_wait(m, pos);
                 const unsigned bar = m.full(pos.stage());
-                tma_load_2d(stage, &tma_a, bar, kb * BK, row0);
-                if constexpr (B_TRANSPOSED) {
-                    tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, kb * BK, n0, tc.expert);
-                } else {
+                if (tid == 0) {
+                    // Full boxes count even where TMA zero-fills out-of-bounds elements.
+                    mbar_arrive_expect_tx(bar, GATHER_A ? Cfg::B_BYTES : Cfg::STAGE_BYTES);
+                    if constexpr (!GATHER_A) tma_load_2d(stage, &tma_a, bar, kb * BK, row0);
+                    if constexpr (B_TRANSPOSED) {
+                        tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, kb * BK, n0, tc.expert);
+                    } else {
 #pragma unroll
-                    for (int j = 0; j < BN / 64; ++j)
-                        tma_load_3d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar,
-                                    n0 + 64 * j, kb * BK, tc.expert);
+                        for (int j = 0; j < BN / 64; ++j)
+                            tma_load_3d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar,
+                                        n0 + 64 * j, kb * BK, tc.expert);
+                    }
+                }
+                if constexpr (GATHER_A) {
+                    gather_box<typename Cfg::T, BM>(stage, gather_src, K, a_rows, kb * BK, K, tid);
+                    cp_async_arrive_noinc(bar);
                 }
             }
         }
+        if constexpr (GATHER_A) cp_async_wait_all();
     } else {
         // ------------------------------------------------ consumers
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();
@@ -495,7 +563,8 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
             for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
             int prev = 0;
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
-                consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc, NoPrepare{});
+                consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc,
+                                                          StagePrepare<GATHER_A>{});
             consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
             const int rows_valid = rr.end - row0;
             if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
@@ -528,9 +597,13 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 // reduced in segments whose fp32 partial tiles go to partials[cum_slots[e] + segment] (M x N
 // each, plain stores); split_reduce_sm90 then sums them into C[e] in segment order. CTA 0
 // publishes cum_slots[E+1] at partials_index for it.
-template <class Cfg, int M, int N, bool ACCUMULATE>
+// GATHER = 1 (A) or 2 (B): that operand's rows are gathered from gather_src [T, M or N] by
+// row_token (its map unused), rows past the segment's end zero-filled.
+template <class Cfg, int M, int N, bool ACCUMULATE, int GATHER>
 __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
+                                                   const typename Cfg::T *__restrict__ gather_src,
+                                                   const int *__restrict__ row_token,
                                                    const int *__restrict__ offsets, int rows,
                                                    int num_experts, int split_rows,
                                                    int *__restrict__ partials_index,
@@ -539,6 +612,8 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
     constexpr int M_TILES = (M + BM - 1) / BM;
     constexpr int N_TILES = (N + BN - 1) / BN;
     static_assert(M % 8 == 0 && N % 8 == 0, "M and N must be multiples of 8");
+    static_assert(GATHER >= 0 && GATHER <= 2, "GATHER: 0 none, 1 A, 2 B");
+    constexpr bool GATHER_A = GATHER == 1, GATHER_B = GATHER == 2;
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
@@ -546,7 +621,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
     int *const cum_items = m.scratch + 16;
     int *const cum_slots = cum_items + num_experts + 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (tid == 0) init_ring(m, tma_a, tma_b);
+    if (tid == 0) init_ring<Cfg, GATHER != 0>(m, tma_a, tma_b);
     auto count_of = [&](int e) {
         const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
         return rr.end - rr.begin;
@@ -569,7 +644,8 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
     if (wg == 0) {
         // ------------------------------------------------ producer
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-        if (tid != 0) return;
+        if (GATHER == 0 && tid != 0) return;  // TMA only: one thread issues everything
+        constexpr int TMA_BYTES = GATHER_A ? Cfg::B_BYTES : GATHER_B ? Cfg::A_BYTES : Cfg::STAGE_BYTES;
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
             const sched::MnItemTile it = sched::mn_item_tile(cum_items, num_experts, M_TILES, N_TILES, Cfg::GROUP_M, t);
@@ -577,17 +653,40 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
             const int m0 = it.m_block * BM, n0 = it.n_block * BN;
             const int k_tiles = sched::ceil_div(rr.end - rr.begin, BK);
             for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
-                const unsigned stage = producer_acquire(m, pos);
-                const unsigned bar = m.full(pos.stage());
                 const int k0 = rr.begin + kb * BK;
+                GatherRows<BK> k_rows;  // loaded before the wait, which hides their latency
+                if constexpr (GATHER != 0) k_rows.load(row_token, k0, rr.end - k0, tid);
+                const unsigned stage = producer_wait(m, pos);
+                const unsigned bar = m.full(pos.stage());
+                if (tid == 0) {
+                    mbar_arrive_expect_tx(bar, TMA_BYTES);
+                    if constexpr (!GATHER_A) {
 #pragma unroll
-                for (int j = 0; j < BM / 64; ++j)
-                    tma_load_2d(stage + j * Cfg::CHUNK_BYTES, &tma_a, bar, m0 + 64 * j, k0);
+                        for (int j = 0; j < BM / 64; ++j)
+                            tma_load_2d(stage + j * Cfg::CHUNK_BYTES, &tma_a, bar, m0 + 64 * j, k0);
+                    }
+                    if constexpr (!GATHER_B) {
 #pragma unroll
-                for (int j = 0; j < BN / 64; ++j)
-                    tma_load_2d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar, n0 + 64 * j, k0);
+                        for (int j = 0; j < BN / 64; ++j)
+                            tma_load_2d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar, n0 + 64 * j, k0);
+                    }
+                }
+                if constexpr (GATHER_A) {
+#pragma unroll
+                    for (int j = 0; j < BM / 64; ++j)
+                        gather_box<typename Cfg::T, BK>(stage + j * Cfg::CHUNK_BYTES, gather_src, M, k_rows,
+                                                        m0 + 64 * j, M, tid);
+                }
+                if constexpr (GATHER_B) {
+#pragma unroll
+                    for (int j = 0; j < BN / 64; ++j)
+                        gather_box<typename Cfg::T, BK>(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, gather_src, N,
+                                                        k_rows, n0 + 64 * j, N, tid);
+                }
+                if constexpr (GATHER != 0) cp_async_arrive_noinc(bar);
             }
         }
+        if constexpr (GATHER != 0) cp_async_wait_all();
     } else {
         // ------------------------------------------------ consumers
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();
@@ -610,6 +709,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
             for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
                 const int valid = count - kb * BK;  // k-rows of this item in the slice
                 auto zero_foreign_rows = [&](unsigned stage) {
+                    StagePrepare<GATHER != 0>{}(stage);
                     if (valid >= BK) return;
                     // Rows [valid, 64) of every 64-row chunk (A: 2, B: BN/64) = 16-byte units
                     // [valid*8, 512) of each chunk; the swizzle permutes inside a row only.

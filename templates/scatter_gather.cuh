@@ -110,16 +110,20 @@ __device__ __forceinline__ void gather(const T *__restrict__ ys,
     }
 }
 
-// w_s[scatter_index[p]] = float(weights[p]) for the S flattened routes p. Launch: 1-D, one
-// thread per route.
+// w_s[scatter_index[p]] = float(weights[p]) for the S flattened routes p, and (when row_token
+// is not NULL) row_token[scatter_index[p]] = p / top_k, the token a scattered row comes from,
+// which the wgmma GEMMs gather their rows by. Launch: 1-D, one thread per route.
 template <class W>
 __device__ __forceinline__ void scatter_weights(const W *__restrict__ weights,
                                                 const int *__restrict__ scatter_index,
-                                                long long rows, float *__restrict__ w_s) {
+                                                long long rows, float *__restrict__ w_s,
+                                                int *__restrict__ row_token, int top_k) {
     const long long p = global_thread_id();
     if (p >= rows) return;
     const int dst = scatter_index[p];
-    if (valid_row(dst, rows)) w_s[dst] = to_float(weights[p]);
+    if (!valid_row(dst, rows)) return;
+    w_s[dst] = to_float(weights[p]);
+    if (row_token != nullptr) row_token[dst] = static_cast<int>(p / top_k);
 }
 
 // d_weights[p] = d_w_s[scatter_index[p]] in W (0 for a dropped route).

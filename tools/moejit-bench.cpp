@@ -395,6 +395,7 @@ Row run_shape(moejit_context_t ctx, void *stream, const Shape &s, const Options 
         moejit_backward_args_t bwd;
         MJ(moejit_backward_args_init(&bwd));
         bwd.num_tokens = s.T;
+        bwd.x = x.get();
         bwd.dout = dout.get();
         bwd.routing_weights = d_weights.get();
         bwd.w_gate = w_gate.get();

@@ -229,6 +229,7 @@ int main(void) {
 
     MJ(moejit_backward_args_init(&bwd));
     bwd.num_tokens = T;
+    bwd.x = PTR(x); /* the forward's input: backward re-reads its rows */
     bwd.dout = PTR(dout);
     bwd.routing_weights = PTR(d_routing);
     bwd.w_gate = PTR(w_gate);

@@ -46,6 +46,15 @@ std::string to_string(const GemmTileConfig &config);
 // MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on malformed text.
 GemmTileConfig parse_tile_config(std::string_view text, const char *what);
 
+// An operand whose rows a GEMM gathers through a row index (the token of each scattered row)
+// instead of reading a materialized scatter: the wgmma engine only (producer cp.async gathers).
+enum class GemmGather {
+    none = 0,
+    a = 1,  // same_nk's A or same_mn's A
+    b = 2,  // same_mn's B
+};
+const char *gather_suffix(GemmGather g);  // "", "_ga", "_gb": kernel names and tuning keys
+
 enum class GemmKind {
     same_nk,  // C[S,N] = A[S,K] · B_e(ᵀ): forward (B [E,N,K]) and input gradients (B [E,K,N])
     same_mn,  // C[E,M,N] = A_eᵀ · B_e: weight gradients, reduction over the expert's rows
@@ -63,6 +72,7 @@ struct GemmProblem {
     bool accumulate = false;   // C += A·B
     std::int64_t rows_hint = 0;  // typical S; 0: unknown (assume large)
     std::int32_t num_experts = 1;
+    GemmGather gather = GemmGather::none;
 };
 
 // Shared memory per SM and per block for a compute capability (major*10+minor).

@@ -24,6 +24,16 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, false, true, rows_hint, E, cc);
     s.fc2_wgrad = make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc);
     s.fc1_wgrad = make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc);
+    s.gathered = true;
+    for (const GemmTileConfig *tile : {&s.fc1.tile, &s.fc2.tile, &s.fc2_dgrad.tile, &s.fc1_dgrad.tile,
+                                       &s.fc1_dgrad_acc.tile, &s.fc2_wgrad.tile, &s.fc1_wgrad.tile})
+        s.gathered = s.gathered && tile->engine == GemmEngine::wgmma;
+    if (s.gathered) {
+        s.fc1.gather = GemmGather::a;
+        s.fc2_dgrad.gather = GemmGather::a;
+        s.fc2_wgrad.gather = GemmGather::a;
+        s.fc1_wgrad.gather = GemmGather::b;
+    }
     return s;
 }
 
@@ -38,9 +48,9 @@ std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, int cc
 }
 
 LayerGemms::LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs,
-                       std::int64_t rows, const std::int32_t *offsets, void *stream, void *split_workspace,
-                       std::size_t split_workspace_bytes)
-    : ctx_(ctx), desc_(desc), specs_(specs), rows_(rows), offsets_(offsets), stream_(stream),
+                       std::int64_t rows, const std::int32_t *offsets, const std::int32_t *row_token, void *stream,
+                       void *split_workspace, std::size_t split_workspace_bytes)
+    : ctx_(ctx), desc_(desc), specs_(specs), rows_(rows), offsets_(offsets), row_token_(row_token), stream_(stream),
       split_workspace_(split_workspace), split_workspace_bytes_(split_workspace_bytes) {}
 
 std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &d, std::int64_t rows) {
@@ -52,6 +62,7 @@ std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &d, std::int64_
 
 void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c) {
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
+    ops.row_token = row_token_;
     launch_group_gemm_nk(ctx_, spec, ops);
 }
 
@@ -59,6 +70,7 @@ void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
     ops.workspace = split_workspace_;
     ops.workspace_bytes = split_workspace_bytes_;
+    ops.row_token = row_token_;
     launch_group_gemm_mn(ctx_, spec, ops);
 }
 

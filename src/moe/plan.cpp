@@ -24,10 +24,10 @@ void require_tensor(const void *p, const char *name, bool needed) {
                    "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
 }
 
-PlanLayout checked_layout(const moejit_plan_desc_t &d, std::int64_t num_tokens) {
+PlanLayout checked_layout(const moejit_plan_desc_t &d, std::int64_t num_tokens, bool gathered) {
     MOEJIT_REQUIRE(num_tokens >= 0, "args->num_tokens is {}, expected >= 0", num_tokens);
     MOEJIT_REQUIRE(num_tokens * d.top_k <= INT32_MAX, "args->num_tokens is {}: T·k exceeds 2^31-1", num_tokens);
-    return PlanLayout(d, num_tokens);
+    return PlanLayout(d, num_tokens, gathered);
 }
 
 // The caller's saved and workspace buffers, against the sizes the queries return for this T.
@@ -90,7 +90,9 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int c
     std::vector<KernelSource> all;
     RoutingSpec routing{d.index_dtype, d.num_experts};
     for (KernelSource &s : routing_index_sources(routing)) all.push_back(std::move(s));
-    all.push_back(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}));
+    // x and dout are scattered only where the GEMMs cannot gather their rows (mma.sync).
+    if (!layer_specs(d, compute_capability).gathered)
+        all.push_back(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}));
     all.push_back(render_gather(GatherSpec{d.dtype, d.hidden_size, d.top_k, static_cast<moejit_dtype_t>(0)}));
     all.push_back(render_scatter_weights(d.routing_dtype));
     all.push_back(render_gather_weights(d.routing_dtype));
@@ -112,9 +114,16 @@ Plan::Plan(Context &ctx, const moejit_plan_desc_t &desc)
     for (const KernelSource &s : plan_kernel_sources(desc_, ctx_.compute_capability())) ctx_.kernel(s);
 }
 
+const void *Plan::scatter_rows(const std::int32_t *scatter_index, std::int64_t num_tokens, const void *tokens,
+                               void *out, void *stream) {
+    scatter(ctx_, ScatterArgs{ScatterSpec{desc_.dtype, desc_.hidden_size, desc_.top_k}, tokens, scatter_index,
+                              num_tokens, out, stream});
+    return out;
+}
+
 void Plan::forward(const moejit_forward_args_t &a) {
     const moejit_plan_desc_t &d = desc_;
-    PlanLayout L = checked_layout(d, a.num_tokens);
+    PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.selected_experts, "args->selected_experts", T0);
@@ -131,8 +140,8 @@ void Plan::forward(const moejit_forward_args_t &a) {
     const std::size_t el = dtype_size(d.dtype);
     auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
+    auto *row_token = L.row_token.in<std::int32_t>(a.saved);
     auto *w_s = L.w_s.in<float>(a.saved);
-    void *xs = L.xs.in<char>(a.saved);
     char *gate_up = L.gate_up.in<char>(a.saved);
     void *aw = L.aw.in<char>(a.saved);
     void *y = L.y.in<char>(a.workspace);
@@ -142,10 +151,11 @@ void Plan::forward(const moejit_forward_args_t &a) {
                                          L.routing.in<char>(a.workspace), L.routing.bytes, a.stream});
     if (!T0) return;  // offsets are zero; nothing else to do (out has no rows)
     scatter_weights(ctx_, WeightsScatterArgs{d.routing_dtype, a.routing_weights, scatter_index, a.num_tokens,
-                                             d.top_k, w_s, a.stream});
-    scatter(ctx_, ScatterArgs{ScatterSpec{d.dtype, H, d.top_k}, a.x, scatter_index, a.num_tokens, xs, a.stream});
+                                             d.top_k, w_s, row_token, a.stream});
+    // fc1 reads x's rows by row_token (gathered) or from its scatter.
+    const void *xs = gemm_specs_.gathered ? a.x : scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
 
-    LayerGemms gemms(ctx_, d, gemm_specs_, S, offsets, a.stream);
+    LayerGemms gemms(ctx_, d, gemm_specs_, S, offsets, row_token, a.stream);
     void *g = gate_up;
     void *u = gate_up + S * I * el;
     if (merged(d)) {
@@ -175,8 +185,9 @@ void Plan::forward(const moejit_forward_args_t &a) {
 
 void Plan::backward(const moejit_backward_args_t &a) {
     const moejit_plan_desc_t &d = desc_;
-    PlanLayout L = checked_layout(d, a.num_tokens);
+    PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
+    require_tensor(a.x, "args->x", T0);
     require_tensor(a.dout, "args->dout", T0);
     require_tensor(a.w_gate, "args->w_gate", !merged(d));
     require_tensor(a.w_up, "args->w_up", !merged(d));
@@ -195,11 +206,10 @@ void Plan::backward(const moejit_backward_args_t &a) {
     const std::size_t el = dtype_size(d.dtype);
     const auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
+    const auto *row_token = L.row_token.in<std::int32_t>(a.saved);
     const auto *w_s = L.w_s.in<float>(a.saved);
-    const void *xs = L.xs.in<char>(a.saved);
     const char *gate_up = L.gate_up.in<char>(a.saved);
     const void *aw = L.aw.in<char>(a.saved);
-    void *dy = L.dy.in<char>(a.workspace);
     void *daw = L.daw.in<char>(a.workspace);
     char *d_gate_up = L.d_gate_up.in<char>(a.workspace);
     float *d_w_s = L.d_w_s.in<float>(a.workspace);
@@ -210,9 +220,14 @@ void Plan::backward(const moejit_backward_args_t &a) {
     // The launch bound is S, the scattered tensors' rows (DESIGN.md §3). The test hook passes
     // T instead — the historical bug — so the regression suite can prove it catches it.
     const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : S;
-    LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, a.stream, L.wgrad_split.in<char>(a.workspace),
+    LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, row_token, a.stream, L.wgrad_split.in<char>(a.workspace),
                      L.wgrad_split.bytes);
-    if (T0) scatter(ctx_, ScatterArgs{ScatterSpec{d.dtype, H, d.top_k}, a.dout, scatter_index, a.num_tokens, dy, a.stream});
+    // x's and dout's rows: gathered by row_token, or scattered here (T = 0: nothing to read).
+    const void *dy = a.dout, *xs = a.x;
+    if (!gemm_specs_.gathered && T0) {
+        dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
+        xs = scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
+    }
     gemms.fc2_dgrad(dy, a.w_down, daw);
     gemms.fc2_wgrad(dy, aw, a.dw_down);
 

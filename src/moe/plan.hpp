@@ -35,7 +35,7 @@ public:
     Plan(Context &ctx, const moejit_plan_desc_t &desc);
 
     const moejit_plan_desc_t &desc() const { return desc_; }
-    PlanLayout layout(std::int64_t num_tokens) const { return PlanLayout(desc_, num_tokens); }
+    PlanLayout layout(std::int64_t num_tokens) const { return PlanLayout(desc_, num_tokens, gemm_specs_.gathered); }
 
     void forward(const moejit_forward_args_t &args);
     void backward(const moejit_backward_args_t &args);
@@ -43,6 +43,10 @@ public:
     PlanTestHooks test_hooks;
 
 private:
+    // The [S,H] scatter of a [T,H] tensor (x or dout) into `out`, for GEMMs that do not gather.
+    const void *scatter_rows(const std::int32_t *scatter_index, std::int64_t num_tokens, const void *tokens, void *out,
+                             void *stream);
+
     Context &ctx_;
     moejit_plan_desc_t desc_;
     LayerSpecs gemm_specs_;  // chosen once: tiles depend on the shape, not on T

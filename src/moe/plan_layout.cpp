@@ -18,8 +18,8 @@ struct Allocator {
 
 }  // namespace
 
-PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens)
-    : tokens(num_tokens), rows(num_tokens * desc.top_k) {
+PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered_rows)
+    : tokens(num_tokens), rows(num_tokens * desc.top_k), gathered(gathered_rows) {
     const std::size_t S = static_cast<std::size_t>(rows);
     const std::size_t H = static_cast<std::size_t>(desc.hidden_size);
     const std::size_t I = static_cast<std::size_t>(desc.intermediate_size);
@@ -29,19 +29,20 @@ PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens)
     Allocator saved;
     offsets = saved.take((E + 1) * 4);
     scatter_index = saved.take(S * 4);
+    row_token = saved.take(S * 4);
     w_s = saved.take(S * 4);
-    xs = saved.take(S * H * el);
     gate_up = saved.take(S * 2 * I * el);
     aw = saved.take(S * I * el);
     saved_bytes = saved.end;
 
     Allocator fwd;
+    if (!gathered) xs = fwd.take(S * H * el);
+    Allocator bwd = fwd;  // xs, when there, at the same place in both calls' scratch
     counts = fwd.take(E * 4);
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     y = fwd.take(S * H * el);
 
-    Allocator bwd;
-    dy = bwd.take(S * H * el);
+    if (!gathered) dy = bwd.take(S * H * el);
     daw = bwd.take(S * I * el);
     d_gate_up = bwd.take(S * 2 * I * el);
     d_w_s = bwd.take(S * 4);

@@ -25,24 +25,30 @@ struct Region {
     }
 };
 
+// gathered: the layer's GEMMs gather x's and dout's rows by row_token (layer_specs(...).gathered,
+// the wgmma engine), so no [S,H] scatter of x or dout exists; otherwise both are scattered into
+// the workspace (xs at offset 0 of forward's and backward's scratch).
 struct PlanLayout {
-    PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens);
+    PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered);
 
     std::int64_t tokens = 0, rows = 0;  // T and S = T·k
+    bool gathered = false;
     // saved (written by forward, read by backward)
     Region offsets;        // [E+1] int32
     Region scatter_index;  // [T,k] int32
+    Region row_token;      // [S] int32: the token each scattered row comes from
     Region w_s;            // [S] fp32 routing weight per scattered row
-    Region xs;             // [S,H] scattered input
     Region gate_up;        // split: g [S,I] then u [S,I]; merged: [S,2I]
     Region aw;             // [S,I] a·w_s (fc2 input)
     std::size_t saved_bytes = 0;
+    // workspace of both calls when not gathered
+    Region xs;             // [S,H] scattered x
     // forward workspace
     Region counts;         // [E] int32
     Region routing;        // the routing index's scratch
     Region y;              // [S,H] fc2 output
     // backward workspace (overlaps forward's: a call uses one or the other)
-    Region dy;             // [S,H]
+    Region dy;             // [S,H] scattered dout (not gathered only)
     Region daw;            // [S,I]
     Region d_gate_up;      // like gate_up
     Region d_w_s;          // [S] fp32

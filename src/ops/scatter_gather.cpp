@@ -211,8 +211,8 @@ KernelSource render_gather(const GatherSpec &spec) {
 KernelSource render_scatter_weights(moejit_dtype_t weight_dtype) {
     return render_weights("scatter_weights", weight_dtype,
                           "const W *__restrict__ weights, const int *__restrict__ scatter_index, "
-                          "long long rows, float *__restrict__ w_s",
-                          "scatter_weights<W>(weights, scatter_index, rows, w_s)");
+                          "long long rows, float *__restrict__ w_s, int *__restrict__ row_token, int top_k",
+                          "scatter_weights<W>(weights, scatter_index, rows, w_s, row_token, top_k)");
 }
 
 KernelSource render_gather_weights(moejit_dtype_t weight_dtype) {
@@ -271,13 +271,15 @@ void scatter_weights_impl(Context &ctx, const WeightsScatterArgs &args, Kernel *
     require_tensor(args.weights, "weights", rows, "[T,k]", dtype_size(args.weight_dtype));
     require_tensor(args.scatter_index, "scatter_index", rows, "[T,k]", 4);
     require_tensor(args.w_s, "w_s", rows, "[S]", 4);
+    if (args.row_token != nullptr) require_tensor(args.row_token, "row_token", rows, "[S]", 4);
     ctx.require_device("moejit_scatter_weights");
     if (rows == 0) return;
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_scatter_weights(args.weight_dtype));
     const long long rows_arg = rows;
+    const int top_k = args.top_k;
     ctx.launch(kernel, flat_launch(rows), args.stream, args.weights, args.scatter_index, rows_arg,
-               args.w_s);
+               args.w_s, args.row_token, top_k);
 }
 
 void gather_weights_impl(Context &ctx, const WeightsGatherArgs &args, Kernel *preloaded) {

@@ -84,6 +84,7 @@ struct WeightsScatterArgs {
     std::int64_t num_tokens = 0;
     std::int32_t top_k = 0;
     float *w_s = nullptr;                             // [S]
+    std::int32_t *row_token = nullptr;                // [S] or NULL: the token of each scattered row
     void *stream = nullptr;
 };
 

@@ -309,7 +309,8 @@ void check_regions(const std::vector<NamedRegion> &regions, std::size_t total, c
 BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
     for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED})
         for (moejit_dtype_t dtype : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16})
-            for (std::int64_t T : {0, 1, 3, 128, 1000, 4096}) {
+            for (std::int64_t T : {0, 1, 3, 128, 1000, 4096})
+                for (bool gathered : {true, false}) {
                 moejit_plan_desc_t d = small_desc(layout);
                 d.dtype = dtype;
                 d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
@@ -317,23 +318,30 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                 d.intermediate_size = 768;
                 d.num_experts = 128;
                 d.top_k = 8;
-                const moejit::PlanLayout L(d, T);
+                const moejit::PlanLayout L(d, T, gathered);
                 const std::size_t S = static_cast<std::size_t>(T * d.top_k), H = 2048, I = 768, E = 128;
                 const std::size_t el = 2;
+                // Gathered: no [S,H] scatter of x or dout anywhere; otherwise in the workspace.
+                const std::size_t scattered = gathered ? 0 : S * H * el;
                 BOOST_TEST(L.tokens == T);
                 BOOST_TEST(L.rows == T * d.top_k);
+                BOOST_TEST(L.gathered == gathered);
+                BOOST_TEST(L.xs.bytes == scattered);
+                BOOST_TEST(L.dy.bytes == scattered);
                 check_regions({{"offsets", L.offsets, (E + 1) * 4},
                                {"scatter_index", L.scatter_index, S * 4},
+                               {"row_token", L.row_token, S * 4},
                                {"w_s", L.w_s, S * 4},
-                               {"xs", L.xs, S * H * el},
                                {"gate_up", L.gate_up, S * 2 * I * el},
                                {"aw", L.aw, S * I * el}},
                               L.saved_bytes, "saved");
                 // Forward and backward scratch may overlap each other (one call uses one set),
-                // never within a set.
-                check_regions({{"counts", L.counts, E * 4}, {"routing", L.routing, 0}, {"y", L.y, S * H * el}},
+                // never within a set; xs belongs to both.
+                check_regions({{"xs", L.xs, scattered}, {"counts", L.counts, E * 4}, {"routing", L.routing, 0},
+                               {"y", L.y, S * H * el}},
                               L.workspace_bytes, "forward workspace");
-                check_regions({{"dy", L.dy, S * H * el},
+                check_regions({{"xs", L.xs, scattered},
+                               {"dy", L.dy, scattered},
                                {"daw", L.daw, S * I * el},
                                {"d_gate_up", L.d_gate_up, S * 2 * I * el},
                                {"d_w_s", L.d_w_s, S * 4},
@@ -347,7 +355,7 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
         moejit_plan_desc_t d = small_desc(layout);
         std::size_t prev_saved = 0, prev_ws = 0;
         for (std::int64_t T = 0; T <= 600; ++T) {
-            const moejit::PlanLayout L(d, T);
+            const moejit::PlanLayout L(d, T, true);
             BOOST_TEST_CONTEXT("T=" << T) {
                 BOOST_TEST(L.saved_bytes >= prev_saved);
                 BOOST_TEST(L.workspace_bytes >= prev_ws);
@@ -356,14 +364,15 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
             prev_ws = L.workspace_bytes;
         }
         // T = 0: only the offsets (E+1 int32) and alignment padding remain.
-        const moejit::PlanLayout zero(d, 0);
+        const moejit::PlanLayout zero(d, 0, true);
         BOOST_TEST(zero.rows == 0);
         BOOST_TEST(zero.saved_bytes <= 8 * moejit::kRegionAlignment);
         BOOST_TEST(zero.workspace_bytes <= 8 * moejit::kRegionAlignment);
         BOOST_TEST(zero.offsets.bytes == (static_cast<std::size_t>(d.num_experts) + 1) * 4);
-        // Large T: linear, dominated by the row tensors (xs, g|u, aw in saved).
-        const moejit::PlanLayout a(d, 1000), b(d, 2000);
-        const std::size_t per_row_saved = 4 + 4 + (d.hidden_size + 3 * d.intermediate_size) * 2;
+        // Large T: linear, dominated by the row tensors (g|u, aw in saved; x's rows are
+        // re-read in backward, not saved as an [S,H] scatter).
+        const moejit::PlanLayout a(d, 1000, true), b(d, 2000, true);
+        const std::size_t per_row_saved = 4 + 4 + 4 + 3 * d.intermediate_size * 2;
         const double growth = static_cast<double>(b.saved_bytes - a.saved_bytes) / (1000.0 * d.top_k);
         // Alignment padding between regions changes by less than 256 bytes per region.
         BOOST_TEST(growth >= static_cast<double>(per_row_saved) - 1.0);
@@ -372,5 +381,5 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
     // Many experts: offsets grow with E even at T = 0.
     moejit_plan_desc_t d = small_desc();
     d.num_experts = 4096;
-    BOOST_TEST(moejit::PlanLayout(d, 0).offsets.bytes == 4097u * 4u);
+    BOOST_TEST(moejit::PlanLayout(d, 0, true).offsets.bytes == 4097u * 4u);
 }

@@ -53,6 +53,7 @@ struct Case {
     bool b_transposed = true;  // false: B [E,K,N] (input gradients)
     moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
+    bool gather = false;  // A's rows gathered from a [T,K] source by a random row_token (duplicates)
 };
 
 // The heuristic's wgmma spec, with the case's BLOCK_N (and then the deepest ring that fits)
@@ -75,6 +76,7 @@ constexpr std::size_t kGuardRows = 130;  // > BLOCK_M: a whole stray tile past S
 void run(const Case &tc) {
     const int E = static_cast<int>(tc.counts.size());
     GemmNkSpec spec = wgmma_spec(tc, E);
+    if (tc.gather) spec.gather = GemmGather::a;
     BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
         std::mt19937_64 rng = case_rng(tc.name + std::to_string(spec.tile.block_n));
         const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
@@ -83,7 +85,22 @@ void run(const Case &tc) {
         const std::size_t c_count = static_cast<std::size_t>(S * N);
         HalfTensor a = random_half(static_cast<std::size_t>(S * K), tc.dtype, rng);
         HalfTensor b = random_half(static_cast<std::size_t>(E * N * K), tc.dtype, rng);
-        DeviceBuffer da = DeviceBuffer::from(a.bits), db = DeviceBuffer::from(b.bits);
+        // Gathered: scattered row s of A is row row_token[s] of a [T,K] source, T < S so rows
+        // repeat (duplicate routes); `a` becomes the gathered matrix the reference multiplies.
+        std::vector<std::int32_t> row_token(1, 0);
+        HalfTensor a_source;
+        if (tc.gather) {
+            const std::int64_t T = S / 3 + 1;
+            a_source = random_half(static_cast<std::size_t>(T * K), tc.dtype, rng);
+            std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(T - 1));
+            row_token.assign(static_cast<std::size_t>(S) + 1, 0);
+            for (std::int64_t s = 0; s < S; ++s) {
+                row_token[s] = pick(rng);
+                std::copy_n(a_source.values.begin() + row_token[s] * K, K, a.values.begin() + s * K);
+            }
+        }
+        DeviceBuffer da = DeviceBuffer::from(tc.gather ? a_source.bits : a.bits), db = DeviceBuffer::from(b.bits);
+        DeviceBuffer dtoken = DeviceBuffer::from(row_token);
         DeviceBuffer doff = DeviceBuffer::from(offsets);
         // C, then kGuardRows poisoned rows that must stay poisoned.
         const std::size_t guard_bytes = kGuardRows * static_cast<std::size_t>(N) * c_elem;
@@ -112,6 +129,7 @@ void run(const Case &tc) {
         ops.offsets = doff.as<const std::int32_t>();
         ops.rows = S;
         ops.num_experts = E;
+        ops.row_token = dtoken.as<const std::int32_t>();
         auto launch = [&] {
             dc.upload(initial);
             launch_group_gemm_nk(ctx(), spec, ops);
@@ -254,4 +272,26 @@ BOOST_AUTO_TEST_CASE(input_gradient_layout) {
          .c_dtype = MOEJIT_DTYPE_FP32});
     run({.name = "bn_fp16", .counts = counts, .n = 384, .k = 640, .b_transposed = false,
          .dtype = MOEJIT_DTYPE_FP16, .c_dtype = MOEJIT_DTYPE_FP16});
+}
+
+// A's rows gathered by row_token (the layer's fc1 and fc2 dgrad read x and dout this way): the
+// producer warpgroup's cp.async copies into the swizzled ring. Random routing with every
+// BLOCK_N, every route to one expert, empty experts, T = 1 with both routes to one expert,
+// ragged N and K, both B layouts, shallow and deep rings, fp16 and fp32 C.
+BOOST_AUTO_TEST_CASE(gathered_a_rows) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("gather");
+    const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
+    for (int bn : {64, 128, 256})
+        run({.name = "g_random", .counts = counts, .n = 264, .k = 520, .block_n = bn, .gather = true});
+    run({.name = "g_all_to_last", .counts = all_to_expert(4000, 8, 7), .n = 512, .k = 512, .gather = true});
+    run({.name = "g_t1_dup", .counts = {0, 0, 2, 0}, .gather = true});
+    run({.name = "g_one_row", .counts = {0, 1, 0}, .n = 64, .k = 64, .gather = true});
+    run({.name = "g_k8", .counts = counts, .n = 136, .k = 8, .gather = true});
+    run({.name = "g_bn", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .gather = true});
+    for (int stages : {2, 6})
+        run({.name = "g_s" + std::to_string(stages), .counts = random_counts(1024, 8, 32, rng), .n = 512,
+             .k = 1024, .block_n = 128, .stages = stages, .gather = true});
+    run({.name = "g_fp16_c32", .counts = counts, .n = 384, .k = 640, .accumulate = true, .dtype = MOEJIT_DTYPE_FP16,
+         .c_dtype = MOEJIT_DTYPE_FP32, .gather = true});
 }

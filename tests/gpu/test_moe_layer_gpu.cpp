@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/layer_gemms.hpp"
 #include "moe/plan.hpp"
 #include "moe/plan_layout.hpp"
 #include "compile_only.hpp"
@@ -415,6 +416,7 @@ moejit_status_t backward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layo
     moejit_backward_args_init(&a);
     a.num_tokens = c.T;
     a.dout = in.dout.get();
+    a.x = in.x.get();
     a.routing_weights = in.weights.get();
     if (layout == MOEJIT_FC1_MERGED) {
         a.w_gate_up = in.w_gate_up.get();
@@ -652,11 +654,20 @@ void check_wgrad(Report &r, const LayerCase &c, const std::string &name, std::sp
     r.checks.push_back({name + "/empty_experts", double(bad), 0.0, true, true, ""});
 }
 
-// Regions of the saved and workspace buffers (moejit::PlanLayout) as values.
+// The device's compute capability (the context's arch, "sm_90a" -> 90).
+int device_cc() {
+    const char *arch = nullptr;
+    MOEJIT_TEST_OK(moejit_context_arch(gpu_context(), &arch));
+    return std::atoi(arch + 3);
+}
+
+// Regions of the saved and workspace buffers (moejit::PlanLayout) as values; gathered as the
+// plan decides it for this device (moejit::layer_specs).
 struct Regions {
     const LayerCase &c;
     moejit::PlanLayout L;
-    Regions(const LayerCase &cs, moejit_fc1_layout_t layout) : c(cs), L(desc_of(cs, layout), cs.T) {}
+    Regions(const LayerCase &cs, moejit_fc1_layout_t layout)
+        : c(cs), L(desc_of(cs, layout), cs.T, moejit::layer_specs(desc_of(cs, layout), device_cc()).gathered) {}
 
     std::vector<float> halves(const std::vector<std::uint8_t> &buf, const moejit::Region &reg, std::size_t first,
                               std::size_t n) const {
@@ -720,7 +731,12 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     const std::vector<float> index_ref(ref.scatter_index.begin(), ref.scatter_index.end());
     check_exact(r, "scatter_index", R.words<std::int32_t>(res.saved_after_forward, R.L.scatter_index, S), index_ref);
     check_exact(r, "w_s", R.words<float>(res.saved_after_forward, R.L.w_s, S), ref.w_s);
-    check_exact(r, "xs", R.halves(res.saved_after_forward, R.L.xs, 0, S * H), scattered(h.x.values, ref, c));
+    // The token of each scattered row, which the gathering GEMMs read x's and dout's rows by.
+    std::vector<float> token_ref(S);
+    for (std::size_t s = 0; s < S; ++s) token_ref[s] = static_cast<float>(ref.route_of_row[s] / c.k);
+    check_exact(r, "row_token", R.words<std::int32_t>(res.saved_after_forward, R.L.row_token, S), token_ref);
+    if (!R.L.gathered)
+        check_exact(r, "xs", R.halves(res.workspace_after_forward, R.L.xs, 0, S * H), scattered(h.x.values, ref, c));
     std::vector<float> g, u;
     R.pair(res.saved_after_forward, R.L.gate_up, layout, g, u);
     check_close(r, "g", g, ref.g, tol);
@@ -728,7 +744,10 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     check_close(r, "aw", R.halves(res.saved_after_forward, R.L.aw, 0, S * I), ref.aw, tol);
     check_close(r, "y", R.halves(res.workspace_after_forward, R.L.y, 0, S * H), ref.y, tol);
     // backward scratch
-    check_exact(r, "dy", R.halves(res.workspace, R.L.dy, 0, S * H), scattered(h.dout.values, ref, c));
+    if (!R.L.gathered) {
+        check_exact(r, "xs (backward)", R.halves(res.workspace, R.L.xs, 0, S * H), scattered(h.x.values, ref, c));
+        check_exact(r, "dy", R.halves(res.workspace, R.L.dy, 0, S * H), scattered(h.dout.values, ref, c));
+    }
     check_close(r, "daw", R.halves(res.workspace, R.L.daw, 0, S * I), ref.daw, tol);
     R.pair(res.workspace, R.L.d_gate_up, layout, g, u);
     check_close(r, "dg", g, ref.dg, tol);

@@ -248,6 +248,7 @@ class BackwardArgs(_Struct):
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
         ("stream", c_void_p),
+        ("x", c_void_p),
     ]
 
 

@@ -241,13 +241,16 @@ class Plan(_OwnedHandle):
         args.stream = stream
         _capi.check(_capi.lib().moejit_plan_forward(self.handle, byref(args)))
 
-    def backward(self, *, num_tokens: int, dout, routing_weights, w_down, saved, saved_size: int,
-                 dx, d_routing_weights, dw_down, workspace, workspace_size: int, w_gate=None,
-                 w_up=None, w_gate_up=None, dw_gate=None, dw_up=None, dw_gate_up=None,
-                 stream: Optional[int] = None) -> None:
+    def backward(self, *, num_tokens: int, x, dout, routing_weights, w_down, saved,
+                 saved_size: int, dx, d_routing_weights, dw_down, workspace, workspace_size: int,
+                 w_gate=None, w_up=None, w_gate_up=None, dw_gate=None, dw_up=None,
+                 dw_gate_up=None, stream: Optional[int] = None) -> None:
+        """x: the forward's input [T,H] (since 0.2 the saved buffer no longer holds its
+        scatter; None only when num_tokens is 0)."""
         p = _capi.pointer
         args = _capi.init_struct(_capi.BackwardArgs)
         args.num_tokens = num_tokens
+        args.x = p(x)
         args.dout = p(dout)
         args.routing_weights = p(routing_weights)
         args.w_gate = p(w_gate)

@@ -140,8 +140,9 @@ class _FusedMoEFunction(torch.autograd.Function):
                      stream=torch.cuda.current_stream(device).cuda_stream)
         ctx.spec = spec
         ctx.plan = plan
-        # x and selected_experts are not needed: the saved buffer holds what backward reads.
-        ctx.save_for_backward(routing_weights, w_gate, w_up, w_gate_up, w_down, saved)
+        # Backward re-reads x's rows (saved no longer holds their scatter); selected_experts is
+        # not needed. save_for_backward keeps a reference, no copy.
+        ctx.save_for_backward(x, routing_weights, w_gate, w_up, w_gate_up, w_down, saved)
         return out
 
     @staticmethod
@@ -149,7 +150,7 @@ class _FusedMoEFunction(torch.autograd.Function):
     def backward(ctx, dout):
         spec: LayerSpec = ctx.spec
         plan: Plan = ctx.plan
-        routing_weights, w_gate, w_up, w_gate_up, w_down, saved = ctx.saved_tensors
+        x, routing_weights, w_gate, w_up, w_gate_up, w_down, saved = ctx.saved_tensors
         device = saved.device
         dtype = w_down.dtype
         expected = (spec.num_tokens, spec.hidden_size)
@@ -169,7 +170,7 @@ class _FusedMoEFunction(torch.autograd.Function):
                  for name, w in (("w_gate", w_gate), ("w_up", w_up), ("w_gate_up", w_gate_up),
                                  ("w_down", w_down))}
         workspace = _empty_bytes(workspace_size, device)
-        plan.backward(num_tokens=tokens, dout=dout, routing_weights=routing_weights,
+        plan.backward(num_tokens=tokens, x=x, dout=dout, routing_weights=routing_weights,
                       w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
                       saved=saved, saved_size=saved.numel(), dx=dx,
                       d_routing_weights=d_routing, dw_gate=grads["w_gate"],
