@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Counts SASS instruction kinds in moejit's cached cubins (cuobjdump -sass), per kernel family.
 
-  python3 scripts/gpu_sass.py CACHE_DIR [LIMIT]   (e.g. $MOEJIT_CACHE_DIR after a GPU run)
+  python3 scripts/gpu_sass.py CACHE_DIR [LIMIT] [NAME_PART]   (e.g. $MOEJIT_CACHE_DIR after a GPU run;
+  NAME_PART: only entries whose file name (the kernel name) holds it, e.g. _ga_ for the A-gathering kernels)
 Each cache entry is a header + a cubin; the cubin starts at the ELF magic.
 """
 import collections
@@ -12,6 +13,7 @@ import tempfile
 
 root = pathlib.Path(sys.argv[1])
 LIMIT = int(sys.argv[2]) if len(sys.argv) > 2 else 4  # kernels per family
+PART = sys.argv[3].encode() if len(sys.argv) > 3 else b""
 kinds = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDSM", "SYNCS", "LDL", "STL")
 totals = collections.Counter()
 for entry in sorted(root.rglob("*")):
@@ -19,7 +21,7 @@ for entry in sorted(root.rglob("*")):
         continue
     data = entry.read_bytes()
     at = data.find(b"\x7fELF")
-    if at < 0 or b"group_gemm" not in data:
+    if at < 0 or b"group_gemm" not in data or PART.decode() not in entry.name:
         continue
     family = "sm90" if b"_sm90" in data else "mma_sync"
     if totals[family + " kernels"] >= LIMIT:
