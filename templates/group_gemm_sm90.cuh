@@ -269,7 +269,8 @@ template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_
     static constexpr int CHUNK_BYTES = 64 * 128;  // one 64 x 64 MN-major TMA box
     static constexpr int ACC = BN / 2;             // fp32 accumulators per consumer thread
     // Register split (64K per SM, one CTA): producer 40, consumers 232: 128*40 + 256*232 <= 64K.
-    static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+    // Gathering producers hold row tokens and addresses: 48 (128*48 + 256*232 = 64K exactly).
+    static constexpr int PRODUCER_REGS = 40, GATHER_PRODUCER_REGS = 48, CONSUMER_REGS = 232;
     static_assert(sizeof(T) == 2, "operands are 16-bit");
     static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
     static_assert(STAGES >= 2, "at least double buffering");
@@ -462,13 +463,11 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
     }
 }
 
-// Runs on a stage once its bytes landed. With cp.async-gathered rows (GATHERED) the generic-
-// proxy writes, visible to this thread through the full barrier, are made visible to wgmma's
-// async proxy.
-template <bool GATHERED> struct StagePrepare {
-    __device__ __forceinline__ void operator()(unsigned) const {
-        if constexpr (GATHERED) fence_proxy_async_smem();
-    }
+// Gathered stages need no consumer-side proxy fence: the full barrier's completion by
+// cp.async.mbarrier.arrive orders the copies before the wgmmas (as in CUTLASS's cp.async GMMA
+// mainloops); the gathered-row GPU tests check it.
+struct NoPrepare {
+    __device__ __forceinline__ void operator()(unsigned) const {}
 };
 
 // ---------------------------------------------------------------- same_nk
@@ -514,7 +513,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 
     if (wg == 0) {
         // ------------------------------------------------ producer
-        setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+        setmaxnreg_dec<GATHER_A ? Cfg::GATHER_PRODUCER_REGS : Cfg::PRODUCER_REGS>();
         if (!GATHER_A && tid != 0) return;  // TMA only: one thread issues everything
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
@@ -563,8 +562,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
             for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
             int prev = 0;
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
-                consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc,
-                                                          StagePrepare<GATHER_A>{});
+                consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc, NoPrepare{});
             consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
             const int rows_valid = rr.end - row0;
             if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
@@ -643,7 +641,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
 
     if (wg == 0) {
         // ------------------------------------------------ producer
-        setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+        setmaxnreg_dec<GATHER != 0 ? Cfg::GATHER_PRODUCER_REGS : Cfg::PRODUCER_REGS>();
         if (GATHER == 0 && tid != 0) return;  // TMA only: one thread issues everything
         constexpr int TMA_BYTES = GATHER_A ? Cfg::B_BYTES : GATHER_B ? Cfg::A_BYTES : Cfg::STAGE_BYTES;
         RingPos<Cfg::STAGES> pos;
@@ -652,10 +650,16 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
             const sched::RowRange rr = sched::mn_item_rows(offsets, rows, split_rows, it);
             const int m0 = it.m_block * BM, n0 = it.n_block * BN;
             const int k_tiles = sched::ceil_div(rr.end - rr.begin, BK);
+            // Each k-slice's row tokens are loaded one slice ahead, so their latency hides
+            // behind the previous slice's copies and the wait for a free stage.
+            GatherRows<BK> next_rows;
+            if constexpr (GATHER != 0)
+                if (k_tiles > 0) next_rows.load(row_token, rr.begin, rr.end - rr.begin, tid);
             for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
                 const int k0 = rr.begin + kb * BK;
-                GatherRows<BK> k_rows;  // loaded before the wait, which hides their latency
-                if constexpr (GATHER != 0) k_rows.load(row_token, k0, rr.end - k0, tid);
+                const GatherRows<BK> k_rows = next_rows;
+                if constexpr (GATHER != 0)
+                    if (kb + 1 < k_tiles) next_rows.load(row_token, k0 + BK, rr.end - k0 - BK, tid);
                 const unsigned stage = producer_wait(m, pos);
                 const unsigned bar = m.full(pos.stage());
                 if (tid == 0) {
@@ -709,7 +713,6 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
             for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
                 const int valid = count - kb * BK;  // k-rows of this item in the slice
                 auto zero_foreign_rows = [&](unsigned stage) {
-                    StagePrepare<GATHER != 0>{}(stage);
                     if (valid >= BK) return;
                     // Rows [valid, 64) of every 64-row chunk (A: 2, B: BN/64) = 16-byte units
                     // [valid*8, 512) of each chunk; the swizzle permutes inside a row only.

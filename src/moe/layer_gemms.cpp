@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/env.hpp"
 #include "dispatch/tile_schedule.hpp"
 
 namespace moejit {
@@ -24,7 +25,8 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, false, true, rows_hint, E, cc);
     s.fc2_wgrad = make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc);
     s.fc1_wgrad = make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc);
-    s.gathered = true;
+    // MOEJIT_GATHER=0 (read when a plan is created): scatter x and dout instead (comparisons).
+    s.gathered = env_flag("MOEJIT_GATHER").value_or(true);
     for (const GemmTileConfig *tile : {&s.fc1.tile, &s.fc2.tile, &s.fc2_dgrad.tile, &s.fc1_dgrad.tile,
                                        &s.fc1_dgrad_acc.tile, &s.fc2_wgrad.tile, &s.fc1_wgrad.tile})
         s.gathered = s.gathered && tile->engine == GemmEngine::wgmma;

@@ -568,8 +568,8 @@ BOOST_AUTO_TEST_CASE(mn_gathered_rows) {
         run_mn({.name = "fp16" + tag, .counts = {0, 300, 7, 0}, .m = 136, .n = 520, .dtype = MOEJIT_DTYPE_FP16,
                 .c_dtype = MOEJIT_DTYPE_FP16, .gather = g});
         for (const char *t : {"wgmma_128x64x64_s4", "wgmma_128x128x64_s4_e1", "wgmma_128x256x64_s3_g8_e1"})
-            run_mn({.name = "tile" + tag, .counts = counts, .m = 392, .n = 328, .tile = parse_tile_config(t, "test"),
-                    .gather = g});
+            run_mn({.name = "tile" + tag, .counts = counts, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16,
+                    .tile = parse_tile_config(t, "test"), .gather = g});
     }
 }
 

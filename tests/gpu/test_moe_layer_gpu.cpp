@@ -33,7 +33,6 @@
 #include <string>
 #include <vector>
 
-#include "moe/layer_gemms.hpp"
 #include "moe/plan.hpp"
 #include "moe/plan_layout.hpp"
 #include "compile_only.hpp"
@@ -445,6 +444,7 @@ moejit_status_t backward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layo
 struct LayerResult {
     std::vector<float> out, dx, d_weights, dw_gate, dw_up, dw_down;
     std::vector<std::uint8_t> saved_after_forward, workspace_after_forward, saved, workspace;
+    bool gathered = false;  // the plan's GEMMs gather x's and dout's rows (its PlanLayout)
 };
 
 std::vector<float> fetch_values(const DeviceBuffer &b, moejit_dtype_t dtype) {
@@ -493,6 +493,7 @@ LayerResult run_layer(const LayerCase &c, moejit_fc1_layout_t layout, moejit_pla
     LayerResult r = fetch(c, layout, o);
     r.saved_after_forward = std::move(saved_fwd);
     r.workspace_after_forward = std::move(ws_fwd);
+    r.gathered = plan->impl.layout(c.T).gathered;
     return r;
 }
 
@@ -654,20 +655,13 @@ void check_wgrad(Report &r, const LayerCase &c, const std::string &name, std::sp
     r.checks.push_back({name + "/empty_experts", double(bad), 0.0, true, true, ""});
 }
 
-// The device's compute capability (the context's arch, "sm_90a" -> 90).
-int device_cc() {
-    const char *arch = nullptr;
-    MOEJIT_TEST_OK(moejit_context_arch(gpu_context(), &arch));
-    return std::atoi(arch + 3);
-}
-
 // Regions of the saved and workspace buffers (moejit::PlanLayout) as values; gathered as the
-// plan decides it for this device (moejit::layer_specs).
+// plan decided it (its tiles, chosen at creation).
 struct Regions {
     const LayerCase &c;
     moejit::PlanLayout L;
-    Regions(const LayerCase &cs, moejit_fc1_layout_t layout)
-        : c(cs), L(desc_of(cs, layout), cs.T, moejit::layer_specs(desc_of(cs, layout), device_cc()).gathered) {}
+    Regions(const LayerCase &cs, moejit_fc1_layout_t layout, bool gathered)
+        : c(cs), L(desc_of(cs, layout), cs.T, gathered) {}
 
     std::vector<float> halves(const std::vector<std::uint8_t> &buf, const moejit::Region &reg, std::size_t first,
                               std::size_t n) const {
@@ -722,7 +716,7 @@ std::vector<float> scattered(const std::vector<float> &tokens, const MoeRefResul
 // What the plan keeps between and inside its calls, stage by stage.
 void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layout, const HostLayer &h,
                          const MoeRefResult &ref, const LayerResult &res) {
-    const Regions R(c, layout);
+    const Regions R(c, layout, res.gathered);
     const double tol = c.tol();
     const std::size_t S = c.S(), H = c.H, I = c.I;
     const std::vector<float> offsets_ref(ref.offsets.begin(), ref.offsets.end());
