@@ -269,8 +269,9 @@ template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_
     static constexpr int CHUNK_BYTES = 64 * 128;  // one 64 x 64 MN-major TMA box
     static constexpr int ACC = BN / 2;             // fp32 accumulators per consumer thread
     // Register split (64K per SM, one CTA): producer 40, consumers 232: 128*40 + 256*232 <= 64K.
-    // Gathering producers hold row tokens and addresses: 48 (128*48 + 256*232 = 64K exactly).
-    static constexpr int PRODUCER_REGS = 40, GATHER_PRODUCER_REGS = 48, CONSUMER_REGS = 232;
+    // The sum is the CTA's launch allocation (168 x 384): setmaxnreg.inc waits for registers
+    // the producer released, so asking for more than that deadlocks.
+    static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(sizeof(T) == 2, "operands are 16-bit");
     static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
     static_assert(STAGES >= 2, "at least double buffering");
@@ -513,7 +514,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 
     if (wg == 0) {
         // ------------------------------------------------ producer
-        setmaxnreg_dec<GATHER_A ? Cfg::GATHER_PRODUCER_REGS : Cfg::PRODUCER_REGS>();
+        setmaxnreg_dec<Cfg::PRODUCER_REGS>();
         if (!GATHER_A && tid != 0) return;  // TMA only: one thread issues everything
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
@@ -641,7 +642,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
 
     if (wg == 0) {
         // ------------------------------------------------ producer
-        setmaxnreg_dec<GATHER != 0 ? Cfg::GATHER_PRODUCER_REGS : Cfg::PRODUCER_REGS>();
+        setmaxnreg_dec<Cfg::PRODUCER_REGS>();
         if (GATHER == 0 && tid != 0) return;  // TMA only: one thread issues everything
         constexpr int TMA_BYTES = GATHER_A ? Cfg::B_BYTES : GATHER_B ? Cfg::A_BYTES : Cfg::STAGE_BYTES;
         RingPos<Cfg::STAGES> pos;
