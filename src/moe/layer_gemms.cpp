@@ -25,17 +25,13 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, false, true, rows_hint, E, cc);
     s.fc2_wgrad = make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc);
     s.fc1_wgrad = make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc);
-    // MOEJIT_GATHER=0 (read when a plan is created): scatter x and dout instead (comparisons).
-    s.gathered = env_flag("MOEJIT_GATHER").value_or(true);
-    for (const GemmTileConfig *tile : {&s.fc1.tile, &s.fc2.tile, &s.fc2_dgrad.tile, &s.fc1_dgrad.tile,
-                                       &s.fc1_dgrad_acc.tile, &s.fc2_wgrad.tile, &s.fc1_wgrad.tile})
-        s.gathered = s.gathered && tile->engine == GemmEngine::wgmma;
-    if (s.gathered) {
-        s.fc1.gather = GemmGather::a;
-        s.fc2_dgrad.gather = GemmGather::a;
-        s.fc2_wgrad.gather = GemmGather::a;
-        s.fc1_wgrad.gather = GemmGather::b;
-    }
+    // fc1 gathers x's rows (no forward scatter) where that wins: the saved [S,H] pass is worth
+    // more than the gathering producer costs the GEMM while I is small (docs/DECISIONS.md, device
+    // run 3: +4-16 % forward up to I = 2048, -4 % at I = 2880 and 14336). MOEJIT_GATHER=0/1
+    // (read when a plan is created) overrides the rule. Backward GEMMs gather nothing: their
+    // gathered variants measured slower than one scatter of dout and x.
+    s.gathered = env_flag("MOEJIT_GATHER").value_or(I <= 2048) && s.fc1.tile.engine == GemmEngine::wgmma;
+    if (s.gathered) s.fc1.gather = GemmGather::a;
     return s;
 }
 

@@ -15,9 +15,8 @@ namespace moejit {
 
 // The specs of the layer's GEMMs. B layouts: forward weights are [E,N,K] (b_transposed);
 // input gradients use the same weights as [E,K,N].
-// gathered: every GEMM runs on the wgmma engine, so the four that read x or dout rows gather them
-// by row_token (fc1 and fc2_dgrad: A; fc2_wgrad: A = dout; fc1_wgrad: B = x) and the plan never
-// scatters x or dout; on mma.sync the plan scatters them and no spec gathers.
+// gathered: fc1 (wgmma engine) reads x's rows by row_token, so forward never scatters x; the
+// backward scatters dout and x into its workspace either way (layer_specs has the rule).
 struct LayerSpecs {
     GemmNkSpec fc1, fc2, fc2_dgrad, fc1_dgrad, fc1_dgrad_acc;
     GemmMnSpec fc2_wgrad, fc1_wgrad;
@@ -36,9 +35,8 @@ class LayerGemms {
 public:
     // rows: S, the scattered tensors' row count — the launch bound of every GEMM.
     // split_workspace: wgrad_split_workspace_bytes of scratch for the weight gradients.
-    // row_token: [S], the token of each scattered row, for the gathering specs.
-    // The x / dout operands below ("x_rows", "dout_rows") are x and dout themselves when
-    // specs.gathered, else their scatters xs and dy.
+    // row_token: [S], the token of each scattered row, for the gathering specs: fc1's xs is
+    // then x itself (specs.gathered), else its scatter.
     LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs, std::int64_t rows,
                const std::int32_t *offsets, const std::int32_t *row_token, void *stream,
                void *split_workspace = nullptr, std::size_t split_workspace_bytes = 0);

@@ -90,9 +90,7 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int c
     std::vector<KernelSource> all;
     RoutingSpec routing{d.index_dtype, d.num_experts};
     for (KernelSource &s : routing_index_sources(routing)) all.push_back(std::move(s));
-    // x and dout are scattered only where the GEMMs cannot gather their rows (mma.sync).
-    if (!layer_specs(d, compute_capability).gathered)
-        all.push_back(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}));
+    all.push_back(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}));
     all.push_back(render_gather(GatherSpec{d.dtype, d.hidden_size, d.top_k, static_cast<moejit_dtype_t>(0)}));
     all.push_back(render_scatter_weights(d.routing_dtype));
     all.push_back(render_gather_weights(d.routing_dtype));
@@ -222,9 +220,9 @@ void Plan::backward(const moejit_backward_args_t &a) {
     const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : S;
     LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, row_token, a.stream, L.wgrad_split.in<char>(a.workspace),
                      L.wgrad_split.bytes);
-    // x's and dout's rows: gathered by row_token, or scattered here (T = 0: nothing to read).
+    // dout's and x's rows scattered for the GEMMs (T = 0: nothing to read).
     const void *dy = a.dout, *xs = a.x;
-    if (!gemm_specs_.gathered && T0) {
+    if (T0) {
         dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
         xs = scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
     }

@@ -35,14 +35,14 @@ PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, 
     aw = saved.take(S * I * el);
     saved_bytes = saved.end;
 
-    Allocator fwd;
-    if (!gathered) xs = fwd.take(S * H * el);
-    Allocator bwd = fwd;  // xs, when there, at the same place in both calls' scratch
+    Allocator fwd, bwd;
+    xs = bwd.take(S * H * el);
+    if (!gathered) fwd = bwd;  // forward scatters x to the same place
     counts = fwd.take(E * 4);
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     y = fwd.take(S * H * el);
 
-    if (!gathered) dy = bwd.take(S * H * el);
+    dy = bwd.take(S * H * el);
     daw = bwd.take(S * I * el);
     d_gate_up = bwd.take(S * 2 * I * el);
     d_w_s = bwd.take(S * 4);

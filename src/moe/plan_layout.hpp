@@ -25,9 +25,9 @@ struct Region {
     }
 };
 
-// gathered: the layer's GEMMs gather x's and dout's rows by row_token (layer_specs(...).gathered,
-// the wgmma engine), so no [S,H] scatter of x or dout exists; otherwise both are scattered into
-// the workspace (xs at offset 0 of forward's and backward's scratch).
+// Neither x's nor dout's [S,H] scatter is saved: backward re-scatters x (args->x) and dout into
+// its workspace. gathered: fc1 reads x's rows by row_token (layer_specs(...).gathered), so
+// forward's workspace has no xs; otherwise forward scatters x to the same place (offset 0).
 struct PlanLayout {
     PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered);
 
@@ -41,14 +41,14 @@ struct PlanLayout {
     Region gate_up;        // split: g [S,I] then u [S,I]; merged: [S,2I]
     Region aw;             // [S,I] a·w_s (fc2 input)
     std::size_t saved_bytes = 0;
-    // workspace of both calls when not gathered
+    // workspace of backward, and of forward when not gathered
     Region xs;             // [S,H] scattered x
     // forward workspace
     Region counts;         // [E] int32
     Region routing;        // the routing index's scratch
     Region y;              // [S,H] fc2 output
     // backward workspace (overlaps forward's: a call uses one or the other)
-    Region dy;             // [S,H] scattered dout (not gathered only)
+    Region dy;             // [S,H] scattered dout
     Region daw;            // [S,I]
     Region d_gate_up;      // like gate_up
     Region d_w_s;          // [S] fp32

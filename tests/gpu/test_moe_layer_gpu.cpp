@@ -729,7 +729,7 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     std::vector<float> token_ref(S);
     for (std::size_t s = 0; s < S; ++s) token_ref[s] = static_cast<float>(ref.route_of_row[s] / c.k);
     check_exact(r, "row_token", R.words<std::int32_t>(res.saved_after_forward, R.L.row_token, S), token_ref);
-    if (!R.L.gathered)
+    if (!R.L.gathered)  // fc1 gathers x's rows by row_token otherwise: no forward scatter
         check_exact(r, "xs", R.halves(res.workspace_after_forward, R.L.xs, 0, S * H), scattered(h.x.values, ref, c));
     std::vector<float> g, u;
     R.pair(res.saved_after_forward, R.L.gate_up, layout, g, u);
@@ -738,10 +738,8 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     check_close(r, "aw", R.halves(res.saved_after_forward, R.L.aw, 0, S * I), ref.aw, tol);
     check_close(r, "y", R.halves(res.workspace_after_forward, R.L.y, 0, S * H), ref.y, tol);
     // backward scratch
-    if (!R.L.gathered) {
-        check_exact(r, "xs (backward)", R.halves(res.workspace, R.L.xs, 0, S * H), scattered(h.x.values, ref, c));
-        check_exact(r, "dy", R.halves(res.workspace, R.L.dy, 0, S * H), scattered(h.dout.values, ref, c));
-    }
+    check_exact(r, "xs (backward)", R.halves(res.workspace, R.L.xs, 0, S * H), scattered(h.x.values, ref, c));
+    check_exact(r, "dy", R.halves(res.workspace, R.L.dy, 0, S * H), scattered(h.dout.values, ref, c));
     check_close(r, "daw", R.halves(res.workspace, R.L.daw, 0, S * I), ref.daw, tol);
     R.pair(res.workspace, R.L.d_gate_up, layout, g, u);
     check_close(r, "dg", g, ref.dg, tol);
@@ -1086,6 +1084,7 @@ BOOST_AUTO_TEST_CASE(cuda_graph_replay_matches_eager) {
         LayerResult eager = fetch(c, layout, o);
         eager.saved_after_forward = std::move(saved_fwd);
         eager.workspace_after_forward = std::move(ws_fwd);
+        eager.gathered = plan.plan->impl.layout(c.T).gathered;
 
         Report r;
         r.title = c.name + " " + layout_name(layout) + " graph-vs-eager";
