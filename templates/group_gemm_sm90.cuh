@@ -336,8 +336,8 @@ __device__ __forceinline__ unsigned producer_wait(const Smem<Cfg> &m, const Ring
 
 // ---------------------------------------------------------------- row gathers
 
-// A gathered operand: scattered row s is row row_token[s] of the source [T, ld] (x or dout), so
-// the layer never materializes the [S, H] scatter. TMA cannot gather rows on sm_90, so the
+// A gathered operand (same_nk's A): scattered row s is row row_token[s] of the source [T, ld]
+// (x, in fc1), so forward never materializes x's [S, H] scatter. TMA cannot gather rows on sm_90, so the
 // producer warpgroup's 128 threads copy the box with 16-byte cp.async into the layout TMA would
 // write (128-byte swizzle), then arrive on the stage's full barrier when their copies landed.
 // Thread p copies 16-byte unit p % 8 of rows p / 8 + 16 i.
@@ -486,10 +486,10 @@ struct NoPrepare {
 template <class Cfg, int N, int K, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
-                                                   const typename Cfg::T *__restrict__ gather_src,
-                                                   const int *__restrict__ row_token,
                                                    const int *__restrict__ offsets, int rows,
-                                                   int num_experts, int m_tile_bound) {
+                                                   int num_experts, int m_tile_bound,
+                                                   const typename Cfg::T *__restrict__ gather_src,
+                                                   const int *__restrict__ row_token) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
     constexpr int N_TILES = (N + BN - 1) / BN;
     constexpr int K_TILES = (K + BK - 1) / BK;
@@ -596,13 +596,9 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 // reduced in segments whose fp32 partial tiles go to partials[cum_slots[e] + segment] (M x N
 // each, plain stores); split_reduce_sm90 then sums them into C[e] in segment order. CTA 0
 // publishes cum_slots[E+1] at partials_index for it.
-// GATHER = 1 (A) or 2 (B): that operand's rows are gathered from gather_src [T, M or N] by
-// row_token (its map unused), rows past the segment's end zero-filled.
-template <class Cfg, int M, int N, bool ACCUMULATE, int GATHER>
+template <class Cfg, int M, int N, bool ACCUMULATE>
 __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
-                                                   const typename Cfg::T *__restrict__ gather_src,
-                                                   const int *__restrict__ row_token,
                                                    const int *__restrict__ offsets, int rows,
                                                    int num_experts, int split_rows,
                                                    int *__restrict__ partials_index,
@@ -611,8 +607,6 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
     constexpr int M_TILES = (M + BM - 1) / BM;
     constexpr int N_TILES = (N + BN - 1) / BN;
     static_assert(M % 8 == 0 && N % 8 == 0, "M and N must be multiples of 8");
-    static_assert(GATHER >= 0 && GATHER <= 2, "GATHER: 0 none, 1 A, 2 B");
-    constexpr bool GATHER_A = GATHER == 1, GATHER_B = GATHER == 2;
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
@@ -620,7 +614,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
     int *const cum_items = m.scratch + 16;
     int *const cum_slots = cum_items + num_experts + 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (tid == 0) init_ring<Cfg, GATHER != 0>(m, tma_a, tma_b);
+    if (tid == 0) init_ring<Cfg, false>(m, tma_a, tma_b);
     auto count_of = [&](int e) {
         const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
         return rr.end - rr.begin;
@@ -643,55 +637,26 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
     if (wg == 0) {
         // ------------------------------------------------ producer
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-        if (GATHER == 0 && tid != 0) return;  // TMA only: one thread issues everything
-        constexpr int TMA_BYTES = GATHER_A ? Cfg::B_BYTES : GATHER_B ? Cfg::A_BYTES : Cfg::STAGE_BYTES;
+        if (tid != 0) return;
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
             const sched::MnItemTile it = sched::mn_item_tile(cum_items, num_experts, M_TILES, N_TILES, Cfg::GROUP_M, t);
             const sched::RowRange rr = sched::mn_item_rows(offsets, rows, split_rows, it);
             const int m0 = it.m_block * BM, n0 = it.n_block * BN;
             const int k_tiles = sched::ceil_div(rr.end - rr.begin, BK);
-            // Each k-slice's row tokens are loaded one slice ahead, so their latency hides
-            // behind the previous slice's copies and the wait for a free stage.
-            GatherRows<BK> next_rows;
-            if constexpr (GATHER != 0)
-                if (k_tiles > 0) next_rows.load(row_token, rr.begin, rr.end - rr.begin, tid);
             for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
-                const int k0 = rr.begin + kb * BK;
-                const GatherRows<BK> k_rows = next_rows;
-                if constexpr (GATHER != 0)
-                    if (kb + 1 < k_tiles) next_rows.load(row_token, k0 + BK, rr.end - k0 - BK, tid);
                 const unsigned stage = producer_wait(m, pos);
                 const unsigned bar = m.full(pos.stage());
-                if (tid == 0) {
-                    mbar_arrive_expect_tx(bar, TMA_BYTES);
-                    if constexpr (!GATHER_A) {
+                mbar_arrive_expect_tx(bar, Cfg::STAGE_BYTES);  // full boxes, even where zero-filled
+                const int k0 = rr.begin + kb * BK;
 #pragma unroll
-                        for (int j = 0; j < BM / 64; ++j)
-                            tma_load_2d(stage + j * Cfg::CHUNK_BYTES, &tma_a, bar, m0 + 64 * j, k0);
-                    }
-                    if constexpr (!GATHER_B) {
+                for (int j = 0; j < BM / 64; ++j)
+                    tma_load_2d(stage + j * Cfg::CHUNK_BYTES, &tma_a, bar, m0 + 64 * j, k0);
 #pragma unroll
-                        for (int j = 0; j < BN / 64; ++j)
-                            tma_load_2d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar, n0 + 64 * j, k0);
-                    }
-                }
-                if constexpr (GATHER_A) {
-#pragma unroll
-                    for (int j = 0; j < BM / 64; ++j)
-                        gather_box<typename Cfg::T, BK>(stage + j * Cfg::CHUNK_BYTES, gather_src, M, k_rows,
-                                                        m0 + 64 * j, M, tid);
-                }
-                if constexpr (GATHER_B) {
-#pragma unroll
-                    for (int j = 0; j < BN / 64; ++j)
-                        gather_box<typename Cfg::T, BK>(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, gather_src, N,
-                                                        k_rows, n0 + 64 * j, N, tid);
-                }
-                if constexpr (GATHER != 0) cp_async_arrive_noinc(bar);
+                for (int j = 0; j < BN / 64; ++j)
+                    tma_load_2d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar, n0 + 64 * j, k0);
             }
         }
-        if constexpr (GATHER != 0) cp_async_wait_all();
     } else {
         // ------------------------------------------------ consumers
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();

@@ -144,19 +144,15 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
 
 }  // namespace
 
-const char *gather_suffix(GemmGather g) {
-    switch (g) {
-    case GemmGather::a: return "_ga";
-    case GemmGather::b: return "_gb";
-    default: return "";
-    }
+void require_gather_engine(const GemmTileConfig &c, bool gather_a) {
+    if (gather_a && c.engine != GemmEngine::wgmma)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: gathered A rows need the wgmma engine "
+             "(an sm_90a tile)", to_string(c));
 }
 
 void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
+    require_gather_engine(c, p.gather_a);
     if (c.engine == GemmEngine::wgmma) return validate_wgmma_config(c, p, cc);
-    if (p.gather != GemmGather::none)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: gathered operand rows need the wgmma engine "
-             "(an sm_90a tile)", to_string(c));
     const std::string name = to_string(c);
     auto unsupported = [&](std::string_view why) {
         fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", name, why);

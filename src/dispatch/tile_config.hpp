@@ -46,15 +46,6 @@ std::string to_string(const GemmTileConfig &config);
 // MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on malformed text.
 GemmTileConfig parse_tile_config(std::string_view text, const char *what);
 
-// An operand whose rows a GEMM gathers through a row index (the token of each scattered row)
-// instead of reading a materialized scatter: the wgmma engine only (producer cp.async gathers).
-enum class GemmGather {
-    none = 0,
-    a = 1,  // same_nk's A or same_mn's A
-    b = 2,  // same_mn's B
-};
-const char *gather_suffix(GemmGather g);  // "", "_ga", "_gb": kernel names and tuning keys
-
 enum class GemmKind {
     same_nk,  // C[S,N] = A[S,K] · B_e(ᵀ): forward (B [E,N,K]) and input gradients (B [E,K,N])
     same_mn,  // C[E,M,N] = A_eᵀ · B_e: weight gradients, reduction over the expert's rows
@@ -72,7 +63,7 @@ struct GemmProblem {
     bool accumulate = false;   // C += A·B
     std::int64_t rows_hint = 0;  // typical S; 0: unknown (assume large)
     std::int32_t num_experts = 1;
-    GemmGather gather = GemmGather::none;
+    bool gather_a = false;  // same_nk: A's rows gathered through a row index (wgmma engine only)
 };
 
 // Shared memory per SM and per block for a compute capability (major*10+minor).
@@ -92,6 +83,9 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &config, GemmKind kind, std::in
 // run `problem` on `compute_capability`: divisibility, warp tiles, registers, shared memory.
 void validate_tile_config(const GemmTileConfig &config, const GemmProblem &problem,
                           int compute_capability);
+// The part of it that needs no arch: gathered A rows exist on the wgmma engine only (renderers
+// call it too, so warmup never renders an mma.sync kernel that would ignore the gather).
+void require_gather_engine(const GemmTileConfig &config, bool gather_a);
 
 // Whether the wgmma engine can run `problem` (sm_90a, i.e. compute capability 9.0: moejit
 // always compiles cc 9.0 for sm_90a).

@@ -31,7 +31,7 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     // (read when a plan is created) overrides the rule. Backward GEMMs gather nothing: their
     // gathered variants measured slower than one scatter of dout and x.
     s.gathered = env_flag("MOEJIT_GATHER").value_or(I <= 2048) && s.fc1.tile.engine == GemmEngine::wgmma;
-    if (s.gathered) s.fc1.gather = GemmGather::a;
+    s.fc1.gather_a = s.gathered;
     return s;
 }
 
@@ -68,7 +68,6 @@ void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
     ops.workspace = split_workspace_;
     ops.workspace_bytes = split_workspace_bytes_;
-    ops.row_token = row_token_;
     launch_group_gemm_mn(ctx_, spec, ops);
 }
 

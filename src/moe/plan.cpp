@@ -138,7 +138,8 @@ void Plan::forward(const moejit_forward_args_t &a) {
     const std::size_t el = dtype_size(d.dtype);
     auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
-    auto *row_token = L.row_token.in<std::int32_t>(a.saved);
+    // Only a gathering fc1 reads row_token; otherwise it is neither kept nor written.
+    auto *row_token = gemm_specs_.gathered ? L.row_token.in<std::int32_t>(a.saved) : nullptr;
     auto *w_s = L.w_s.in<float>(a.saved);
     char *gate_up = L.gate_up.in<char>(a.saved);
     void *aw = L.aw.in<char>(a.saved);
@@ -204,7 +205,6 @@ void Plan::backward(const moejit_backward_args_t &a) {
     const std::size_t el = dtype_size(d.dtype);
     const auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
-    const auto *row_token = L.row_token.in<std::int32_t>(a.saved);
     const auto *w_s = L.w_s.in<float>(a.saved);
     const char *gate_up = L.gate_up.in<char>(a.saved);
     const void *aw = L.aw.in<char>(a.saved);
@@ -218,7 +218,8 @@ void Plan::backward(const moejit_backward_args_t &a) {
     // The launch bound is S, the scattered tensors' rows (DESIGN.md §3). The test hook passes
     // T instead — the historical bug — so the regression suite can prove it catches it.
     const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : S;
-    LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, row_token, a.stream, L.wgrad_split.in<char>(a.workspace),
+    LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, nullptr /* backward gathers nothing */, a.stream,
+                     L.wgrad_split.in<char>(a.workspace),
                      L.wgrad_split.bytes);
     // dout's and x's rows scattered for the GEMMs (T = 0: nothing to read).
     const void *dy = a.dout, *xs = a.x;

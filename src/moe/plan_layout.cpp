@@ -29,7 +29,7 @@ PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, 
     Allocator saved;
     offsets = saved.take((E + 1) * 4);
     scatter_index = saved.take(S * 4);
-    row_token = saved.take(S * 4);
+    if (gathered) row_token = saved.take(S * 4);
     w_s = saved.take(S * 4);
     gate_up = saved.take(S * 2 * I * el);
     aw = saved.take(S * I * el);

@@ -36,7 +36,7 @@ struct PlanLayout {
     // saved (written by forward, read by backward)
     Region offsets;        // [E+1] int32
     Region scatter_index;  // [T,k] int32
-    Region row_token;      // [S] int32: the token each scattered row comes from
+    Region row_token;      // [S] int32 when gathered: the token each scattered row comes from
     Region w_s;            // [S] fp32 routing weight per scattered row
     Region gate_up;        // split: g [S,I] then u [S,I]; merged: [S,2I]
     Region aw;             // [S,I] a·w_s (fc2 input)

@@ -34,13 +34,13 @@ KernelSource render_gemm_unit(const GemmUnit &u) {
 
 std::string gemm_kernel_name(const GemmNkSpec &s) {
     return fmt::format("group_gemm_nk_{}_c{}_n{}_k{}_{}{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.n,
-                       s.k, s.b_transposed ? "bt" : "bn", s.accumulate ? "_acc" : "", gather_suffix(s.gather),
+                       s.k, s.b_transposed ? "bt" : "bn", s.accumulate ? "_acc" : "", s.gather_a ? "_ga" : "",
                        to_string(s.tile));
 }
 
 std::string gemm_kernel_name(const GemmMnSpec &s) {
-    return fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m, s.n,
-                       s.accumulate ? "_acc" : "", gather_suffix(s.gather), to_string(s.tile));
+    return fmt::format("group_gemm_mn_{}_c{}_m{}_n{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.m, s.n,
+                       s.accumulate ? "_acc" : "", to_string(s.tile));
 }
 
 LaunchShape gemm_launch_shape(const Context &ctx, const GemmTileConfig &tile, GemmKind kind, std::int64_t tiles,

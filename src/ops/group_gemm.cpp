@@ -57,7 +57,7 @@ GemmProblem problem_of(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t
     p.accumulate = s.accumulate;
     p.rows_hint = rows_hint;
     p.num_experts = experts;
-    p.gather = s.gather;
+    p.gather_a = s.gather_a;
     return p;
 }
 
@@ -69,7 +69,6 @@ GemmProblem problem_of(const GemmMnSpec &s, std::int64_t rows_hint, std::int32_t
     p.m = s.m;
     p.n = s.n;
     p.accumulate = s.accumulate;
-    p.gather = s.gather;
     p.rows_hint = rows_hint;
     p.num_experts = experts;
     return p;
@@ -99,7 +98,7 @@ std::string config_type(const GemmTileConfig &t, moejit_dtype_t dtype, moejit_dt
 
 
 void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, bool need_c,
-                    const char *prefix, GemmGather gather) {
+                    const char *prefix, bool gather_a) {
     MOEJIT_REQUIRE(ops.rows >= 0 && ops.rows <= INT32_MAX,
                    "{}rows must be in [0, 2147483647] (offsets are int32), got {}", prefix,
                    ops.rows);
@@ -109,9 +108,8 @@ void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, b
         MOEJIT_REQUIRE(ops.b != nullptr, "{}b is NULL (rows = {})", prefix, ops.rows);
         MOEJIT_REQUIRE(aligned(ops.a, 16), "{}a must be 16-byte aligned", prefix);
         MOEJIT_REQUIRE(aligned(ops.b, 16), "{}b must be 16-byte aligned", prefix);
-        if (gather != GemmGather::none) {
-            MOEJIT_REQUIRE(ops.row_token != nullptr, "{}row_token is NULL: the spec gathers {}'s rows", prefix,
-                           gather == GemmGather::a ? "a" : "b");
+        if (gather_a) {
+            MOEJIT_REQUIRE(ops.row_token != nullptr, "{}row_token is NULL: the spec gathers a's rows", prefix);
             MOEJIT_REQUIRE(aligned(ops.row_token, 4), "{}row_token must be 4-byte aligned", prefix);
         }
     }
@@ -127,8 +125,7 @@ void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, b
 void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                const char *prefix, const char *what) {
     validate_shape(spec, prefix);
-    MOEJIT_REQUIRE(spec.gather != GemmGather::b, "{}same_nk gathers A's rows only", prefix);
-    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix, spec.gather);
+    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix, spec.gather_a);
     const int cc = ctx.compute_capability();
     validate_tile_config(spec.tile, problem_of(spec, ops.rows, ops.num_experts), cc);
     const std::int64_t m_bound = m_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m);
@@ -155,7 +152,7 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
     validate_shape(spec, prefix);
     // Accumulating into C with no rows adds nothing; otherwise C = 0 must still be written.
     const bool nothing = ops.rows == 0 && spec.accumulate;
-    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, !nothing, prefix, spec.gather);
+    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, !nothing, prefix, false);
     const int cc = ctx.compute_capability();
     validate_tile_config(spec.tile, problem_of(spec, ops.rows, ops.num_experts), cc);
     const std::int64_t tiles = mn_tile_count(ops.num_experts, spec.m, spec.tile.block_m, spec.n,
@@ -182,7 +179,7 @@ void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const
     if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !ctx.tuning())
         return launch_spec(ctx, spec, ops, prefix, what);
     validate_shape(spec, prefix);
-    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix, spec.gather);
+    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix, problem_of(spec, 0, 1).gather_a);
     Spec tuned = spec;
     tuned.tile = tuned_tile(ctx, problem_of(spec, ops.rows, ops.num_experts), ops.rows, ops.stream, spec.tile,
                             !spec.accumulate, [&](const GemmTileConfig &t) {
@@ -285,8 +282,8 @@ GemmUnit mma_unit(const char *kind, std::string name, const GemmTileConfig &t, m
 
 KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
     validate_shape(s, "");
+    require_gather_engine(s.tile, s.gather_a);
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_nk_sm90(s);
-    validate_tile_config(s.tile, problem_of(s, 0, 1), 80);  // rejects gathered rows on mma.sync
     return render_gemm_unit(mma_unit(
         "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
         fmt::format("moejit::gg::group_gemm_nk<Cfg, {}, {}, {}, {}>(a, b, c, offsets, rows,\n"
@@ -297,7 +294,6 @@ KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
 KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
     validate_shape(s, "");
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_mn_sm90(s);
-    validate_tile_config(s.tile, problem_of(s, 0, 1), 80);  // rejects gathered rows on mma.sync
     return render_gemm_unit(mma_unit(
         "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts",
         fmt::format("moejit::gg::group_gemm_mn<Cfg, {}, {}, {}>(a, b, c, offsets, rows,\n"

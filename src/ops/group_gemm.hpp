@@ -39,7 +39,7 @@ struct GemmNkSpec {
     bool accumulate = false;
     GemmTileConfig tile;
     bool tunable = false;  // the tile is the heuristic's: MOEJIT_TUNE may replace it (gemm_tuner)
-    GemmGather gather = GemmGather::none;  // a: A's rows come from GemmOperands::row_token
+    bool gather_a = false;  // A's rows come from GemmOperands::row_token (wgmma engine only)
 };
 
 // The compile-time part of a same_mn kernel.
@@ -51,7 +51,6 @@ struct GemmMnSpec {
     bool accumulate = false;  // requires c_dtype FP32
     GemmTileConfig tile;
     bool tunable = false;  // the tile is the heuristic's: MOEJIT_TUNE may replace it (gemm_tuner)
-    GemmGather gather = GemmGather::none;  // a or b: that operand's rows come from row_token
 };
 
 // Specs with the tile config chosen for the problem (heuristic, or MOEJIT_GEMM_TILE); tunable.
@@ -89,8 +88,8 @@ struct GemmOperands {
     void *workspace = nullptr;
     std::size_t workspace_bytes = 0;
     std::int32_t split_rows = -1;
-    // A spec with `gather`: the gathered operand (a or b) is the unscattered source [T, K/M/N]
-    // and row_token [S] (device) names each scattered row's source row.
+    // A same_nk spec with gather_a: `a` is the unscattered source [T, K] and row_token [S]
+    // (device) names each scattered row's source row.
     const std::int32_t *row_token = nullptr;
 };
 

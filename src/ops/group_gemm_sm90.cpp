@@ -74,8 +74,8 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
         "const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_b,\n"
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_c, {} *c,\n"
-        "        const {} *gather_src, const int *row_token, const int *offsets, int rows, ",
-        dtype_cuda_type(c_dtype), dtype_cuda_type(dtype));
+        "        const int *offsets, int rows, ",
+        dtype_cuda_type(c_dtype));
     u.params = params;
     u.call = std::move(call);
     return u;
@@ -86,13 +86,14 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_nk_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
-    MOEJIT_REQUIRE(s.gather != GemmGather::b, "render_group_gemm_nk_sm90: same_nk gathers A's rows only");
+    const std::string params =
+        fmt::format("int num_experts, int m_tile_bound,\n        const {} *gather_src, const int *row_token",
+                    dtype_cuda_type(s.dtype));
     return render_gemm_unit(wgmma_unit(
-        "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
+        "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, params.c_str(),
         fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c, c, "
-                    "gather_src,\n        row_token, offsets, rows, num_experts, m_tile_bound);",
-                    s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate),
-                    bool_text(s.gather == GemmGather::a))));
+                    "offsets,\n        rows, num_experts, m_tile_bound, gather_src, row_token);",
+                    s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate), bool_text(s.gather_a))));
 }
 
 KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
@@ -101,9 +102,9 @@ KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
     return render_gemm_unit(wgmma_unit(
         "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
         "int num_experts, int split_rows, int *partials_index, float *partials",
-        fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}, {}>(tma_a, tma_b, tma_c, c, gather_src,\n"
-                    "        row_token, offsets, rows, num_experts, split_rows, partials_index, partials);",
-                    s.m, s.n, bool_text(s.accumulate), static_cast<int>(s.gather))));
+        fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
+                    "        rows, num_experts, split_rows, partials_index, partials);",
+                    s.m, s.n, bool_text(s.accumulate))));
 }
 
 KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
@@ -136,7 +137,7 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16);
     Kernel &kernel = ctx.kernel(render_group_gemm_nk_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
-    const bool gather_a = spec.gather == GemmGather::a;
+    const bool gather_a = spec.gather_a;
     // B as 3D per expert, so ragged column / k blocks are zero-filled inside each expert:
     // [E, N, K] K-major boxes of BN rows, or [E, K, N] MN-major boxes of 64 columns.
     const CUtensorMap tma_b =
@@ -159,8 +160,8 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
     const int bound = static_cast<int>(m_tile_bound);
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, gather_src, row_token, offsets, rows, experts,
-               bound);
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, bound, gather_src,
+               row_token);
 }
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,
@@ -179,12 +180,8 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     const void *stand_in = reinterpret_cast<const void *>(reinterpret_cast<std::uintptr_t>(ops.c) & ~std::uintptr_t{15});
     const void *a = empty ? stand_in : ops.a, *b = empty ? stand_in : ops.b;
     const std::int64_t map_rows = empty ? 1 : ops.rows;
-    // A gathered operand has no map (the other's stands in, never read): its source has T rows.
-    const bool gather_a = spec.gather == GemmGather::a, gather_b = spec.gather == GemmGather::b;
-    const CUtensorMap tma_a = encode_map(spec.dtype, gather_a ? b : a, {gather_a ? spec.n : spec.m, map_rows}, {kChunk, bk});
-    const CUtensorMap tma_b = encode_map(spec.dtype, gather_b ? a : b, {gather_b ? spec.m : spec.n, map_rows}, {kChunk, bk});
-    const void *gather_src = gather_a ? ops.a : gather_b ? ops.b : nullptr;
-    const std::int32_t *row_token = spec.gather != GemmGather::none ? ops.row_token : nullptr;
+    const CUtensorMap tma_a = encode_map(spec.dtype, a, {spec.m, map_rows}, {kChunk, bk});
+    const CUtensorMap tma_b = encode_map(spec.dtype, b, {spec.n, map_rows}, {kChunk, bk});
     // C [E, M, N] in 64 x 64 boxes, clipped at M and N inside each expert.
     const CUtensorMap tma_c = spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, spec.m, ops.num_experts},
                                                                {kChunk, kChunk, 1})
@@ -213,8 +210,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     float *partials = split.split_rows > 0 ? reinterpret_cast<float *>(static_cast<char *>(ops.workspace) +
                                                                          mn_split_partials_offset(experts))
                                            : nullptr;
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, gather_src, row_token, offsets, rows, experts,
-               split_rows, index, partials);
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, split_rows, index, partials);
     if (split.split_rows == 0) return;
     Kernel &reduce = ctx.kernel(render_split_reduce_sm90(spec));
     LaunchShape rshape;

@@ -76,7 +76,7 @@ constexpr std::size_t kGuardRows = 130;  // > BLOCK_M: a whole stray tile past S
 void run(const Case &tc) {
     const int E = static_cast<int>(tc.counts.size());
     GemmNkSpec spec = wgmma_spec(tc, E);
-    if (tc.gather) spec.gather = GemmGather::a;
+    spec.gather_a = tc.gather;
     BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
         std::mt19937_64 rng = case_rng(tc.name + std::to_string(spec.tile.block_n));
         const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);

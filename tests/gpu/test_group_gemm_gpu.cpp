@@ -200,7 +200,6 @@ struct MnCase {
     moejit_context_t context = nullptr;  // the C ABI call's context (default: the shared one)
     bool split = false;   // launch with a NaN-poisoned split workspace and split_rows
     int split_rows = -1;  // -1: the rule (mn_split), else this segment length
-    GemmGather gather = GemmGather::none;  // that operand's rows from a [T,*] source by row_token
 };
 
 void run_mn(const MnCase &tc) {
@@ -211,24 +210,7 @@ void run_mn(const MnCase &tc) {
         const std::int64_t S = offsets[E], M = tc.m, N = tc.n;
         HalfTensor a = random_half(static_cast<std::size_t>(S * M), tc.dtype, rng);
         HalfTensor b = random_half(static_cast<std::size_t>(S * N), tc.dtype, rng);
-        // Gathered: scattered row s of the operand is row row_token[s] of a [T, M or N] source,
-        // T < S so rows repeat; `a` / `b` become the gathered matrix the reference multiplies.
-        std::vector<std::int32_t> row_token(1, 0);
-        HalfTensor source;
-        if (tc.gather != GemmGather::none) {
-            const std::int64_t T = S / 3 + 1, W = tc.gather == GemmGather::a ? M : N;
-            HalfTensor &gathered = tc.gather == GemmGather::a ? a : b;
-            source = random_half(static_cast<std::size_t>(T * W), tc.dtype, rng);
-            std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(T - 1));
-            row_token.assign(static_cast<std::size_t>(S) + 1, 0);
-            for (std::int64_t s = 0; s < S; ++s) {
-                row_token[s] = pick(rng);
-                std::copy_n(source.values.begin() + row_token[s] * W, W, gathered.values.begin() + s * W);
-            }
-        }
-        DeviceBuffer da = DeviceBuffer::from(tc.gather == GemmGather::a ? source.bits : a.bits);
-        DeviceBuffer db = DeviceBuffer::from(tc.gather == GemmGather::b ? source.bits : b.bits);
-        DeviceBuffer dtoken = DeviceBuffer::from(row_token);
+        DeviceBuffer da = DeviceBuffer::from(a.bits), db = DeviceBuffer::from(b.bits);
         DeviceBuffer doff = DeviceBuffer::from(offsets);
         CTensor c(tc.c_dtype, static_cast<std::size_t>(E * M * N));
         if (tc.accumulate) c.make_prefill(rng);
@@ -257,17 +239,15 @@ void run_mn(const MnCase &tc) {
         const std::vector<std::uint8_t> nan_bytes(workspace.bytes(), 0xFF);
         auto run = [&] {
             c.reset(tc.accumulate);
-            if (tc.split || tc.gather != GemmGather::none) {
+            if (tc.split) {
                 GemmMnSpec spec = make_mn_spec(tc.dtype, tc.c_dtype, M, N, tc.accumulate, S, E,
                                                ctx().compute_capability());
                 if (tc.tile) spec.tile = *tc.tile;
-                spec.gather = tc.gather;
                 GemmOperands ops{da.get(), db.get(), c.buf.get(), doff.as<const std::int32_t>(), S, E, nullptr};
                 workspace.upload(nan_bytes);
-                ops.workspace = tc.split ? workspace.get() : nullptr;
-                ops.workspace_bytes = tc.split ? workspace.bytes() : 0;
+                ops.workspace = workspace.get();
+                ops.workspace_bytes = workspace.bytes();
                 ops.split_rows = tc.split_rows;
-                ops.row_token = dtoken.as<const std::int32_t>();
                 launch_group_gemm_mn(ctx(), spec, ops);
             } else if (tc.tile) {
                 group_gemm_same_mn(ctx(), args, &*tc.tile);
@@ -545,32 +525,6 @@ BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
     // The rule itself (-1) with a workspace: S = 12000 rows to one expert, 12 x 1 output tiles.
     run_mn({.name = "rule_split", .counts = all_to_expert0(6000, 2, 8), .m = 1536, .n = 256,
             .c_dtype = MOEJIT_DTYPE_BF16, .split = true});
-}
-
-// Weight gradients whose A (fc2: dout) or B (fc1: x) rows are gathered by row_token (wgmma
-// engine): random routing, every route to one expert, empty experts, a k-slice cut by the
-// expert's end (zero-filled rows), the split, accumulate and fp16, BLOCK_N 64/128/256.
-BOOST_AUTO_TEST_CASE(mn_gathered_rows) {
-    if (ctx().arch() != "sm_90a") {
-        BOOST_TEST_MESSAGE("skipping: gathered rows belong to the sm_90a wgmma engine");
-        return;
-    }
-    std::mt19937_64 rng = case_rng("mn_gather");
-    const std::vector<int> counts = random_counts(200, 2, 6, rng, {1, 2, 4});
-    for (GemmGather g : {GemmGather::a, GemmGather::b}) {
-        const std::string tag = g == GemmGather::a ? "_ga" : "_gb";
-        run_mn({.name = "random" + tag, .counts = counts, .m = 264, .n = 200, .gather = g});
-        run_mn({.name = "all_to_one" + tag, .counts = all_to_expert0(700, 2, 4), .m = 392, .n = 328,
-                .c_dtype = MOEJIT_DTYPE_BF16, .gather = g});
-        run_mn({.name = "split" + tag, .counts = all_to_expert0(1500, 2, 4), .m = 264, .n = 200, .split = true,
-                .split_rows = 192, .gather = g});
-        run_mn({.name = "acc" + tag, .counts = counts, .m = 136, .n = 72, .accumulate = true, .gather = g});
-        run_mn({.name = "fp16" + tag, .counts = {0, 300, 7, 0}, .m = 136, .n = 520, .dtype = MOEJIT_DTYPE_FP16,
-                .c_dtype = MOEJIT_DTYPE_FP16, .gather = g});
-        for (const char *t : {"wgmma_128x64x64_s4", "wgmma_128x128x64_s4_e1", "wgmma_128x256x64_s3_g8_e1"})
-            run_mn({.name = "tile" + tag, .counts = counts, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16,
-                    .tile = parse_tile_config(t, "test"), .gather = g});
-    }
 }
 
 // MOEJIT_TUNE=1 on a fresh context with its own cache folder: the first call of a problem times

@@ -725,12 +725,14 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     const std::vector<float> index_ref(ref.scatter_index.begin(), ref.scatter_index.end());
     check_exact(r, "scatter_index", R.words<std::int32_t>(res.saved_after_forward, R.L.scatter_index, S), index_ref);
     check_exact(r, "w_s", R.words<float>(res.saved_after_forward, R.L.w_s, S), ref.w_s);
-    // The token of each scattered row, which the gathering GEMMs read x's and dout's rows by.
-    std::vector<float> token_ref(S);
-    for (std::size_t s = 0; s < S; ++s) token_ref[s] = static_cast<float>(ref.route_of_row[s] / c.k);
-    check_exact(r, "row_token", R.words<std::int32_t>(res.saved_after_forward, R.L.row_token, S), token_ref);
-    if (!R.L.gathered)  // fc1 gathers x's rows by row_token otherwise: no forward scatter
+    if (R.L.gathered) {
+        // The token of each scattered row, by which fc1 reads x's rows (no forward scatter).
+        std::vector<float> token_ref(S);
+        for (std::size_t s = 0; s < S; ++s) token_ref[s] = static_cast<float>(ref.route_of_row[s] / c.k);
+        check_exact(r, "row_token", R.words<std::int32_t>(res.saved_after_forward, R.L.row_token, S), token_ref);
+    } else {
         check_exact(r, "xs", R.halves(res.workspace_after_forward, R.L.xs, 0, S * H), scattered(h.x.values, ref, c));
+    }
     std::vector<float> g, u;
     R.pair(res.saved_after_forward, R.L.gate_up, layout, g, u);
     check_close(r, "g", g, ref.g, tol);
