@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "moejit.h"
+#include "moejit/moejit.hpp"  // the installed RAII wrappers: moejit::api::Context, Plan
 
 namespace {
 
@@ -167,8 +169,6 @@ struct StreamDestroy { void operator()(void *s) const { cu.stream_destroy(s); } 
 struct EventDestroy { void operator()(void *e) const { cu.event_destroy(e); } };
 using Stream = std::unique_ptr<void, StreamDestroy>;
 using Event = std::unique_ptr<void, EventDestroy>;
-using Context = std::unique_ptr<moejit_context_s, void (*)(moejit_context_t)>;
-using Plan = std::unique_ptr<moejit_plan_s, void (*)(moejit_plan_t)>;
 
 // Holds the device's primary context, the one moejit uses, so our allocations live in it.
 struct PrimaryContext {
@@ -308,7 +308,7 @@ std::string check_finite(const DeviceBuffer &buf, size_t n, const char *what) {
     return nonzero ? "" : fmt::format("{} is all zero", what);
 }
 
-Row run_shape(moejit_context_t ctx, void *stream, const Shape &s, const Options &o,
+Row run_shape(const moejit::api::Context &ctx, void *stream, const Shape &s, const Options &o,
               RandomFill &fill) {
     Row row;
     row.shape = s;
@@ -327,20 +327,13 @@ Row run_shape(moejit_context_t ctx, void *stream, const Shape &s, const Options 
         desc.index_dtype = MOEJIT_DTYPE_INT32;
         desc.routing_dtype = MOEJIT_DTYPE_FP32;
         desc.tokens_hint = s.T;
-        moejit_cache_stats_t before, after;
-        MJ(moejit_cache_stats_init(&before));
-        MJ(moejit_cache_stats_init(&after));
-        MJ(moejit_context_cache_stats(ctx, &before));
+        const std::uint64_t compiles_before = ctx.cache_stats().compiles;
         const auto t0 = std::chrono::steady_clock::now();
-        moejit_plan_t raw = nullptr;
-        MJ(moejit_plan_create(ctx, &desc, &raw)); // JIT-compiles or loads every kernel
-        Plan plan(raw, moejit_plan_destroy);
+        const moejit::api::Plan plan(ctx, desc); // JIT-compiles or loads every kernel
         row.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        MJ(moejit_context_cache_stats(ctx, &after));
-        row.compiles = after.compiles - before.compiles;
-        size_t saved_size = 0, ws_size = 0;
-        MJ(moejit_plan_saved_size(plan.get(), s.T, &saved_size));
-        MJ(moejit_plan_workspace_size(plan.get(), s.T, &ws_size)); // serves forward and backward
+        row.compiles = ctx.cache_stats().compiles - compiles_before;
+        const size_t saved_size = plan.saved_size(s.T);
+        const size_t ws_size = plan.workspace_size(s.T); // serves forward and backward
         fmt::print(stderr, "[{}] plan {:.1f} ms ({} kernels compiled), saved {:.1f} MiB, workspace {:.1f} MiB\n",
                    s.name, row.plan_ms, row.compiles, saved_size / 1048576.0, ws_size / 1048576.0);
 
@@ -414,15 +407,15 @@ Row run_shape(moejit_context_t ctx, void *stream, const Shape &s, const Options 
         bwd.workspace_size = ws_size;
         bwd.stream = stream;
 
-        row.fwd_ms = time_ms(stream, o.warmup, o.reps, [&] { MJ(moejit_plan_forward(plan.get(), &fwd)); });
+        row.fwd_ms = time_ms(stream, o.warmup, o.reps, [&] { plan.forward(fwd); });
         row.fb_ms = time_ms(stream, o.warmup, o.reps, [&] {
-            MJ(moejit_plan_forward(plan.get(), &fwd));
-            MJ(moejit_plan_backward(plan.get(), &bwd));
+            plan.forward(fwd);
+            plan.backward(bwd);
         });
         row.error = check_finite(out, TH, "out");
         if (row.error.empty()) row.error = check_finite(dx, TH, "dx");
-    } catch (const Error &e) { // report and go on: one failing shape must not hide the rest
-        row.error = e.what();
+    } catch (const std::runtime_error &e) { // Error or moejit::api::Exception: report and go on,
+        row.error = e.what();                // one failing shape must not hide the rest
     }
     if (std::isfinite(row.fb_ms))
         fmt::print(stderr, "[{}] fwd {:.3f} ms ({:.1f} TFLOP/s), f+b {:.3f} ms ({:.1f} TFLOP/s)\n",
@@ -510,16 +503,16 @@ Options parse_args(int argc, char **argv) {
 }
 
 int run(const Options &o) {
-    moejit_context_t raw_ctx = nullptr;
-    // Without a driver or a device this is a status, not a failure.
-    const moejit_status_t status = moejit_context_create(nullptr, &raw_ctx);
-    if (status == MOEJIT_ERROR_NO_DRIVER || status == MOEJIT_ERROR_NO_DEVICE) {
-        fmt::print("moejit-bench: {} ({})\nno GPU: nothing to benchmark\n",
-                   moejit_status_string(status), moejit_last_error());
+    std::optional<moejit::api::Context> created;
+    try {
+        created.emplace();
+    } catch (const moejit::api::Exception &e) {
+        // Without a driver or a device this is a status, not a failure.
+        if (e.status() != MOEJIT_ERROR_NO_DRIVER && e.status() != MOEJIT_ERROR_NO_DEVICE) throw;
+        fmt::print("moejit-bench: {}\nno GPU: nothing to benchmark\n", e.what());
         return 0;
     }
-    MJ(status);
-    Context ctx(raw_ctx, moejit_context_destroy);
+    const moejit::api::Context &ctx = *created;
     Library driver = load_driver();
     CU(cu.init(0));
     int device = 0;
@@ -544,7 +537,7 @@ int run(const Options &o) {
         fmt::print(stderr, "dense ceiling failed: {}\n", e.what());
     }
     std::vector<Row> rows;
-    for (const Shape &s : o.shapes) rows.push_back(run_shape(ctx.get(), stream.get(), s, o, fill));
+    for (const Shape &s : o.shapes) rows.push_back(run_shape(ctx, stream.get(), s, o, fill));
 
     int rc = std::isfinite(dense) ? 0 : 1;
     std::string table = fmt::format("{}\ndense 8192^3 GEMM ceiling (moejit_group_gemm_same_nk, 1 expert): {} TFLOP/s\n",
@@ -598,7 +591,7 @@ int main(int argc, char **argv) {
     }
     try {
         return run(options);
-    } catch (const Error &e) {
+    } catch (const std::runtime_error &e) {  // Error or moejit::api::Exception
         fmt::print(stderr, "moejit-bench: {}\n", e.what());
         return 1;
     }
