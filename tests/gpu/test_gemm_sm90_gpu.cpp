@@ -29,15 +29,10 @@ using namespace moejit::test;
 
 namespace {
 
-Context &ctx() { return gpu_context()->impl; }
-
-struct ContextFixture {
-    ContextFixture() { gpu_context(); }
-};
 
 bool hopper() {
-    if (ctx().arch() == "sm_90a") return true;
-    BOOST_TEST_MESSAGE("skipping: the context is " << ctx().arch() << ", the kernel needs sm_90a");
+    if (internal_ctx().arch() == "sm_90a") return true;
+    BOOST_TEST_MESSAGE("skipping: the context is " << internal_ctx().arch() << ", the kernel needs sm_90a");
     return false;
 }
 
@@ -59,7 +54,7 @@ struct Case {
 // The heuristic's wgmma spec, with the case's BLOCK_N (and then the deepest ring that fits)
 // and stages when it sets them.
 GemmNkSpec wgmma_spec(const Case &tc, int experts) {
-    const int cc = ctx().compute_capability();
+    const int cc = internal_ctx().compute_capability();
     GemmNkSpec spec = make_nk_spec(tc.dtype, tc.c_dtype, tc.n, tc.k, tc.b_transposed, tc.accumulate, 0, experts, cc);
     BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma, "the heuristic picks wgmma on sm_90a");
     if (tc.block_n) {
@@ -132,7 +127,7 @@ void run(const Case &tc) {
         ops.row_token = dtoken.as<const std::int32_t>();
         auto launch = [&] {
             dc.upload(initial);
-            launch_group_gemm_nk(ctx(), spec, ops);
+            launch_group_gemm_nk(internal_ctx(), spec, ops);
             synchronize();
         };
         launch();
@@ -176,7 +171,6 @@ void run(const Case &tc) {
 
 }  // namespace
 
-BOOST_TEST_GLOBAL_FIXTURE(ContextFixture);
 
 BOOST_AUTO_TEST_CASE(random_routing_every_block_n) {
     if (!hopper()) return;
@@ -215,7 +209,7 @@ BOOST_AUTO_TEST_CASE(one_expert_and_tiny_batches) {
     ops.offsets = doff.as<const std::int32_t>();
     ops.rows = 0;
     ops.num_experts = 4;
-    BOOST_CHECK_NO_THROW(launch_group_gemm_nk(ctx(), spec, ops));
+    BOOST_CHECK_NO_THROW(launch_group_gemm_nk(internal_ctx(), spec, ops));
     synchronize();
 }
 

@@ -28,12 +28,6 @@ using namespace moejit::test;
 
 namespace {
 
-Context &ctx() { return gpu_context()->impl; }
-
-// Create the context (and make its CUDA context current) before any test allocates memory.
-struct ContextFixture {
-    ContextFixture() { gpu_context(); }
-};
 
 
 // A C tensor on the device: its host values as doubles, poison or random prefill.
@@ -137,7 +131,7 @@ void run_nk(const NkCase &tc) {
         auto run = [&] {
             c.reset(tc.accumulate);
             if (tc.tile)
-                group_gemm_same_nk(ctx(), args, &*tc.tile);
+                group_gemm_same_nk(internal_ctx(), args, &*tc.tile);
             else
                 MOEJIT_TEST_OK(moejit_group_gemm_same_nk(tc.context ? tc.context : gpu_context(), &args));
             synchronize();
@@ -179,7 +173,7 @@ std::vector<GemmTileConfig> tile_zoo() {
         tile(128, 128, 32, 4, 2, 4, 2), tile(128, 128, 64, 3, 2, 4, 2), tile(64, 128, 32, 4, 2, 4, 2),
         tile(128, 256, 32, 3, 2, 4, 1), tile(256, 128, 32, 3, 4, 2, 1), tile(128, 64, 32, 4, 4, 2, 2),
         tile(64, 64, 32, 4, 2, 2, 3),   tile(32, 128, 64, 4, 1, 4, 2),  tile(128, 128, 32, 2, 2, 2, 1)};
-    if (ctx().arch() == "sm_90a")
+    if (internal_ctx().arch() == "sm_90a")
         for (const char *w : {"wgmma_128x64x64_s6", "wgmma_128x128x64_s4_g4", "wgmma_128x256x64_s2",
                               "wgmma_128x256x64_s4_g16", "wgmma_128x128x64_s4_g4_e1", "wgmma_128x256x64_s3_e1",
                               "wgmma_128x64x64_s5_e1"})
@@ -241,16 +235,16 @@ void run_mn(const MnCase &tc) {
             c.reset(tc.accumulate);
             if (tc.split) {
                 GemmMnSpec spec = make_mn_spec(tc.dtype, tc.c_dtype, M, N, tc.accumulate, S, E,
-                                               ctx().compute_capability());
+                                               internal_ctx().compute_capability());
                 if (tc.tile) spec.tile = *tc.tile;
                 GemmOperands ops{da.get(), db.get(), c.buf.get(), doff.as<const std::int32_t>(), S, E, nullptr};
                 workspace.upload(nan_bytes);
                 ops.workspace = workspace.get();
                 ops.workspace_bytes = workspace.bytes();
                 ops.split_rows = tc.split_rows;
-                launch_group_gemm_mn(ctx(), spec, ops);
+                launch_group_gemm_mn(internal_ctx(), spec, ops);
             } else if (tc.tile) {
-                group_gemm_same_mn(ctx(), args, &*tc.tile);
+                group_gemm_same_mn(internal_ctx(), args, &*tc.tile);
             } else {
                 MOEJIT_TEST_OK(moejit_group_gemm_same_mn(tc.context ? tc.context : gpu_context(), &args));
             }
@@ -297,7 +291,6 @@ std::vector<int> all_to_expert0(int tokens, int top_k, int num_experts) {
 
 }  // namespace
 
-BOOST_TEST_GLOBAL_FIXTURE(ContextFixture);
 
 // ================================================================ same_nk
 
@@ -503,7 +496,7 @@ BOOST_AUTO_TEST_CASE(mn_every_tile_config) {
 // (the duplicate-route shape), a skewed mix with empty experts, segment lengths around the
 // 64-row k-slice, bf16 and fp32 C, accumulate, the TMA-store epilogue on the unsplit experts.
 BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
-    if (ctx().arch() != "sm_90a") {
+    if (internal_ctx().arch() != "sm_90a") {
         BOOST_TEST_MESSAGE("skipping: the split reduction belongs to the sm_90a wgmma engine");
         return;
     }

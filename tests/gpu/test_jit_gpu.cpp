@@ -74,7 +74,7 @@ BOOST_AUTO_TEST_CASE(compile_load_launch_and_reload_from_disk) {
 }
 
 BOOST_AUTO_TEST_CASE(zero_grid_is_a_no_op) {
-    Context &ctx = gpu_context()->impl;
+    Context &ctx = internal_ctx();
     Kernel &k = ctx.kernel(scale_kernel(2));
     LaunchShape shape;
     shape.grid_x = 0;

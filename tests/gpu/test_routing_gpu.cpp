@@ -268,7 +268,7 @@ BOOST_AUTO_TEST_CASE(routing_index_timing) {
         MOEJIT_CU(cuEventSynchronize(stop));
         MOEJIT_CU(cuEventElapsedTime(&ms, start, stop));
         // The layer plan's path: kernels fetched once, no render or cache lookup per call.
-        moejit::Context &ctx = gpu_context()->impl;
+        moejit::Context &ctx = internal_ctx();
         const moejit::LoadedRoutingKernels loaded =
             moejit::load_routing_index(ctx, moejit::RoutingSpec{MOEJIT_DTYPE_INT32, s.e});
         moejit::RoutingIndexArgs args;
@@ -514,7 +514,7 @@ BOOST_AUTO_TEST_CASE(scatter_gather_bf16_and_fp16) {
 BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     gpu_context();  // makes the device context current before any allocation
     std::mt19937_64 rng(test_seed() + 7);
-    moejit::Context &ctx = gpu_context()->impl;
+    moejit::Context &ctx = internal_ctx();
     const std::int64_t t = 333, h = 1536;
     const std::int32_t k = 4, e = 32;
     const auto sel = random_routes<std::int64_t>(t, k, e, rng);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/context.hpp"
 #include "driver/driver.hpp"
 #include "moejit.h"
 
@@ -50,6 +51,10 @@ inline moejit_context_t gpu_context() {
                                  ": " + p.message);
     return p.context;
 }
+
+// The library's own Context behind gpu_context(), for tests of internal ops. The test main
+// (gpu_main.hpp) creates it before any test case allocates device memory.
+inline moejit::Context &internal_ctx() { return gpu_context()->impl; }
 
 // One line per suite, so a run's log shows whether kernels were compiled or served from the
 // cache (a second run of the suite must show compiles=0).
