@@ -7,6 +7,17 @@
 
 namespace moejit {
 
+GemmUnit gemm_unit(const char *kind, std::string name, const GemmTileConfig &tile, std::string params,
+                   std::string call) {
+    GemmUnit u;
+    u.kind = kind;
+    u.name = std::move(name);
+    u.threads = tile.threads();
+    u.params = std::move(params);
+    u.call = std::move(call);
+    return u;
+}
+
 KernelSource render_gemm_unit(const GemmUnit &u) {
     KernelSource ks;
     ks.name = u.name;

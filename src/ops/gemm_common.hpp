@@ -24,9 +24,13 @@ struct GemmUnit {
     int threads = 0;
     int min_blocks = 1;                // __launch_bounds__ minimum blocks per SM
     std::string operands;              // the engine's leading parameters, through "int rows, "
-    const char *params = "";           // the kind's extra parameters
+    std::string params;                // the kind's extra parameters
     std::string call;                  // the templated device function it forwards to
 };
+// The engine-independent fields of a unit (kind, name, threads, params, call); the engine adds
+// its template, config, operands and occupancy.
+GemmUnit gemm_unit(const char *kind, std::string name, const GemmTileConfig &tile, std::string params,
+                   std::string call);
 KernelSource render_gemm_unit(const GemmUnit &unit);
 
 std::string gemm_kernel_name(const GemmNkSpec &spec);

@@ -263,18 +263,13 @@ namespace {
 
 // The mma.sync engine's unit: raw operand pointers, gg::Config, `min_blocks_per_sm` CTAs per SM.
 GemmUnit mma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
-                  moejit_dtype_t c_dtype, const char *params, std::string call) {
-    GemmUnit u;
-    u.kind = kind;
+                  moejit_dtype_t c_dtype, std::string params, std::string call) {
+    GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
     u.template_name = "group_gemm.cuh";
-    u.name = std::move(name);
     u.cfg = config_type(t, dtype, c_dtype);
-    u.threads = t.threads();
     u.min_blocks = t.min_blocks_per_sm;
     u.operands = fmt::format("const {0} *a, const {0} *b, {1} *c, const int *offsets, int rows,\n        ",
                              dtype_cuda_type(dtype), dtype_cuda_type(c_dtype));
-    u.params = params;
-    u.call = std::move(call);
     return u;
 }
 

@@ -59,16 +59,13 @@ void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *f
 // The wgmma engine's unit: three tensor maps as __grid_constant__ parameters, sm90::Config,
 // one CTA per SM.
 GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
-                    moejit_dtype_t c_dtype, const char *params, std::string call) {
-    GemmUnit u;
-    u.kind = kind;
+                    moejit_dtype_t c_dtype, std::string params, std::string call) {
+    GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
     u.entry_suffix = "_sm90";
     u.title = ", sm_90a wgmma/TMA";
     u.template_name = "group_gemm_sm90.cuh";
-    u.name = std::move(name);
     u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}>", dtype_cuda_type(dtype), dtype_cuda_type(c_dtype),
                         t.block_n, t.stages, t.group_m, bool_text(t.tma_store));
-    u.threads = t.threads();
     u.min_blocks = 1;
     u.operands = fmt::format(
         "const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
@@ -76,8 +73,6 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_c, {} *c,\n"
         "        const int *offsets, int rows, ",
         dtype_cuda_type(c_dtype));
-    u.params = params;
-    u.call = std::move(call);
     return u;
 }
 
@@ -86,11 +81,10 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_nk_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
-    const std::string params =
-        fmt::format("int num_experts, int m_tile_bound,\n        const {} *gather_src, const int *row_token",
-                    dtype_cuda_type(s.dtype));
     return render_gemm_unit(wgmma_unit(
-        "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, params.c_str(),
+        "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+        fmt::format("int num_experts, int m_tile_bound,\n        const {} *gather_src, const int *row_token",
+                    dtype_cuda_type(s.dtype)),
         fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c, c, "
                     "offsets,\n        rows, num_experts, m_tile_bound, gather_src, row_token);",
                     s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate), bool_text(s.gather_a))));
