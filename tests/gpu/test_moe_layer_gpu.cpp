@@ -839,16 +839,23 @@ void run_case(const LayerCase &c) {
 
 // ---------------------------------------------------------------- the cases
 
+// A case of shape (T, E, H, I, k); everything else at LayerCase's defaults.
+LayerCase layer_case(std::string name, std::int64_t T, std::int32_t E, std::int64_t H, std::int64_t I,
+                     std::int32_t k) {
+    LayerCase c;
+    c.name = std::move(name);
+    c.T = T;
+    c.E = E;
+    c.H = H;
+    c.I = I;
+    c.k = k;
+    return c;
+}
+
 // The seed of the library: T=128, k=2, E=4, every route to expert 0 (256 rows for one expert),
 // BLOCK_M = 128 forced: a bound from T would compute 128 of them.
 LayerCase seed_case(std::int64_t T) {
-    LayerCase c;
-    c.name = "seed_T" + std::to_string(T);
-    c.T = T;
-    c.E = 4;
-    c.H = 128;
-    c.I = 64;
-    c.k = 2;
+    LayerCase c = layer_case("seed_T" + std::to_string(T), T, 4, 128, 64, 2);
     c.routing = Routing::all_to_expert0;
     c.tile = "128x128x32";
     return c;
@@ -856,14 +863,7 @@ LayerCase seed_case(std::int64_t T) {
 
 // A mid-size layer for the feature matrix: shared kernels across cases keep the JIT time low.
 LayerCase mid_case(const std::string &name) {
-    LayerCase c;
-    c.name = name;
-    c.T = 256;
-    c.E = 16;
-    c.H = 512;
-    c.I = 256;
-    c.k = 4;
-    return c;
+    return layer_case(name, 256, 16, 512, 256, 4);
 }
 
 }  // namespace
@@ -885,13 +885,7 @@ BOOST_AUTO_TEST_CASE(all_routes_to_expert0_T256_bm128) {
 
 // Qwen3-30B-A3B's layer with every route to expert 0: one expert owns all S = 2048 rows.
 BOOST_AUTO_TEST_CASE(all_routes_to_expert0_realistic) {
-    LayerCase c;
-    c.name = "seed_realistic";
-    c.T = 256;
-    c.E = 128;
-    c.H = 2048;
-    c.I = 768;
-    c.k = 8;
+    LayerCase c = layer_case("seed_realistic", 256, 128, 2048, 768, 8);
     c.routing = Routing::all_to_expert0;
     c.tokens_hint = c.T;
     run_case(c);
@@ -901,13 +895,7 @@ BOOST_AUTO_TEST_CASE(all_routes_to_expert0_realistic) {
 // the expert's rows is split (dispatch/tile_schedule.hpp: segments of 4096 rows, fp32
 // partials in the plan's workspace, summed in order) — results must match as any other case.
 BOOST_AUTO_TEST_CASE(all_routes_to_expert0_split_weight_gradients) {
-    LayerCase c;
-    c.name = "seed_split_wgrad";
-    c.T = 1280;
-    c.E = 8;
-    c.H = 256;
-    c.I = 128;
-    c.k = 4;
+    LayerCase c = layer_case("seed_split_wgrad", 1280, 8, 256, 128, 4);
     c.routing = Routing::all_to_expert0;
     c.wgrad_dtype = MOEJIT_DTYPE_BF16;
     run_case(c);
@@ -922,13 +910,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(softmax_topk)
 
 BOOST_AUTO_TEST_CASE(qwen3_30b_a3b) {
-    LayerCase c;
-    c.name = "qwen3_30b_a3b";
-    c.T = 512;
-    c.E = 128;
-    c.H = 2048;
-    c.I = 768;
-    c.k = 8;
+    LayerCase c = layer_case("qwen3_30b_a3b", 512, 128, 2048, 768, 8);
     c.tokens_hint = c.T;
     run_case(c);
 }
@@ -936,13 +918,7 @@ BOOST_AUTO_TEST_CASE(qwen3_30b_a3b) {
 // DeepSeek-V2-Lite's layer, routed to 56 of the 64 experts (the first and last included among
 // the 8 empty ones), bf16 weight and routing gradients, int32 ids.
 BOOST_AUTO_TEST_CASE(deepseek_v2_lite_empty_experts) {
-    LayerCase c;
-    c.name = "deepseek_v2_lite";
-    c.T = 256;
-    c.E = 64;
-    c.H = 2048;
-    c.I = 1408;
-    c.k = 6;
+    LayerCase c = layer_case("deepseek_v2_lite", 256, 64, 2048, 1408, 6);
     c.tokens_hint = c.T;
     c.index_dtype = MOEJIT_DTYPE_INT32;
     c.routing_dtype = MOEJIT_DTYPE_BF16;
