@@ -595,12 +595,14 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 // Split (split_rows > 0, sched::mn_item_tile): an expert with more than split_rows rows is
 // reduced in segments whose fp32 partial tiles go to partials[cum_slots[e] + segment] (M x N
 // each, plain stores); split_reduce_sm90 then sums them into C[e] in segment order. CTA 0
-// publishes cum_slots[E+1] at partials_index for it.
+// publishes cum_slots[E+1] at partials_index for it. max_slots: the partial tiles the host's
+// workspace holds (floor(2S / split_rows)); offsets that are not monotone can ask for more, and
+// those partials are dropped (wrong results, never a write past the workspace).
 template <class Cfg, int M, int N, bool ACCUMULATE>
 __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
                                                    const int *__restrict__ offsets, int rows,
-                                                   int num_experts, int split_rows,
+                                                   int num_experts, int split_rows, int max_slots,
                                                    int *__restrict__ partials_index,
                                                    float *__restrict__ partials) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
@@ -697,7 +699,9 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
             }
             if (k_tiles > 0) consume_finish(m, prev, acc);
             if (partial) {
-                float *const slot = partials + static_cast<long long>(cum_slots[it.expert] + it.segment) * M * N;
+                const int slot_index = cum_slots[it.expert] + it.segment;
+                if (slot_index >= max_slots) continue;
+                float *const slot = partials + static_cast<long long>(slot_index) * M * N;
                 store_tile<Cfg, false>(acc, slot + static_cast<long long>(m0) * N + n0, N, r_base, M - m0, N - n0,
                                        lane);
                 continue;
@@ -716,16 +720,16 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
 }
 
 // After a split same_mn launch: C[e] (+)= sum over s of partials[index[e] + s] in s order, for
-// every expert with more than split_rows rows (the others were written by the GEMM). Grid:
-// (ceil(M*N / (4 * THREADS)), E); float4 reads, deterministic.
+// every expert with more than split_rows rows (the others were written by the GEMM), reading
+// only slots below max_slots. Grid: (ceil(M*N / (4 * THREADS)), E); float4 reads, deterministic.
 template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
 __device__ __forceinline__ void split_reduce_sm90(CT *__restrict__ c, const int *__restrict__ offsets, int rows,
-                                                  int split_rows, const int *__restrict__ index,
+                                                  int split_rows, int max_slots, const int *__restrict__ index,
                                                   const float *__restrict__ partials) {
     const int e = blockIdx.y;
     const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
     if (!sched::mn_is_split(rr.end - rr.begin, split_rows)) return;
-    const int first = index[e], count = index[e + 1] - index[e];
+    const int first = sched::min_int(index[e], max_slots), count = sched::min_int(index[e + 1], max_slots) - first;
     constexpr long long MN = static_cast<long long>(M) * N;
     const long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) * 4;
     if (i >= MN) return;

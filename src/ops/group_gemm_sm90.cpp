@@ -95,9 +95,9 @@ KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
                    to_string(s.tile));
     return render_gemm_unit(wgmma_unit(
         "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
-        "int num_experts, int split_rows, int *partials_index, float *partials",
+        "int num_experts, int split_rows, int max_slots, int *partials_index, float *partials",
         fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
-                    "        rows, num_experts, split_rows, partials_index, partials);",
+                    "        rows, num_experts, split_rows, max_slots, partials_index, partials);",
                     s.m, s.n, bool_text(s.accumulate))));
 }
 
@@ -112,10 +112,10 @@ KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
         "#include \"group_gemm_sm90.cuh\"\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__({threads})\n"
-        "{entry}({CT} *c, const int *offsets, int rows, int split_rows, const int *index,\n"
+        "{entry}({CT} *c, const int *offsets, int rows, int split_rows, int max_slots, const int *index,\n"
         "        const float *partials) {{\n"
-        "    moejit::sm90::split_reduce_sm90<{CT}, {m}, {n}, {acc}, {threads}>(c, offsets, rows, split_rows, index,\n"
-        "                                                                partials);\n"
+        "    moejit::sm90::split_reduce_sm90<{CT}, {m}, {n}, {acc}, {threads}>(c, offsets, rows, split_rows,\n"
+        "                                                                max_slots, index, partials);\n"
         "}}\n",
         fmt::arg("name", ks.name), fmt::arg("threads", kReduceThreads), fmt::arg("entry", ks.entry),
         fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("m", s.m), fmt::arg("n", s.n),
@@ -200,11 +200,13 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts, split_rows = split.split_rows;
+    const int max_slots = static_cast<int>(split.slots);  // what the workspace was checked to hold
     auto *index = split.split_rows > 0 ? static_cast<std::int32_t *>(ops.workspace) : nullptr;
     float *partials = split.split_rows > 0 ? reinterpret_cast<float *>(static_cast<char *>(ops.workspace) +
                                                                          mn_split_partials_offset(experts))
                                            : nullptr;
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, split_rows, index, partials);
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, split_rows, max_slots, index,
+               partials);
     if (split.split_rows == 0) return;
     Kernel &reduce = ctx.kernel(render_split_reduce_sm90(spec));
     LaunchShape rshape;
@@ -214,7 +216,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     rshape.block_x = kReduceThreads;
     const std::int32_t *cindex = index;
     const float *cpartials = partials;
-    ctx.launch(reduce, rshape, ops.stream, c, offsets, rows, split_rows, cindex, cpartials);
+    ctx.launch(reduce, rshape, ops.stream, c, offsets, rows, split_rows, max_slots, cindex, cpartials);
 }
 
 }  // namespace moejit

@@ -6,6 +6,7 @@
 // finite afterwards, and must be bitwise identical across two runs.
 #include "gpu_main.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string>
@@ -518,6 +519,44 @@ BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
     // The rule itself (-1) with a workspace: S = 12000 rows to one expert, 12 x 1 output tiles.
     run_mn({.name = "rule_split", .counts = all_to_expert0(6000, 2, 8), .m = 1536, .n = 256,
             .c_dtype = MOEJIT_DTYPE_BF16, .split = true});
+}
+
+// Offsets that go back and forth (corrupt routing) can ask for more split segments than the
+// workspace holds (floor(2S / split_rows) partial tiles): here three experts each claim all S
+// rows, 48 segments for 32 slots. The surplus partials are dropped: results may be wrong, but
+// nothing lands past the workspace or C (a poisoned guard after each must stay poisoned).
+BOOST_AUTO_TEST_CASE(mn_split_stays_inside_its_workspace) {
+    if (internal_ctx().arch() != "sm_90a") {
+        BOOST_TEST_MESSAGE("skipping: the split reduction belongs to the sm_90a wgmma engine");
+        return;
+    }
+    constexpr std::int64_t S = 4096, M = 128, N = 256;
+    constexpr int E = 5, split_rows = 256;
+    const std::vector<std::int32_t> offsets = {0, S, 0, S, 0, S};
+    std::mt19937_64 rng = case_rng("split_guard");
+    HalfTensor a = random_half(static_cast<std::size_t>(S * M), MOEJIT_DTYPE_BF16, rng);
+    HalfTensor b = random_half(static_cast<std::size_t>(S * N), MOEJIT_DTYPE_BF16, rng);
+    DeviceBuffer da = DeviceBuffer::from(a.bits), db = DeviceBuffer::from(b.bits), doff = DeviceBuffer::from(offsets);
+    const MnSplit split{split_rows, 2 * S / split_rows};
+    const std::size_t ws_bytes = mn_split_workspace_bytes(split, E, M, N), c_bytes = E * M * N * 4;
+    const std::size_t guard = M * N * 4;  // one partial tile
+    DeviceBuffer workspace(ws_bytes + guard), c(c_bytes + guard);
+    workspace.upload(std::vector<std::uint8_t>(ws_bytes + guard, 0xFF));
+    c.upload(std::vector<std::uint8_t>(c_bytes + guard, 0xFF));
+    GemmMnSpec spec = make_mn_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32, M, N, false, S, E,
+                                   internal_ctx().compute_capability());
+    GemmOperands ops{da.get(), db.get(), c.get(), doff.as<const std::int32_t>(), S, E, nullptr};
+    ops.workspace = workspace.get();
+    ops.workspace_bytes = ws_bytes;
+    ops.split_rows = split_rows;
+    launch_group_gemm_mn(internal_ctx(), spec, ops);
+    synchronize();
+    auto guard_intact = [](const std::vector<std::uint8_t> &bytes, std::size_t from) {
+        return std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(from), bytes.end(),
+                           [](std::uint8_t v) { return v == 0xFF; });
+    };
+    BOOST_TEST(guard_intact(workspace.download<std::uint8_t>(), ws_bytes), "nothing past the workspace");
+    BOOST_TEST(guard_intact(c.download<std::uint8_t>(), c_bytes), "nothing past C");
 }
 
 // MOEJIT_TUNE=1 on a fresh context with its own cache folder: the first call of a problem times
