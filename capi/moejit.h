@@ -93,7 +93,8 @@ typedef struct moejit_context_options {
     /* Disk cache root. NULL: $MOEJIT_CACHE_DIR, else $XDG_CACHE_HOME/moejit, else ~/.cache/moejit.
      * "" disables the disk cache (memory only). The library version is appended as a sub-folder. */
     const char *cache_dir;
-    /* Target arch, e.g. "sm_90a", "sm_80". NULL: the device's own (sm_90a on Hopper). */
+    /* Target arch, e.g. "sm_90a", "sm_80". NULL: the device's own (sm_90a on Hopper). On a
+     * device context an arch whose cubins cannot load there is MOEJIT_ERROR_UNSUPPORTED. */
     const char *arch;
     /* CUDA device ordinal (ignored by compile-only contexts). */
     int device_ordinal;

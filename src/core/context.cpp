@@ -12,6 +12,13 @@
 namespace moejit {
 namespace {
 
+// sm_XY or sm_XYa -> XY (valid_arch checked the form).
+int arch_number(std::string digits) {
+    digits.erase(0, 3);
+    if (digits.back() == 'a') digits.pop_back();
+    return std::stoi(digits);
+}
+
 bool jit_enabled_from(int mode) {
     if (mode == MOEJIT_JIT_ON) return true;
     if (mode == MOEJIT_JIT_OFF) return false;
@@ -49,21 +56,27 @@ Context::Context(const moejit_context_options_t &options)
         if (cc_major_ < 8)
             fail(MOEJIT_ERROR_UNSUPPORTED, "device {} has compute capability {}.{}; moejit needs 8.0 or newer",
                  device_ordinal_, cc_major_, cc_minor_);
+        // Hopper gets the arch-specific target so wgmma/setmaxnreg are available.
+        const std::string own = fmt::format("sm_{}{}{}", cc_major_, cc_minor_, cc_major_ == 9 ? "a" : "");
+        if (arch.empty()) arch = own;
+        // A cubin loads only on its own major with a minor at most the device's (exactly the
+        // device's for sm_XYa): refuse an arch whose kernels could never run here.
+        const int number = arch_number(arch);
+        if (number / 10 != cc_major_ || number % 10 > cc_minor_ || (arch.back() == 'a' && number % 10 != cc_minor_))
+            fail(MOEJIT_ERROR_UNSUPPORTED,
+                 "options->arch is \"{}\", but device {} has compute capability {}.{}, where its cubins do not "
+                 "load; expected NULL (the device's own, {}) or an arch of that device",
+                 arch, device_ordinal_, cc_major_, cc_minor_, own);
         MOEJIT_CU(cuDevicePrimaryCtxRetain(&cu_context_, device_));
         CUresult r = api.cuCtxSetCurrent(cu_context_);
         if (r != CUDA_SUCCESS) {
             api.cuDevicePrimaryCtxRelease(device_);
             check_cuda(r, "cuCtxSetCurrent");
         }
-        // Hopper gets the arch-specific target so wgmma/setmaxnreg are available.
-        if (arch.empty())
-            arch = fmt::format("sm_{}{}{}", cc_major_, cc_minor_, cc_major_ == 9 ? "a" : "");
     }
     if (compile_only_) {
         // No device to ask: the tile heuristics see the compute capability the arch names.
-        std::string digits = arch.substr(3);
-        if (digits.back() == 'a') digits.pop_back();
-        const int number = std::stoi(digits);
+        const int number = arch_number(arch);
         cc_major_ = number / 10;
         cc_minor_ = number % 10;
     }

@@ -52,6 +52,27 @@ BOOST_AUTO_TEST_CASE(device_arch_is_detected) {
     BOOST_TEST(std::string(arch).rfind("sm_", 0) == 0u);
 }
 
+// An explicit arch whose cubins cannot load on the device is refused when the context is
+// created (UNSUPPORTED, naming the arch and the device's compute capability), not when the
+// first kernel fails to compile or load.
+BOOST_AUTO_TEST_CASE(foreign_arch_is_refused) {
+    const char *own = nullptr;
+    MOEJIT_TEST_OK(moejit_context_arch(gpu_context(), &own));
+    const std::string foreign = std::string(own).rfind("sm_8", 0) == 0 ? "sm_90a" : "sm_80";
+    moejit_context_options_t o;
+    moejit_context_options_init(&o);
+    o.arch = foreign.c_str();
+    moejit_context_t ctx = nullptr;
+    BOOST_TEST(moejit_context_create(&o, &ctx) == MOEJIT_ERROR_UNSUPPORTED);
+    BOOST_TEST(ctx == nullptr);
+    const std::string message = moejit_last_error();
+    BOOST_TEST(message.find(foreign) != std::string::npos, message);
+    BOOST_TEST(message.find("compute capability") != std::string::npos, message);
+    o.arch = own;  // the device's own arch, spelled out, is fine
+    MOEJIT_TEST_OK(moejit_context_create(&o, &ctx));
+    moejit_context_destroy(ctx);
+}
+
 BOOST_AUTO_TEST_CASE(compile_load_launch_and_reload_from_disk) {
     TempDir dir;
     std::string cache = dir.string();
