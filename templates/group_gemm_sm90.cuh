@@ -6,7 +6,9 @@
 //   warpgroup 0   producer: one thread walks the tile schedule and issues TMA loads
 //                 (cp.async.bulk.tensor) of the A and B k-slices into a STAGES-deep ring of
 //                 shared-memory stages; each stage has a `full` mbarrier (TMA completes bytes
-//                 on it) and an `empty` mbarrier (consumers release it).
+//                 on it) and an `empty` mbarrier (consumers release it). A same_nk whose A rows
+//                 are gathered (GATHER_A, fc1 reading x by row_token) has all 128 producer
+//                 threads copy A with cp.async instead, each arriving on `full`.
 //   warpgroups 1-2 consumers: 64 rows of the 128-row tile each, wgmma.mma_async m64nBNk16
 //                 from shared memory (K- or MN-major operands, 128-byte swizzle), fp32
 //                 accumulators in registers, then a TMA-store epilogue through shared memory
