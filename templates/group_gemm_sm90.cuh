@@ -488,10 +488,10 @@ struct NoPrepare {
 template <class Cfg, int N, int K, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
-                                                   const int *__restrict__ offsets, int rows,
-                                                   int num_experts, int m_tile_bound,
                                                    const typename Cfg::T *__restrict__ gather_src,
-                                                   const int *__restrict__ row_token) {
+                                                   const int *__restrict__ row_token,
+                                                   const int *__restrict__ offsets, int rows,
+                                                   int num_experts, int m_tile_bound) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
     constexpr int N_TILES = (N + BN - 1) / BN;
     constexpr int K_TILES = (K + BK - 1) / BK;

@@ -57,9 +57,9 @@ void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *f
 }
 
 // The wgmma engine's unit: three tensor maps as __grid_constant__ parameters, sm90::Config,
-// one CTA per SM.
+// one CTA per SM. `after_c`: the kind's operands between c and offsets.
 GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
-                    moejit_dtype_t c_dtype, std::string params, std::string call) {
+                    moejit_dtype_t c_dtype, std::string_view after_c, std::string params, std::string call) {
     GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
     u.entry_suffix = "_sm90";
     u.title = ", sm_90a wgmma/TMA";
@@ -71,8 +71,8 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
         "const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_b,\n"
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_c, {} *c,\n"
-        "        const int *offsets, int rows, ",
-        dtype_cuda_type(c_dtype));
+        "        {}const int *offsets, int rows, ",
+        dtype_cuda_type(c_dtype), after_c);
     return u;
 }
 
@@ -83,10 +83,10 @@ KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
                    to_string(s.tile));
     return render_gemm_unit(wgmma_unit(
         "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
-        fmt::format("int num_experts, int m_tile_bound,\n        const {} *gather_src, const int *row_token",
-                    dtype_cuda_type(s.dtype)),
+        fmt::format("const {} *gather_src, const int *row_token, ", dtype_cuda_type(s.dtype)),
+        "int num_experts, int m_tile_bound",
         fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c, c, "
-                    "offsets,\n        rows, num_experts, m_tile_bound, gather_src, row_token);",
+                    "gather_src,\n        row_token, offsets, rows, num_experts, m_tile_bound);",
                     s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate), bool_text(s.gather_a))));
 }
 
@@ -94,7 +94,7 @@ KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_mn_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
     return render_gemm_unit(wgmma_unit(
-        "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+        "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "",
         "int num_experts, int split_rows, int max_slots, int *partials_index, float *partials",
         fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
                     "        rows, num_experts, split_rows, max_slots, partials_index, partials);",
@@ -154,8 +154,8 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
     const int bound = static_cast<int>(m_tile_bound);
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, bound, gather_src,
-               row_token);
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, gather_src, row_token, offsets, rows, experts,
+               bound);
 }
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,
