@@ -485,9 +485,14 @@ struct NoPrepare {
 // past S) but never stored; columns past N and k past K are TMA zero-fill.
 // GATHER_A: A's rows are gathered from gather_src [T, K] by row_token (tma_a unused); rows past
 // the expert's end are zero-filled instead.
-template <class Cfg, int N, int K, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A>
+// K_SPLIT > 0: the reduction runs over two operand pairs, k < K_SPLIT from (tma_a, tma_b) and
+// k >= K_SPLIT from (tma_a2, tma_b2) at k - K_SPLIT (maps like tma_a/tma_b over K - K_SPLIT):
+// C = [A | A2] · [B ; B2] in one fp32 accumulation, e.g. dxs = dg·W_gate + du·W_up of split fc1.
+// K_SPLIT is a multiple of BK, so no k-slice straddles the pairs.
+template <class Cfg, int N, int K, int K_SPLIT, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
-                                                   const TmaDesc &tma_c, typename Cfg::CT *__restrict__ c,
+                                                   const TmaDesc &tma_c, const TmaDesc &tma_a2,
+                                                   const TmaDesc &tma_b2, typename Cfg::CT *__restrict__ c,
                                                    const typename Cfg::T *__restrict__ gather_src,
                                                    const int *__restrict__ row_token,
                                                    const int *__restrict__ offsets, int rows,
@@ -496,13 +501,21 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
     constexpr int N_TILES = (N + BN - 1) / BN;
     constexpr int K_TILES = (K + BK - 1) / BK;
     static_assert(N % 8 == 0 && K % 8 == 0, "N and K must be multiples of 8");
+    static_assert(K_SPLIT == 0 || (K_SPLIT % BK == 0 && K_SPLIT < K && !GATHER_A),
+                  "two operand pairs split K at a k-slice boundary, without gathered rows");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
     int *const warp_sums = m.scratch;
     int *const cum = m.scratch + 16;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (tid == 0) init_ring<Cfg, GATHER_A>(m, tma_a, tma_b);
+    if (tid == 0) {
+        init_ring<Cfg, GATHER_A>(m, tma_a, tma_b);
+        if constexpr (K_SPLIT > 0) {
+            tma_prefetch(&tma_a2);
+            tma_prefetch(&tma_b2);
+        }
+    }
 
     // Exclusive scan of ceil(count_e / BM) over experts (as the mma.sync kernel does); its
     // __syncthreads also publish the barrier initialization.
@@ -530,16 +543,20 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                 const unsigned stage = producer_wait(m, pos);
                 const unsigned bar = m.full(pos.stage());
                 if (tid == 0) {
+                    // The k-slice's operand pair and its k inside that pair.
+                    const bool second = K_SPLIT > 0 && kb * BK >= K_SPLIT;
+                    const TmaDesc *const ta = second ? &tma_a2 : &tma_a, *const tb = second ? &tma_b2 : &tma_b;
+                    const int k0 = kb * BK - (second ? K_SPLIT : 0);
                     // Full boxes count even where TMA zero-fills out-of-bounds elements.
                     mbar_arrive_expect_tx(bar, GATHER_A ? Cfg::B_BYTES : Cfg::STAGE_BYTES);
-                    if constexpr (!GATHER_A) tma_load_2d(stage, &tma_a, bar, kb * BK, row0);
+                    if constexpr (!GATHER_A) tma_load_2d(stage, ta, bar, k0, row0);
                     if constexpr (B_TRANSPOSED) {
-                        tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, kb * BK, n0, tc.expert);
+                        tma_load_3d(stage + Cfg::A_BYTES, tb, bar, k0, n0, tc.expert);
                     } else {
 #pragma unroll
                         for (int j = 0; j < BN / 64; ++j)
-                            tma_load_3d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar,
-                                        n0 + 64 * j, kb * BK, tc.expert);
+                            tma_load_3d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, tb, bar, n0 + 64 * j, k0,
+                                        tc.expert);
                     }
                 }
                 if constexpr (GATHER_A) {

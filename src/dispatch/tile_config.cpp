@@ -144,14 +144,18 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
 
 }  // namespace
 
-void require_gather_engine(const GemmTileConfig &c, bool gather_a) {
-    if (gather_a && c.engine != GemmEngine::wgmma)
+void require_engine_features(const GemmTileConfig &c, const GemmProblem &p) {
+    if (c.engine == GemmEngine::wgmma) return;
+    if (p.gather_a)
         fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: gathered A rows need the wgmma engine "
              "(an sm_90a tile)", to_string(c));
+    if (p.k_split > 0)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: two operand pairs (k_split = {}) need the "
+             "wgmma engine (an sm_90a tile)", to_string(c), p.k_split);
 }
 
 void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
-    require_gather_engine(c, p.gather_a);
+    require_engine_features(c, p);
     if (c.engine == GemmEngine::wgmma) return validate_wgmma_config(c, p, cc);
     const std::string name = to_string(c);
     auto unsupported = [&](std::string_view why) {

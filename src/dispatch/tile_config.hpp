@@ -64,6 +64,7 @@ struct GemmProblem {
     std::int64_t rows_hint = 0;  // typical S; 0: unknown (assume large)
     std::int32_t num_experts = 1;
     bool gather_a = false;  // same_nk: A's rows gathered through a row index (wgmma engine only)
+    std::int64_t k_split = 0;  // same_nk: K split over two operand pairs at k_split (wgmma engine only)
 };
 
 // Shared memory per SM and per block for a compute capability (major*10+minor).
@@ -83,9 +84,10 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &config, GemmKind kind, std::in
 // run `problem` on `compute_capability`: divisibility, warp tiles, registers, shared memory.
 void validate_tile_config(const GemmTileConfig &config, const GemmProblem &problem,
                           int compute_capability);
-// The part of it that needs no arch: gathered A rows exist on the wgmma engine only (renderers
-// call it too, so warmup never renders an mma.sync kernel that would ignore the gather).
-void require_gather_engine(const GemmTileConfig &config, bool gather_a);
+// The part of it that needs no arch: gathered A rows and two operand pairs exist on the wgmma
+// engine only (renderers call it too, so warmup never renders an mma.sync kernel that would
+// ignore them).
+void require_engine_features(const GemmTileConfig &config, const GemmProblem &problem);
 
 // Whether the wgmma engine can run `problem` (sm_90a, i.e. compute capability 9.0: moejit
 // always compiles cc 9.0 for sm_90a).

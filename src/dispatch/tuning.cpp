@@ -35,9 +35,10 @@ bool tuning_enabled() {
 }
 
 std::string tuning_key(const GemmProblem &p, std::int64_t rows, int cc) {
-    return fmt::format("{}{} dtype={} c={} m={} n={} k={} bt={} acc={} experts={} rows<={} sm_{}",
+    return fmt::format("{}{} dtype={} c={} m={} n={} k={}{} bt={} acc={} experts={} rows<={} sm_{}",
                        p.kind == GemmKind::same_nk ? "same_nk" : "same_mn", p.gather_a ? "_ga" : "",
-                       dtype_name(p.dtype), dtype_name(p.c_dtype), p.m, p.n, p.k, p.b_transposed ? 1 : 0,
+                       dtype_name(p.dtype), dtype_name(p.c_dtype), p.m, p.n, p.k,
+                       p.k_split > 0 ? fmt::format(" k_split={}", p.k_split) : "", p.b_transposed ? 1 : 0,
                        p.accumulate ? 1 : 0, p.num_experts, size_class(rows), cc);
 }
 

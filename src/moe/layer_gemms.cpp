@@ -19,10 +19,17 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     s.fc1 = make_nk_spec(t, t, fc1_n, H, true, false, rows_hint, E, cc);
     s.fc2 = make_nk_spec(t, t, H, I, true, false, rows_hint, E, cc);
     s.fc2_dgrad = make_nk_spec(t, t, I, H, false, false, rows_hint, E, cc);
-    // Split fc1: dxs = dg·W_gate, then += du·W_up (accumulating in the layer dtype; merged
-    // fc1 does it in one GEMM over K = 2I, so the two layouts' dx may differ by rounding).
+    // Split fc1: dxs = dg·W_gate + du·W_up. The wgmma engine reduces over both operand pairs in
+    // one GEMM (K = 2I, k_split = I; the same fp32 sum as merged fc1's single GEMM). Elsewhere
+    // dxs = dg·W_gate, then += du·W_up, rounding dxs to the layer dtype in between, so the two
+    // layouts' dx may differ by rounding there (device run 1 of 0.3: the accumulating second
+    // GEMM took 2-5x the first, reading C in its register epilogue).
     s.fc1_dgrad = make_nk_spec(t, t, H, fc1_n, false, false, rows_hint, E, cc);
     s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, false, true, rows_hint, E, cc);
+    if (!merged && I % 64 == 0 && s.fc1_dgrad.tile.engine == GemmEngine::wgmma) {
+        s.fc1_dgrad.k = 2 * I;
+        s.fc1_dgrad.k_split = I;
+    }
     s.fc2_wgrad = make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc);
     s.fc1_wgrad = make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc);
     // fc1 gathers x's rows (no forward scatter) where that wins: the saved [S,H] pass is worth
@@ -41,7 +48,8 @@ std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, int cc
                                      render_group_gemm_nk(s.fc2_dgrad), render_group_gemm_nk(s.fc1_dgrad)};
     for (const GemmMnSpec *mn : {&s.fc2_wgrad, &s.fc1_wgrad})
         for (KernelSource &k : group_gemm_mn_kernels(*mn)) out.push_back(std::move(k));
-    if (d.fc1_layout == MOEJIT_FC1_SPLIT) out.push_back(render_group_gemm_nk(s.fc1_dgrad_acc));
+    if (d.fc1_layout == MOEJIT_FC1_SPLIT && s.fc1_dgrad.k_split == 0)
+        out.push_back(render_group_gemm_nk(s.fc1_dgrad_acc));
     return out;
 }
 
@@ -58,9 +66,11 @@ std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &d, std::int64_
                     mn_split_workspace_bytes(mn_split(rows, fc1_n, H), d.num_experts, fc1_n, H));
 }
 
-void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c) {
+void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c, const void *a2, const void *b2) {
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
     ops.row_token = row_token_;
+    ops.a2 = a2;
+    ops.b2 = b2;
     launch_group_gemm_nk(ctx_, spec, ops);
 }
 
@@ -88,6 +98,7 @@ void LayerGemms::fc2_wgrad(const void *dy, const void *aw, void *dw_down) {
 }
 void LayerGemms::fc1_dgrad_split(const void *dg, const void *w_gate, const void *du, const void *w_up,
                                  void *dxs) {
+    if (specs_.fc1_dgrad.k_split > 0) return nk(specs_.fc1_dgrad, dg, w_gate, dxs, du, w_up);
     nk(specs_.fc1_dgrad, dg, w_gate, dxs);
     nk(specs_.fc1_dgrad_acc, du, w_up, dxs);
 }

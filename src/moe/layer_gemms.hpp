@@ -17,6 +17,8 @@ namespace moejit {
 // input gradients use the same weights as [E,K,N].
 // gathered: fc1 (wgmma engine) reads x's rows by row_token, so forward never scatters x; the
 // backward scatters dout and x into its workspace either way (layer_specs has the rule).
+// Split fc1's dgrad is one GEMM over both operand pairs (fc1_dgrad.k_split = I) where the wgmma
+// engine runs it; otherwise fc1_dgrad then fc1_dgrad_acc (C += du·W_up).
 struct LayerSpecs {
     GemmNkSpec fc1, fc2, fc2_dgrad, fc1_dgrad, fc1_dgrad_acc;
     GemmMnSpec fc2_wgrad, fc1_wgrad;
@@ -55,7 +57,8 @@ public:
     void fc1_wgrad_merged(const void *dgu, const void *xs, void *dw); // → [E,2I,H]
 
 private:
-    void nk(const GemmNkSpec &spec, const void *a, const void *b, void *c);
+    void nk(const GemmNkSpec &spec, const void *a, const void *b, void *c, const void *a2 = nullptr,
+            const void *b2 = nullptr);
     void mn(const GemmMnSpec &spec, const void *a, const void *b, void *c);
 
     Context &ctx_;

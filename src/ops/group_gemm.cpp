@@ -58,6 +58,7 @@ GemmProblem problem_of(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t
     p.rows_hint = rows_hint;
     p.num_experts = experts;
     p.gather_a = s.gather_a;
+    p.k_split = s.k_split;
     return p;
 }
 
@@ -78,6 +79,10 @@ void validate_shape(const GemmNkSpec &s, const char *prefix) {
     check_dtypes(s.dtype, s.c_dtype, prefix);
     check_dim(s.n, prefix, "n");
     check_dim(s.k, prefix, "k");
+    MOEJIT_REQUIRE(s.k_split == 0 || (s.k_split > 0 && s.k_split < s.k && s.k_split % 64 == 0),
+                   "{}k_split is {}, expected 0 or a multiple of 64 in (0, k = {})", prefix, s.k_split, s.k);
+    MOEJIT_REQUIRE(s.k_split == 0 || !s.gather_a, "{}k_split ({}) and gather_a exclude each other", prefix,
+                   s.k_split);
 }
 
 void validate_shape(const GemmMnSpec &s, const char *prefix) {
@@ -98,7 +103,7 @@ std::string config_type(const GemmTileConfig &t, moejit_dtype_t dtype, moejit_dt
 
 
 void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, bool need_c,
-                    const char *prefix, bool gather_a) {
+                    const char *prefix, bool gather_a, bool second_pair = false) {
     MOEJIT_REQUIRE(ops.rows >= 0 && ops.rows <= INT32_MAX,
                    "{}rows must be in [0, 2147483647] (offsets are int32), got {}", prefix,
                    ops.rows);
@@ -111,6 +116,12 @@ void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, b
         if (gather_a) {
             MOEJIT_REQUIRE(ops.row_token != nullptr, "{}row_token is NULL: the spec gathers a's rows", prefix);
             MOEJIT_REQUIRE(aligned(ops.row_token, 4), "{}row_token must be 4-byte aligned", prefix);
+        }
+        if (second_pair) {
+            MOEJIT_REQUIRE(ops.a2 != nullptr && ops.b2 != nullptr,
+                           "{}a2 or b2 is NULL: the spec splits K over two operand pairs", prefix);
+            MOEJIT_REQUIRE(aligned(ops.a2, 16) && aligned(ops.b2, 16), "{}a2 and b2 must be 16-byte aligned",
+                           prefix);
         }
     }
     if (need_c) {
@@ -125,7 +136,8 @@ void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, b
 void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                const char *prefix, const char *what) {
     validate_shape(spec, prefix);
-    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix, spec.gather_a);
+    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix, spec.gather_a,
+                   spec.k_split > 0);
     const int cc = ctx.compute_capability();
     validate_tile_config(spec.tile, problem_of(spec, ops.rows, ops.num_experts), cc);
     const std::int64_t m_bound = m_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m);
@@ -179,7 +191,8 @@ void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const
     if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !ctx.tuning())
         return launch_spec(ctx, spec, ops, prefix, what);
     validate_shape(spec, prefix);
-    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix, problem_of(spec, 0, 1).gather_a);
+    const GemmProblem problem = problem_of(spec, 0, 1);
+    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix, problem.gather_a, problem.k_split > 0);
     Spec tuned = spec;
     tuned.tile = tuned_tile(ctx, problem_of(spec, ops.rows, ops.num_experts), ops.rows, ops.stream, spec.tile,
                             !spec.accumulate, [&](const GemmTileConfig &t) {
@@ -277,7 +290,7 @@ GemmUnit mma_unit(const char *kind, std::string name, const GemmTileConfig &t, m
 
 KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
     validate_shape(s, "");
-    require_gather_engine(s.tile, s.gather_a);
+    require_engine_features(s.tile, problem_of(s, 0, 1));
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_nk_sm90(s);
     return render_gemm_unit(mma_unit(
         "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",

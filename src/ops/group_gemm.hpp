@@ -40,6 +40,10 @@ struct GemmNkSpec {
     GemmTileConfig tile;
     bool tunable = false;  // the tile is the heuristic's: MOEJIT_TUNE may replace it (gemm_tuner)
     bool gather_a = false;  // A's rows come from GemmOperands::row_token (wgmma engine only)
+    // > 0: the reduction runs over two operand pairs, k < k_split from (a, b) and the rest
+    // from (a2, b2), each laid out like a and b over its own K (k_split, k - k_split); wgmma
+    // engine only, a multiple of 64, without gather_a. Split fc1's dgrad: dg·W_gate + du·W_up.
+    std::int64_t k_split = 0;
 };
 
 // The compile-time part of a same_mn kernel.
@@ -91,6 +95,9 @@ struct GemmOperands {
     // A same_nk spec with gather_a: `a` is the unscattered source [T, K] and row_token [S]
     // (device) names each scattered row's source row.
     const std::int32_t *row_token = nullptr;
+    // A same_nk spec with k_split: the second operand pair (a2 [S, K - k_split], b2 like b).
+    const void *a2 = nullptr;
+    const void *b2 = nullptr;
 };
 
 // Validate every argument (before touching the device), then compile/load and launch.

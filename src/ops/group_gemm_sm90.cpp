@@ -57,9 +57,10 @@ void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *f
 }
 
 // The wgmma engine's unit: three tensor maps as __grid_constant__ parameters, sm90::Config,
-// one CTA per SM. `after_c`: the kind's operands between c and offsets.
+// one CTA per SM. `before_c` / `after_c`: the kind's operands before c and between c and offsets.
 GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
-                    moejit_dtype_t c_dtype, std::string_view after_c, std::string params, std::string call) {
+                    moejit_dtype_t c_dtype, std::string_view before_c, std::string_view after_c, std::string params,
+                    std::string call) {
     GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
     u.entry_suffix = "_sm90";
     u.title = ", sm_90a wgmma/TMA";
@@ -70,9 +71,10 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     u.operands = fmt::format(
         "const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_b,\n"
-        "        const __grid_constant__ moejit::sm90::TmaDesc tma_c, {} *c,\n"
+        "        const __grid_constant__ moejit::sm90::TmaDesc tma_c,\n"
+        "        {}{} *c,\n"
         "        {}const int *offsets, int rows, ",
-        dtype_cuda_type(c_dtype), after_c);
+        before_c, dtype_cuda_type(c_dtype), after_c);
     return u;
 }
 
@@ -83,18 +85,21 @@ KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
                    to_string(s.tile));
     return render_gemm_unit(wgmma_unit(
         "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+        "const __grid_constant__ moejit::sm90::TmaDesc tma_a2,\n"
+        "        const __grid_constant__ moejit::sm90::TmaDesc tma_b2, ",
         fmt::format("const {} *gather_src, const int *row_token, ", dtype_cuda_type(s.dtype)),
         "int num_experts, int m_tile_bound",
-        fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c, c, "
-                    "gather_src,\n        row_token, offsets, rows, num_experts, m_tile_bound);",
-                    s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate), bool_text(s.gather_a))));
+        fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c, tma_a2,\n"
+                    "        tma_b2, c, gather_src, row_token, offsets, rows, num_experts, m_tile_bound);",
+                    s.n, s.k, s.k_split, bool_text(s.b_transposed), bool_text(s.accumulate),
+                    bool_text(s.gather_a))));
 }
 
 KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_mn_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
     return render_gemm_unit(wgmma_unit(
-        "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "",
+        "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "", "",
         "int num_experts, int split_rows, int max_slots, int *partials_index, float *partials",
         fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
                     "        rows, num_experts, split_rows, max_slots, partials_index, partials);",
@@ -134,16 +139,22 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const bool gather_a = spec.gather_a;
     // B as 3D per expert, so ragged column / k blocks are zero-filled inside each expert:
     // [E, N, K] K-major boxes of BN rows, or [E, K, N] MN-major boxes of 64 columns.
-    const CUtensorMap tma_b =
-        spec.b_transposed
-            ? encode_map(spec.dtype, ops.b, {spec.k, spec.n, ops.num_experts},
-                         {bk, static_cast<cuuint32_t>(spec.tile.block_n), 1})
-            : encode_map(spec.dtype, ops.b, {spec.n, spec.k, ops.num_experts}, {kChunk, bk, 1});
-    // A [S, K]: rows past S are zero-filled, so the last tile never reads out of bounds. A
-    // gathered A has no map (B's stands in, never read).
-    const CUtensorMap tma_a =
-        gather_a ? tma_b
-                 : encode_map(spec.dtype, ops.a, {spec.k, ops.rows}, {bk, static_cast<cuuint32_t>(spec.tile.block_m)});
+    auto b_map = [&](const void *b, std::int64_t k) {
+        return spec.b_transposed ? encode_map(spec.dtype, b, {k, spec.n, ops.num_experts},
+                                              {bk, static_cast<cuuint32_t>(spec.tile.block_n), 1})
+                                 : encode_map(spec.dtype, b, {spec.n, k, ops.num_experts}, {kChunk, bk, 1});
+    };
+    // A [S, K]: rows past S are zero-filled, so the last tile never reads out of bounds.
+    auto a_map = [&](const void *a, std::int64_t k) {
+        return encode_map(spec.dtype, a, {k, ops.rows}, {bk, static_cast<cuuint32_t>(spec.tile.block_m)});
+    };
+    // Two operand pairs split K at k_split; each map covers its own pair's K.
+    const std::int64_t k1 = spec.k_split > 0 ? spec.k_split : spec.k;
+    const CUtensorMap tma_b = b_map(ops.b, k1);
+    // A gathered A has no map, nor has a missing second pair (B's stands in, never read).
+    const CUtensorMap tma_a = gather_a ? tma_b : a_map(ops.a, k1);
+    const CUtensorMap tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1) : tma_b;
+    const CUtensorMap tma_b2 = spec.k_split > 0 ? b_map(ops.b2, spec.k - k1) : tma_b;
     // C [S, N] in 64 x 64 boxes (unused by the register epilogue: B's map stands in).
     const CUtensorMap tma_c =
         spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, ops.rows}, {kChunk, kChunk}) : tma_b;
@@ -154,8 +165,8 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
     const int bound = static_cast<int>(m_tile_bound);
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, gather_src, row_token, offsets, rows, experts,
-               bound);
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, tma_a2, tma_b2, c, gather_src, row_token, offsets,
+               rows, experts, bound);
 }
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,

@@ -277,6 +277,10 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field) {
     expect_error(with([](S &s) { s.tile.block_n = 256; s.tile.stages = 8; }), UNSUPPORTED, {"shared memory"});
     expect_error(with([](S &) {}, 0), INVALID, {"num_experts"});
     expect_error(with([](S &) {}, 65535), UNSUPPORTED, {"65535 experts", "shared memory"});
+    expect_error(with([](S &s) { s.k_split = 100; }), INVALID, {"k_split is 100", "multiple of 64", "k = 256"});
+    expect_error(with([](S &s) { s.k_split = 256; }), INVALID, {"k_split is 256"});
+    expect_error(with([](S &s) { s.k_split = 128; s.gather_a = true; }), INVALID, {"k_split (128) and gather_a"});
+    BOOST_CHECK_NO_THROW(with([](S &s) { s.k_split = 128; })());
     BOOST_CHECK_NO_THROW(with([](S &) {})());
 
     // The launcher: wrong arch first, then a compile-only context cannot launch.
@@ -304,4 +308,46 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field) {
     bad = ops;
     bad.rows = -1;
     expect_error([&] { launch_group_gemm_nk(sm90a.impl(), good, bad); }, INVALID, {"rows"});
+    // Two operand pairs need both second operands; the mma.sync engine has no second pair.
+    GemmNkSpec pairs = good;
+    pairs.k_split = 128;
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), pairs, ops); }, INVALID, {"a2 or b2 is NULL"});
+    GemmNkSpec portable = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, false, 0, 8, 80);
+    portable.k_split = 128;
+    expect_error([&] { render_group_gemm_nk(portable); }, UNSUPPORTED, {"two operand pairs", "wgmma"});
+}
+
+// Split fc1's dgrad is one GEMM over two operand pairs (K = 2I, k_split = I) where the wgmma
+// engine runs it and I is a multiple of 64; otherwise a GEMM and an accumulating one.
+BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
+    auto dgrad_of = [](std::int64_t I, moejit_fc1_layout_t layout, int cc) {
+        moejit_plan_desc_t d{};
+        moejit_plan_desc_init(&d);
+        d.hidden_size = 1536;
+        d.intermediate_size = I;
+        d.num_experts = 128;
+        d.top_k = 8;
+        d.fc1_layout = layout;
+        const LayerSpecs s = layer_specs(d, cc);
+        bool renders_acc = false;
+        for (const KernelSource &ks : layer_gemm_sources(d, cc))
+            renders_acc |= ks.name == render_group_gemm_nk(s.fc1_dgrad_acc).name;
+        return std::pair{s.fc1_dgrad, renders_acc};
+    };
+    auto [pairs, pairs_acc] = dgrad_of(256, MOEJIT_FC1_SPLIT, kHopper);
+    BOOST_TEST(pairs.k == 512);
+    BOOST_TEST(pairs.k_split == 256);
+    BOOST_TEST(!pairs_acc, "no accumulating dgrad is rendered");
+    BOOST_TEST(contains(render_group_gemm_nk(pairs).name, "_k512_ks256_bn"));
+    auto [ragged, ragged_acc] = dgrad_of(200, MOEJIT_FC1_SPLIT, kHopper);  // I % 64 != 0
+    BOOST_TEST(ragged.k == 200);
+    BOOST_TEST(ragged.k_split == 0);
+    BOOST_TEST(ragged_acc);
+    auto [merged, merged_acc] = dgrad_of(256, MOEJIT_FC1_MERGED, kHopper);
+    BOOST_TEST(merged.k == 512);
+    BOOST_TEST(merged.k_split == 0);
+    BOOST_TEST(!merged_acc);
+    auto [portable, portable_acc] = dgrad_of(256, MOEJIT_FC1_SPLIT, 80);
+    BOOST_TEST(portable.k_split == 0);
+    BOOST_TEST(portable_acc);
 }

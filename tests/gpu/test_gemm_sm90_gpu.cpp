@@ -49,6 +49,7 @@ struct Case {
     moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
     bool gather = false;  // A's rows gathered from a [T,K] source by a random row_token (duplicates)
+    std::int64_t k_split = 0;  // > 0: A and B handed over as two operand pairs split at this k
 };
 
 // The heuristic's wgmma spec, with the case's BLOCK_N (and then the deepest ring that fits)
@@ -72,6 +73,7 @@ void run(const Case &tc) {
     const int E = static_cast<int>(tc.counts.size());
     GemmNkSpec spec = wgmma_spec(tc, E);
     spec.gather_a = tc.gather;
+    spec.k_split = tc.k_split;
     BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
         std::mt19937_64 rng = case_rng(tc.name + std::to_string(spec.tile.block_n));
         const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
@@ -94,7 +96,31 @@ void run(const Case &tc) {
                 std::copy_n(a_source.values.begin() + row_token[s] * K, K, a.values.begin() + s * K);
             }
         }
-        DeviceBuffer da = DeviceBuffer::from(tc.gather ? a_source.bits : a.bits), db = DeviceBuffer::from(b.bits);
+        // Two operand pairs: A's columns and B's k-range cut at k_split into separate tensors
+        // (a1 [S,K1], a2 [S,K2]; b1, b2 each in B's layout over its own K).
+        std::vector<std::uint16_t> a_bits = tc.gather ? a_source.bits : a.bits, b_bits = b.bits, a2_bits{0}, b2_bits{0};
+        if (tc.k_split > 0) {
+            const std::int64_t K1 = tc.k_split, K2 = K - K1;
+            a_bits.assign(static_cast<std::size_t>(S * K1), 0);
+            a2_bits.assign(static_cast<std::size_t>(S * K2), 0);
+            for (std::int64_t s = 0; s < S; ++s)
+                for (std::int64_t kk = 0; kk < K; ++kk)
+                    (kk < K1 ? a_bits[s * K1 + kk] : a2_bits[s * K2 + kk - K1]) = a.bits[s * K + kk];
+            b_bits.assign(static_cast<std::size_t>(E * N * K1), 0);
+            b2_bits.assign(static_cast<std::size_t>(E * N * K2), 0);
+            for (std::int64_t e = 0; e < E; ++e)
+                for (std::int64_t nn = 0; nn < N; ++nn)
+                    for (std::int64_t kk = 0; kk < K; ++kk) {
+                        // b_transposed: [E,N,K]; else [E,K,N].
+                        const std::uint16_t v = b.bits[tc.b_transposed ? (e * N + nn) * K + kk : (e * K + kk) * N + nn];
+                        if (kk < K1)
+                            b_bits[tc.b_transposed ? (e * N + nn) * K1 + kk : (e * K1 + kk) * N + nn] = v;
+                        else
+                            b2_bits[tc.b_transposed ? (e * N + nn) * K2 + kk - K1 : (e * K2 + kk - K1) * N + nn] = v;
+                    }
+        }
+        DeviceBuffer da = DeviceBuffer::from(a_bits), db = DeviceBuffer::from(b_bits);
+        DeviceBuffer da2 = DeviceBuffer::from(a2_bits), db2 = DeviceBuffer::from(b2_bits);
         DeviceBuffer dtoken = DeviceBuffer::from(row_token);
         DeviceBuffer doff = DeviceBuffer::from(offsets);
         // C, then kGuardRows poisoned rows that must stay poisoned.
@@ -125,6 +151,10 @@ void run(const Case &tc) {
         ops.rows = S;
         ops.num_experts = E;
         ops.row_token = dtoken.as<const std::int32_t>();
+        if (tc.k_split > 0) {
+            ops.a2 = da2.get();
+            ops.b2 = db2.get();
+        }
         auto launch = [&] {
             dc.upload(initial);
             launch_group_gemm_nk(internal_ctx(), spec, ops);
@@ -288,4 +318,22 @@ BOOST_AUTO_TEST_CASE(gathered_a_rows) {
              .k = 1024, .block_n = 128, .stages = stages, .gather = true});
     run({.name = "g_fp16_c32", .counts = counts, .n = 384, .k = 640, .accumulate = true, .dtype = MOEJIT_DTYPE_FP16,
          .c_dtype = MOEJIT_DTYPE_FP32, .gather = true});
+}
+
+// K reduced over two operand pairs in one accumulation (split fc1's dgrad: dg·W_gate + du·W_up):
+// random routing at every BLOCK_N, both B layouts, one k-slice in the first pair and ragged K
+// in the second, every route to one expert, empty experts, T = 1, fp32 C accumulating.
+BOOST_AUTO_TEST_CASE(two_operand_pairs) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("pairs");
+    const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
+    for (int bn : {64, 128, 256})
+        run({.name = "p_random", .counts = counts, .n = 264, .k = 512, .block_n = bn, .b_transposed = false,
+             .k_split = 256});
+    run({.name = "p_bt_one_slice", .counts = counts, .n = 136, .k = 200, .k_split = 64});
+    run({.name = "p_all_to_one", .counts = all_to_expert(4000, 8, 3), .n = 512, .k = 1536, .b_transposed = false,
+         .k_split = 768});
+    run({.name = "p_t1", .counts = {0, 1, 0, 0}, .n = 64, .k = 128, .b_transposed = false, .k_split = 64});
+    run({.name = "p_acc_c32", .counts = counts, .n = 136, .k = 392, .accumulate = true, .b_transposed = false,
+         .c_dtype = MOEJIT_DTYPE_FP32, .k_split = 320});
 }

@@ -952,6 +952,14 @@ BOOST_AUTO_TEST_CASE(swiglu_limit_10_duplicate_routes) {
     run_case(c);
 }
 
+// I = 200 is not a multiple of 64: split fc1's dgrad is then a GEMM and an accumulating one
+// (C += du·W_up) instead of one GEMM over both operand pairs.
+BOOST_AUTO_TEST_CASE(intermediate_not_a_multiple_of_64) {
+    LayerCase c = mid_case("ragged_intermediate");
+    c.I = 200;
+    run_case(c);
+}
+
 // Experts 0, 15 and most others get no rows; weight gradients accumulate into a random prefill.
 BOOST_AUTO_TEST_CASE(empty_experts_accumulate) {
     LayerCase c = mid_case("empty_experts_accumulate");
