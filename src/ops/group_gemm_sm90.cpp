@@ -1,5 +1,6 @@
 #include "ops/group_gemm_sm90.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -117,10 +118,10 @@ KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
         "#include \"group_gemm_sm90.cuh\"\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__({threads})\n"
-        "{entry}({CT} *c, const int *offsets, int rows, int split_rows, int max_slots, const int *index,\n"
-        "        const float *partials) {{\n"
-        "    moejit::sm90::split_reduce_sm90<{CT}, {m}, {n}, {acc}, {threads}>(c, offsets, rows, split_rows,\n"
-        "                                                                max_slots, index, partials);\n"
+        "{entry}({CT} *c, const int *offsets, int rows, int num_experts, int split_rows, int max_slots,\n"
+        "        const int *index, const float *partials) {{\n"
+        "    moejit::sm90::split_reduce_sm90<{CT}, {m}, {n}, {acc}, {threads}>(c, offsets, rows, num_experts,\n"
+        "                                                                split_rows, max_slots, index, partials);\n"
         "}}\n",
         fmt::arg("name", ks.name), fmt::arg("threads", kReduceThreads), fmt::arg("entry", ks.entry),
         fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("m", s.m), fmt::arg("n", s.n),
@@ -201,7 +202,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
         split = mn_split(ops.rows, spec.m, spec.n);
     }
     if (split.split_rows > 0 &&
-        (ops.workspace == nullptr || ops.num_experts > 65535 /* the reduction's grid.y */ ||
+        (ops.workspace == nullptr ||
          ops.workspace_bytes < mn_split_workspace_bytes(split, ops.num_experts, spec.m, spec.n)))
         split = MnSplit{};
     if (split.split_rows > 0)  // one more item per possible segment
@@ -222,12 +223,13 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     Kernel &reduce = ctx.kernel(render_split_reduce_sm90(spec));
     LaunchShape rshape;
     const std::int64_t quads = (spec.m * spec.n + 3) / 4;
-    rshape.grid_x = static_cast<std::uint32_t>((quads + kReduceThreads - 1) / kReduceThreads);
-    rshape.grid_y = static_cast<std::uint32_t>(experts);
+    // Enough blocks to fill every SM (8 x 256 threads each), at most one per 256 quads of C[e].
+    rshape.grid_x = static_cast<std::uint32_t>(
+        std::min<std::int64_t>((quads + kReduceThreads - 1) / kReduceThreads, std::int64_t{8} * ctx.sm_count()));
     rshape.block_x = kReduceThreads;
     const std::int32_t *cindex = index;
     const float *cpartials = partials;
-    ctx.launch(reduce, rshape, ops.stream, c, offsets, rows, split_rows, max_slots, cindex, cpartials);
+    ctx.launch(reduce, rshape, ops.stream, c, offsets, rows, experts, split_rows, max_slots, cindex, cpartials);
 }
 
 }  // namespace moejit
