@@ -12,7 +12,7 @@
 //   warpgroups 1-2 consumers: 64 rows of the 128-row tile each, wgmma.mma_async m64nBNk16
 //                 from shared memory (K- or MN-major operands, 128-byte swizzle), fp32
 //                 accumulators in registers, then a TMA-store epilogue through shared memory
-//                 (16-bit C) or a predicated register epilogue.
+//                 (16-bit C) or a predicated register epilogue (fc1 with SwiGLU: g, u and aw).
 // Tile schedule: the same device scheduler as the mma.sync kernels (group_gemm_schedule.cuh)
 // over `offsets`, capped by the host bound from S, so the launch-bound invariant holds.
 // Rows past an expert's end are loaded (they belong to the next expert or are TMA zero-fill
@@ -23,6 +23,7 @@
 #include "moejit_common.cuh"
 #include "group_gemm_schedule.cuh"
 #include "expert_scan.cuh"
+#include "swiglu.cuh"
 
 namespace moejit {
 namespace sm90 {
@@ -466,6 +467,67 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
     }
 }
 
+// ---------------------------------------------------------------- the SwiGLU epilogue
+
+// fc1 fused with SwiGLU (DESIGN.md §2): a same_nk over N = 2I columns whose every BN-wide tile
+// is [gate | up] of the same BN/2 intermediate columns j0 = n0/2..: B's first BN/2 rows are
+// W_gate's rows j0.. (tma_b), the other BN/2 W_up's (tma_b2 from row UP_ROW + j0: 0 for a
+// separate W_up, I for merged W_gate_up, where tma_b2 is tma_b). So each thread holds g and u of
+// the same elements: accumulator group j (gate) and j + BN/16 (up). The epilogue stores g to C,
+// u to `up` (row stride LD: I split, 2I merged) and aw = silu(g')·u'·w_s (row stride I), a from
+// the rounded g and u as the standalone SwiGLU kernel computes it: bitwise the same results.
+struct GluArgs {
+    void *up;          // u's element 0 (split: its own [S, I]; merged: gate_up + I)
+    void *aw;          // [S, I]
+    const float *w_s;  // [S]
+    float limit;       // used when LIMIT
+};
+
+struct NoGlu {
+    static constexpr bool ON = false;
+    static constexpr int UP_ROW = 0;
+};
+
+template <bool LIMIT_, int LD_, int UP_ROW_> struct SwigluGlu {
+    static constexpr bool ON = true, LIMIT = LIMIT_;
+    static constexpr int LD = LD_, UP_ROW = UP_ROW_;
+};
+
+// Registers -> g (C), u and aw for this thread's two rows, columns clipped to cols_valid (of the
+// I - j0 left); row: the tile's first row in S.
+template <class Cfg, class Glu, int I>
+__device__ __forceinline__ void store_swiglu_tile(const float (&acc)[Cfg::ACC], typename Cfg::CT *__restrict__ g_out,
+                                                  const GluArgs &glu, int row0, int r_base, int rows_valid, int j0,
+                                                  int lane) {
+    using CT = typename Cfg::CT;
+    constexpr int UP_J = Cfg::BN / 16;  // the up half's first accumulator group
+    CT *const u_out = static_cast<CT *>(glu.up);
+    CT *const aw_out = static_cast<CT *>(glu.aw);
+    const int cols_valid = I - j0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = r_base + 8 * h;
+        if (r >= rows_valid) continue;
+        const long long row = row0 + r;
+        const float w = glu.w_s[row];
+#pragma unroll
+        for (int j = 0; j < UP_J; ++j) {
+            const int col = j * 8 + (lane & 3) * 2;
+            if (col >= cols_valid) continue;
+            const float g0 = to_float(from_float<CT>(acc[4 * j + 2 * h]));
+            const float g1 = to_float(from_float<CT>(acc[4 * j + 2 * h + 1]));
+            const float u0 = to_float(from_float<CT>(acc[4 * (j + UP_J) + 2 * h]));
+            const float u1 = to_float(from_float<CT>(acc[4 * (j + UP_J) + 2 * h + 1]));
+            const long long at = row * Glu::LD + j0 + col;
+            store2(g_out + at, g0, g1);
+            store2(u_out + at, u0, u1);
+            const float a0 = swiglu_detail::swiglu_value<Glu::LIMIT>(g0, u0, glu.limit);
+            const float a1 = swiglu_detail::swiglu_value<Glu::LIMIT>(g1, u1, glu.limit);
+            store2(aw_out + row * I + j0 + col, a0 * w, a1 * w);
+        }
+    }
+}
+
 // Gathered stages need no consumer-side proxy fence: the full barrier's completion by
 // cp.async.mbarrier.arrive orders the copies before the wgmmas (as in CUTLASS's cp.async GMMA
 // mainloops); the gathered-row GPU tests check it.
@@ -489,20 +551,24 @@ struct NoPrepare {
 // k >= K_SPLIT from (tma_a2, tma_b2) at k - K_SPLIT (maps like tma_a/tma_b over K - K_SPLIT):
 // C = [A | A2] · [B ; B2] in one fp32 accumulation, e.g. dxs = dg·W_gate + du·W_up of split fc1.
 // K_SPLIT is a multiple of BK, so no k-slice straddles the pairs.
-template <class Cfg, int N, int K, int K_SPLIT, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A>
+// Glu: NoGlu, or SwigluGlu (fc1 with the SwiGLU epilogue, see GluArgs; B_TRANSPOSED, tma_b's
+// box BN/2 rows, register epilogue).
+template <class Cfg, int N, int K, int K_SPLIT, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A, class Glu>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, const TmaDesc &tma_a2,
                                                    const TmaDesc &tma_b2, typename Cfg::CT *__restrict__ c,
                                                    const typename Cfg::T *__restrict__ gather_src,
                                                    const int *__restrict__ row_token,
                                                    const int *__restrict__ offsets, int rows,
-                                                   int num_experts, int m_tile_bound) {
+                                                   int num_experts, int m_tile_bound, const GluArgs &glu) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
     constexpr int N_TILES = (N + BN - 1) / BN;
     constexpr int K_TILES = (K + BK - 1) / BK;
     static_assert(N % 8 == 0 && K % 8 == 0, "N and K must be multiples of 8");
     static_assert(K_SPLIT == 0 || (K_SPLIT % BK == 0 && K_SPLIT < K && !GATHER_A),
                   "two operand pairs split K at a k-slice boundary, without gathered rows");
+    static_assert(!Glu::ON || (B_TRANSPOSED && !ACCUMULATE && K_SPLIT == 0 && !Cfg::EPI_TMA && N % 16 == 0),
+                  "the SwiGLU epilogue: forward B layout, register stores, N = 2I");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
@@ -511,10 +577,8 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (tid == 0) {
         init_ring<Cfg, GATHER_A>(m, tma_a, tma_b);
-        if constexpr (K_SPLIT > 0) {
-            tma_prefetch(&tma_a2);
-            tma_prefetch(&tma_b2);
-        }
+        if constexpr (K_SPLIT > 0) tma_prefetch(&tma_a2);
+        if constexpr (K_SPLIT > 0 || Glu::ON) tma_prefetch(&tma_b2);
     }
 
     // Exclusive scan of ceil(count_e / BM) over experts (as the mma.sync kernel does); its
@@ -550,7 +614,12 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                     // Full boxes count even where TMA zero-fills out-of-bounds elements.
                     mbar_arrive_expect_tx(bar, GATHER_A ? Cfg::B_BYTES : Cfg::STAGE_BYTES);
                     if constexpr (!GATHER_A) tma_load_2d(stage, ta, bar, k0, row0);
-                    if constexpr (B_TRANSPOSED) {
+                    if constexpr (Glu::ON) {
+                        // [gate rows | up rows] of intermediate columns n0/2.. (K-major, BN/2 each)
+                        tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, k0, n0 / 2, tc.expert);
+                        tma_load_3d(stage + Cfg::A_BYTES + Cfg::B_BYTES / 2, &tma_b2, bar, k0, Glu::UP_ROW + n0 / 2,
+                                    tc.expert);
+                    } else if constexpr (B_TRANSPOSED) {
                         tma_load_3d(stage + Cfg::A_BYTES, tb, bar, k0, n0, tc.expert);
                     } else {
 #pragma unroll
@@ -585,6 +654,10 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                 consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc, NoPrepare{});
             consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
             const int rows_valid = rr.end - row0;
+            if constexpr (Glu::ON) {
+                store_swiglu_tile<Cfg, Glu, N / 2>(acc, c, glu, row0, r_base, rows_valid, n0 / 2, lane);
+                continue;
+            }
             if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
                 // A box may not reach into the next expert's rows: TMA only for full halves.
                 if (rows_valid >= (cw + 1) * 64) {

@@ -32,6 +32,16 @@ __device__ __forceinline__ float clamp_up(float u, float limit) {
     return u > limit ? limit : (u < -limit ? -limit : u);
 }
 
+// a = silu(g')·u' from the stored (rounded) g and u: the fc1 GEMM's fused epilogue and the
+// standalone kernel share it, so both give bitwise-equal a and aw.
+template <bool kLimit> __device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
+    if (kLimit) {
+        g = clamp_gate(g, limit);
+        u = clamp_up(u, limit);
+    }
+    return g * sigmoid(g) * u;
+}
+
 template <class T> __device__ __forceinline__ Vec16<T> load_vec(const void *base, long long index) {
     return reinterpret_cast<const Vec16<T> *>(base)[index];
 }
@@ -89,13 +99,7 @@ __device__ __forceinline__ void swiglu_forward(const void *gate, const void *up,
             Vec16<T> av, awv;
 #pragma unroll
             for (int j = 0; j < kVec; ++j) {
-                float g = to_float(gv[r].v[j]);
-                float u = to_float(uv[r].v[j]);
-                if (kLimit) {
-                    g = clamp_gate(g, limit);
-                    u = clamp_up(u, limit);
-                }
-                const float act = g * sigmoid(g) * u;
+                const float act = swiglu_value<kLimit>(to_float(gv[r].v[j]), to_float(uv[r].v[j]), limit);
                 av.v[j] = from_float<T>(act);
                 awv.v[j] = from_float<T>(act * w);  // from the fp32 a: one rounding, not two
             }

@@ -133,6 +133,7 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
     if (c.group_m < 1 || c.group_m > 64) unsupported("group_m must be in [1, 64]");
     if (c.tma_store && (p.c_dtype == MOEJIT_DTYPE_FP32 || p.accumulate))
         unsupported("the TMA-store epilogue (_e1) needs a 16-bit C and no accumulation");
+    if (c.tma_store && p.swiglu) unsupported("the SwiGLU epilogue stores from registers (no _e1)");
     if (p.kind == GemmKind::same_nk && (p.num_experts < 1 || p.num_experts > 65536))
         unsupported("same_nk supports 1 to 65536 experts");
     const std::size_t smem = gemm_smem_bytes(c, p.kind, p.num_experts);
@@ -152,6 +153,9 @@ void require_engine_features(const GemmTileConfig &c, const GemmProblem &p) {
     if (p.k_split > 0)
         fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: two operand pairs (k_split = {}) need the "
              "wgmma engine (an sm_90a tile)", to_string(c), p.k_split);
+    if (p.swiglu)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: the SwiGLU epilogue needs the wgmma engine "
+             "(an sm_90a tile)", to_string(c));
 }
 
 void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
@@ -229,7 +233,7 @@ std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
             if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
         return gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block;
     };
-    w.tma_store = p.c_dtype != MOEJIT_DTYPE_FP32 && !p.accumulate;
+    w.tma_store = p.c_dtype != MOEJIT_DTYPE_FP32 && !p.accumulate && !p.swiglu;
     if (!w.tma_store || !deepest_ring(3)) {
         w.tma_store = false;
         deepest_ring(2);

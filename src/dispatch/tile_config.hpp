@@ -65,6 +65,7 @@ struct GemmProblem {
     std::int32_t num_experts = 1;
     bool gather_a = false;  // same_nk: A's rows gathered through a row index (wgmma engine only)
     std::int64_t k_split = 0;  // same_nk: K split over two operand pairs at k_split (wgmma engine only)
+    bool swiglu = false;       // same_nk: fc1 with the SwiGLU epilogue (wgmma engine, register stores)
 };
 
 // Shared memory per SM and per block for a compute capability (major*10+minor).

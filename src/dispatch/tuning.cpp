@@ -36,7 +36,8 @@ bool tuning_enabled() {
 
 std::string tuning_key(const GemmProblem &p, std::int64_t rows, int cc) {
     return fmt::format("{}{} dtype={} c={} m={} n={} k={}{} bt={} acc={} experts={} rows<={} sm_{}",
-                       p.kind == GemmKind::same_nk ? "same_nk" : "same_mn", p.gather_a ? "_ga" : "",
+                       p.kind == GemmKind::same_nk ? "same_nk" : "same_mn",
+                       std::string(p.gather_a ? "_ga" : "") + (p.swiglu ? "_swiglu" : ""),
                        dtype_name(p.dtype), dtype_name(p.c_dtype), p.m, p.n, p.k,
                        p.k_split > 0 ? fmt::format(" k_split={}", p.k_split) : "", p.b_transposed ? 1 : 0,
                        p.accumulate ? 1 : 0, p.num_experts, size_class(rows), cc);

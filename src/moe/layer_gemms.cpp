@@ -38,6 +38,18 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     // (read when a plan is created) overrides the rule. Backward GEMMs gather nothing: their
     // gathered variants measured slower than one scatter of dout and x.
     s.gathered = env_flag("MOEJIT_GATHER").value_or(I <= 2048) && s.fc1.tile.engine == GemmEngine::wgmma;
+    // fc1 computes SwiGLU in its epilogue on the wgmma engine (MOEJIT_FUSE_SWIGLU=0/1 overrides,
+    // read at plan creation): g and u (saved for the backward) and aw come out of one GEMM over
+    // N = 2I, so the activation's read of [S, 2I] and its launch go away (docs/DECISIONS.md).
+    s.fused_swiglu = env_flag("MOEJIT_FUSE_SWIGLU").value_or(true) && s.fc1.tile.engine == GemmEngine::wgmma;
+    if (s.fused_swiglu) {
+        GemmNkSpec f = s.fc1;
+        f.n = 2 * I;
+        f.swiglu.on = true;
+        f.swiglu.limit = d.swiglu_limit > 0.0f;
+        f.swiglu.merged = merged;
+        s.fc1 = with_chosen_tile(f, rows_hint, E, cc);
+    }
     s.fc1.gather_a = s.gathered;
     return s;
 }
@@ -79,6 +91,18 @@ void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *
     ops.workspace = split_workspace_;
     ops.workspace_bytes = split_workspace_bytes_;
     launch_group_gemm_mn(ctx_, spec, ops);
+}
+
+void LayerGemms::fc1_swiglu(const void *xs, const void *w_gate, const void *w_up, void *gate, void *up, void *aw,
+                            const float *w_s) {
+    GemmOperands ops{xs, w_gate, gate, offsets_, rows_, desc_.num_experts, stream_};
+    ops.row_token = row_token_;
+    ops.b2 = w_up;
+    ops.glu.up = up;
+    ops.glu.aw = aw;
+    ops.glu.w_s = w_s;
+    ops.glu.limit = desc_.swiglu_limit;
+    launch_group_gemm_nk(ctx_, specs_.fc1, ops);
 }
 
 void LayerGemms::fc1_split(const void *xs, const void *w, void *out) {

@@ -19,10 +19,12 @@ namespace moejit {
 // backward scatters dout and x into its workspace either way (layer_specs has the rule).
 // Split fc1's dgrad is one GEMM over both operand pairs (fc1_dgrad.k_split = I) where the wgmma
 // engine runs it; otherwise fc1_dgrad then fc1_dgrad_acc (C += du·W_up).
+// fused_swiglu: fc1 is one GEMM with the SwiGLU epilogue (fc1.swiglu), writing g, u and aw.
 struct LayerSpecs {
     GemmNkSpec fc1, fc2, fc2_dgrad, fc1_dgrad, fc1_dgrad_acc;
     GemmMnSpec fc2_wgrad, fc1_wgrad;
     bool gathered = false;
+    bool fused_swiglu = false;
 };
 LayerSpecs layer_specs(const moejit_plan_desc_t &desc, int compute_capability);
 
@@ -44,6 +46,10 @@ public:
                void *split_workspace = nullptr, std::size_t split_workspace_bytes = 0);
 
     // forward
+    // fc1 with SwiGLU (specs.fused_swiglu): split: w_gate, w_up → gate, up [S,I]; merged:
+    // w_gate_up (w_up null) → gate = gate_up [S,2I], up = gate_up + I. aw = silu(g')·u'·w_s.
+    void fc1_swiglu(const void *xs, const void *w_gate, const void *w_up, void *gate, void *up, void *aw,
+                    const float *w_s);
     void fc1_split(const void *xs, const void *w, void *out);         // [S,H]·[E,I,H]ᵀ → [S,I]
     void fc1_merged(const void *xs, const void *w_gate_up, void *gu); // → [S,2I]
     void fc2(const void *aw, const void *w_down, void *y);            // [S,I]·[E,H,I]ᵀ → [S,H]

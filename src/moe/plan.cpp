@@ -95,7 +95,7 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int c
     all.push_back(render_scatter_weights(d.routing_dtype));
     all.push_back(render_gather_weights(d.routing_dtype));
     SwigluSpec act = swiglu_spec_of(d);
-    all.push_back(render_swiglu_forward(act));
+    if (!layer_specs(d, compute_capability).fused_swiglu) all.push_back(render_swiglu_forward(act));
     all.push_back(render_swiglu_backward(act));
     for (KernelSource &s : layer_gemm_sources(d, compute_capability)) all.push_back(std::move(s));
     // Remove duplicates (e.g. the same GEMM shape used twice), keeping the first.
@@ -157,26 +157,34 @@ void Plan::forward(const moejit_forward_args_t &a) {
     LayerGemms gemms(ctx_, d, gemm_specs_, S, offsets, row_token, a.stream);
     void *g = gate_up;
     void *u = gate_up + S * I * el;
-    if (merged(d)) {
-        gemms.fc1_merged(xs, a.w_gate_up, gate_up);
+    if (gemm_specs_.fused_swiglu) {
+        // g, u (saved for the backward) and aw from fc1's epilogue.
+        if (merged(d))
+            gemms.fc1_swiglu(xs, a.w_gate_up, nullptr, gate_up, gate_up + I * el, aw, w_s);
+        else
+            gemms.fc1_swiglu(xs, a.w_gate, a.w_up, g, u, aw, w_s);
     } else {
-        gemms.fc1_split(xs, a.w_gate, g);
-        gemms.fc1_split(xs, a.w_up, u);
+        if (merged(d)) {
+            gemms.fc1_merged(xs, a.w_gate_up, gate_up);
+        } else {
+            gemms.fc1_split(xs, a.w_gate, g);
+            gemms.fc1_split(xs, a.w_up, u);
+        }
+        SwigluForwardArgs act;
+        act.dtype = d.dtype;
+        act.rows = S;
+        act.intermediate = I;
+        act.merged = merged(d);
+        act.limit = d.swiglu_limit;
+        // The SwiGLU op takes exactly one layout's pointers.
+        act.gate = merged(d) ? nullptr : g;
+        act.up = merged(d) ? nullptr : u;
+        act.gate_up = merged(d) ? gate_up : nullptr;
+        act.w_s = w_s;
+        act.aw = aw;
+        act.stream = a.stream;
+        swiglu_forward(ctx_, act);
     }
-    SwigluForwardArgs act;
-    act.dtype = d.dtype;
-    act.rows = S;
-    act.intermediate = I;
-    act.merged = merged(d);
-    act.limit = d.swiglu_limit;
-    // The SwiGLU op takes exactly one layout's pointers.
-    act.gate = merged(d) ? nullptr : g;
-    act.up = merged(d) ? nullptr : u;
-    act.gate_up = merged(d) ? gate_up : nullptr;
-    act.w_s = w_s;
-    act.aw = aw;
-    act.stream = a.stream;
-    swiglu_forward(ctx_, act);
     gemms.fc2(aw, a.w_down, y);
     gather(ctx_, GatherArgs{GatherSpec{d.dtype, H, d.top_k, static_cast<moejit_dtype_t>(0)}, y, scatter_index,
                             nullptr, a.num_tokens, a.out, a.stream});

@@ -44,9 +44,10 @@ KernelSource render_gemm_unit(const GemmUnit &u) {
 }
 
 std::string gemm_kernel_name(const GemmNkSpec &s) {
-    return fmt::format("group_gemm_nk_{}_c{}_n{}_k{}{}_{}{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.n,
+    const std::string glu = !s.swiglu.on ? "" : fmt::format("_swiglu{}{}", s.swiglu.limit ? "_l" : "", s.swiglu.merged ? "_m" : "");
+    return fmt::format("group_gemm_nk_{}_c{}_n{}_k{}{}_{}{}{}{}_{}", dtype_name(s.dtype), dtype_name(s.c_dtype), s.n,
                        s.k, s.k_split > 0 ? fmt::format("_ks{}", s.k_split) : "", s.b_transposed ? "bt" : "bn",
-                       s.accumulate ? "_acc" : "", s.gather_a ? "_ga" : "", to_string(s.tile));
+                       s.accumulate ? "_acc" : "", s.gather_a ? "_ga" : "", glu, to_string(s.tile));
 }
 
 std::string gemm_kernel_name(const GemmMnSpec &s) {

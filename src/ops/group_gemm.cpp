@@ -59,6 +59,7 @@ GemmProblem problem_of(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t
     p.num_experts = experts;
     p.gather_a = s.gather_a;
     p.k_split = s.k_split;
+    p.swiglu = s.swiglu.on;
     return p;
 }
 
@@ -83,6 +84,13 @@ void validate_shape(const GemmNkSpec &s, const char *prefix) {
                    "{}k_split is {}, expected 0 or a multiple of 64 in (0, k = {})", prefix, s.k_split, s.k);
     MOEJIT_REQUIRE(s.k_split == 0 || !s.gather_a, "{}k_split ({}) and gather_a exclude each other", prefix,
                    s.k_split);
+    if (s.swiglu.on) {
+        MOEJIT_REQUIRE(s.b_transposed && !s.accumulate && s.c_dtype == s.dtype && s.k_split == 0,
+                       "{}the SwiGLU epilogue needs b_transposed, no accumulate, c_dtype = dtype and no k_split",
+                       prefix);
+        MOEJIT_REQUIRE(s.n % 16 == 0, "{}n is {}: the SwiGLU epilogue's n = 2I needs I a multiple of 8", prefix,
+                       s.n);
+    }
 }
 
 void validate_shape(const GemmMnSpec &s, const char *prefix) {
@@ -103,7 +111,7 @@ std::string config_type(const GemmTileConfig &t, moejit_dtype_t dtype, moejit_dt
 
 
 void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, bool need_c,
-                    const char *prefix, bool gather_a, bool second_pair = false) {
+                    const char *prefix, bool gather_a, bool second_pair = false, const GemmNkSpec::Swiglu *glu = nullptr) {
     MOEJIT_REQUIRE(ops.rows >= 0 && ops.rows <= INT32_MAX,
                    "{}rows must be in [0, 2147483647] (offsets are int32), got {}", prefix,
                    ops.rows);
@@ -123,6 +131,16 @@ void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, b
             MOEJIT_REQUIRE(aligned(ops.a2, 16) && aligned(ops.b2, 16), "{}a2 and b2 must be 16-byte aligned",
                            prefix);
         }
+        if (glu && glu->on) {
+            MOEJIT_REQUIRE(glu->merged || (ops.b2 != nullptr && aligned(ops.b2, 16)),
+                           "{}b2 (W_up) is NULL or not 16-byte aligned: the SwiGLU epilogue's split layout", prefix);
+            MOEJIT_REQUIRE(ops.glu.up != nullptr && ops.glu.aw != nullptr && ops.glu.w_s != nullptr,
+                           "{}glu.up, glu.aw and glu.w_s must be given for the SwiGLU epilogue", prefix);
+            MOEJIT_REQUIRE(aligned(ops.glu.up, 2 * c_elem) && aligned(ops.glu.aw, 2 * c_elem) && aligned(ops.glu.w_s, 4),
+                           "{}glu.up and glu.aw must be {}-byte aligned, glu.w_s 4-byte", prefix, 2 * c_elem);
+            MOEJIT_REQUIRE(!glu->limit || ops.glu.limit > 0.0f, "{}glu.limit is {}, expected > 0", prefix,
+                           ops.glu.limit);
+        }
     }
     if (need_c) {
         MOEJIT_REQUIRE(ops.c != nullptr, "{}c is NULL", prefix);
@@ -137,7 +155,7 @@ void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                const char *prefix, const char *what) {
     validate_shape(spec, prefix);
     check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix, spec.gather_a,
-                   spec.k_split > 0);
+                   spec.k_split > 0, &spec.swiglu);
     const int cc = ctx.compute_capability();
     validate_tile_config(spec.tile, problem_of(spec, ops.rows, ops.num_experts), cc);
     const std::int64_t m_bound = m_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m);
@@ -241,6 +259,10 @@ GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64
     s.k = k;
     s.b_transposed = b_transposed;
     s.accumulate = accumulate;
+    return with_chosen_tile(s, rows_hint, num_experts, cc);
+}
+
+GemmNkSpec with_chosen_tile(GemmNkSpec s, std::int64_t rows_hint, std::int32_t num_experts, int cc) {
     s.tile = choose_tile_config(problem_of(s, rows_hint, num_experts), cc);
     s.tunable = true;
     return s;

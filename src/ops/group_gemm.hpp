@@ -44,6 +44,16 @@ struct GemmNkSpec {
     // from (a2, b2), each laid out like a and b over its own K (k_split, k - k_split); wgmma
     // engine only, a multiple of 64, without gather_a. Split fc1's dgrad: dg·W_gate + du·W_up.
     std::int64_t k_split = 0;
+    // fc1 fused with SwiGLU (wgmma engine; b_transposed, no accumulate, c_dtype = dtype, no
+    // k_split, no TMA store): n = 2I, every tile holds [gate | up] of the same intermediate
+    // columns: gate rows from b, up rows from b2 (merged: from b at row I). C gets g,
+    // GemmOperands::glu u and aw = silu(g')·u'·w_s ([S, I]). Split: g and u [S, I] each;
+    // merged: C is gate_up [S, 2I] with u at column I.
+    struct Swiglu {
+        bool on = false;
+        bool limit = false;   // g' = min(g, L), u' = clamp(u, -L, L)
+        bool merged = false;  // W_gate_up and gate_up; else W_gate/W_up and g/u apart
+    } swiglu;
 };
 
 // The compile-time part of a same_mn kernel.
@@ -63,6 +73,9 @@ GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64
                         std::int64_t k, bool b_transposed, bool accumulate,
                         std::int64_t rows_hint, std::int32_t num_experts,
                         int compute_capability);
+// `spec` (every field but the tile set) with the tile chosen as make_nk_spec does.
+GemmNkSpec with_chosen_tile(GemmNkSpec spec, std::int64_t rows_hint, std::int32_t num_experts,
+                            int compute_capability);
 GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t m,
                         std::int64_t n, bool accumulate, std::int64_t rows_hint,
                         std::int32_t num_experts, int compute_capability);
@@ -98,6 +111,14 @@ struct GemmOperands {
     // A same_nk spec with k_split: the second operand pair (a2 [S, K - k_split], b2 like b).
     const void *a2 = nullptr;
     const void *b2 = nullptr;
+    // A same_nk spec with swiglu: b2 = W_up (split; ignored when merged) and the epilogue's
+    // other outputs and inputs.
+    struct Glu {
+        void *up = nullptr;           // split: u [S, I]; merged: gate_up + I (C is gate_up)
+        void *aw = nullptr;           // [S, I]
+        const float *w_s = nullptr;   // [S]
+        float limit = 0.0f;           // spec.swiglu.limit: L > 0
+    } glu;
 };
 
 // Validate every argument (before touching the device), then compile/load and launch.

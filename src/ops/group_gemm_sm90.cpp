@@ -79,6 +79,22 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     return u;
 }
 
+// The epilogue policy type of group_gemm_nk_sm90 (templates/group_gemm_sm90.cuh).
+std::string glu_policy(const GemmNkSpec &s) {
+    if (!s.swiglu.on) return "moejit::sm90::NoGlu";
+    const std::int64_t I = s.n / 2;
+    return fmt::format("moejit::sm90::SwigluGlu<{}, {}, {}>", bool_text(s.swiglu.limit), s.swiglu.merged ? 2 * I : I,
+                       s.swiglu.merged ? I : 0);
+}
+
+// The kernel's GluArgs parameter (same layout as moejit::sm90::GluArgs).
+struct GluArgs {
+    void *up;
+    void *aw;
+    const float *w_s;
+    float limit;
+};
+
 }  // namespace
 
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
@@ -89,11 +105,11 @@ KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
         "const __grid_constant__ moejit::sm90::TmaDesc tma_a2,\n"
         "        const __grid_constant__ moejit::sm90::TmaDesc tma_b2, ",
         fmt::format("const {} *gather_src, const int *row_token, ", dtype_cuda_type(s.dtype)),
-        "int num_experts, int m_tile_bound",
-        fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c, tma_a2,\n"
-                    "        tma_b2, c, gather_src, row_token, offsets, rows, num_experts, m_tile_bound);",
-                    s.n, s.k, s.k_split, bool_text(s.b_transposed), bool_text(s.accumulate),
-                    bool_text(s.gather_a))));
+        "int num_experts, int m_tile_bound, moejit::sm90::GluArgs glu",
+        fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c,\n"
+                    "        tma_a2, tma_b2, c, gather_src, row_token, offsets, rows, num_experts, m_tile_bound, glu);",
+                    s.n, s.k, s.k_split, bool_text(s.b_transposed), bool_text(s.accumulate), bool_text(s.gather_a),
+                    glu_policy(s))));
 }
 
 KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
@@ -134,15 +150,19 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     require_wgmma(ctx, requested.tile, "launch_group_gemm_nk_sm90");
     // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
     GemmNkSpec spec = requested;
-    spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16);
+    spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16) && !spec.swiglu.on;
     Kernel &kernel = ctx.kernel(render_group_gemm_nk_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     const bool gather_a = spec.gather_a;
     // B as 3D per expert, so ragged column / k blocks are zero-filled inside each expert:
     // [E, N, K] K-major boxes of BN rows, or [E, K, N] MN-major boxes of 64 columns.
+    // The SwiGLU epilogue loads B in two boxes of BN/2 rows (gate, up) from [E, I, K] maps, or
+    // from one [E, 2I, K] map when merged.
+    const bool glu = spec.swiglu.on;
+    const std::int64_t b_rows = glu && !spec.swiglu.merged ? spec.n / 2 : spec.n;
+    const auto b_box = static_cast<cuuint32_t>(glu ? spec.tile.block_n / 2 : spec.tile.block_n);
     auto b_map = [&](const void *b, std::int64_t k) {
-        return spec.b_transposed ? encode_map(spec.dtype, b, {k, spec.n, ops.num_experts},
-                                              {bk, static_cast<cuuint32_t>(spec.tile.block_n), 1})
+        return spec.b_transposed ? encode_map(spec.dtype, b, {k, b_rows, ops.num_experts}, {bk, b_box, 1})
                                  : encode_map(spec.dtype, b, {spec.n, k, ops.num_experts}, {kChunk, bk, 1});
     };
     // A [S, K]: rows past S are zero-filled, so the last tile never reads out of bounds.
@@ -155,7 +175,9 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     // A gathered A has no map, nor has a missing second pair (B's stands in, never read).
     const CUtensorMap tma_a = gather_a ? tma_b : a_map(ops.a, k1);
     const CUtensorMap tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1) : tma_b;
-    const CUtensorMap tma_b2 = spec.k_split > 0 ? b_map(ops.b2, spec.k - k1) : tma_b;
+    const CUtensorMap tma_b2 = spec.k_split > 0              ? b_map(ops.b2, spec.k - k1)
+                               : glu && !spec.swiglu.merged ? b_map(ops.b2, spec.k)
+                                                            : tma_b;
     // C [S, N] in 64 x 64 boxes (unused by the register epilogue: B's map stands in).
     const CUtensorMap tma_c =
         spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, ops.rows}, {kChunk, kChunk}) : tma_b;
@@ -166,8 +188,9 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
     const int bound = static_cast<int>(m_tile_bound);
+    const GluArgs glu_args{ops.glu.up, ops.glu.aw, ops.glu.w_s, ops.glu.limit};
     ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, tma_a2, tma_b2, c, gather_src, row_token, offsets,
-               rows, experts, bound);
+               rows, experts, bound, glu_args);
 }
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,

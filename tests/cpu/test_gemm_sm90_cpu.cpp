@@ -27,6 +27,7 @@
 #include "moejit.h"
 #include "ops/group_gemm.hpp"
 #include "moe/layer_gemms.hpp"
+#include "moe/plan.hpp"
 #include "ops/group_gemm_sm90.hpp"
 
 using namespace moejit;
@@ -350,4 +351,79 @@ BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
     auto [portable, portable_acc] = dgrad_of(256, MOEJIT_FC1_SPLIT, 80);
     BOOST_TEST(portable.k_split == 0);
     BOOST_TEST(portable_acc);
+}
+
+// fc1 computes SwiGLU in its epilogue on the wgmma engine: one GEMM over N = 2I for either
+// layout, no TMA store, no standalone forward SwiGLU kernel; elsewhere the unfused path.
+BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
+    moejit_plan_desc_t d{};
+    moejit_plan_desc_init(&d);
+    d.hidden_size = 2048;
+    d.intermediate_size = 768;
+    d.num_experts = 128;
+    d.top_k = 8;
+    d.swiglu_limit = 7.0f;
+    auto has_swiglu_fwd = [&](int cc) {
+        for (const KernelSource &ks : plan_kernel_sources(d, cc))
+            if (contains(ks.name, "swiglu_fwd")) return true;
+        return false;
+    };
+    for (auto layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
+        d.fc1_layout = layout;
+        const LayerSpecs s = layer_specs(d, kHopper);
+        BOOST_TEST(s.fused_swiglu);
+        BOOST_TEST(s.fc1.n == 2 * 768);
+        BOOST_TEST(s.fc1.swiglu.on);
+        BOOST_TEST(s.fc1.swiglu.limit);
+        BOOST_TEST(s.fc1.swiglu.merged == (layout == MOEJIT_FC1_MERGED));
+        BOOST_TEST(!s.fc1.tile.tma_store);
+        BOOST_TEST(!has_swiglu_fwd(kHopper));
+        const LayerSpecs portable = layer_specs(d, 80);
+        BOOST_TEST(!portable.fused_swiglu);
+        BOOST_TEST(!portable.fc1.swiglu.on);
+        BOOST_TEST(has_swiglu_fwd(80));
+    }
+    ::setenv("MOEJIT_FUSE_SWIGLU", "0", 1);
+    const LayerSpecs off = layer_specs(d, kHopper);
+    ::unsetenv("MOEJIT_FUSE_SWIGLU");
+    BOOST_TEST(!off.fused_swiglu);
+    BOOST_TEST(!off.fc1.swiglu.on);
+
+    const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;
+    const GemmNkSpec good = layer_specs(d, kHopper).fc1;
+    BOOST_CHECK_NO_THROW(validate_nk_spec(good, 128, kHopper));
+    auto with = [&](auto edit) {
+        GemmNkSpec s = good;
+        edit(s);
+        return [s] { validate_nk_spec(s, 128, kHopper); };
+    };
+    using S = GemmNkSpec;
+    expect_error(with([](S &s) { s.b_transposed = false; }), INVALID, {"SwiGLU epilogue needs b_transposed"});
+    expect_error(with([](S &s) { s.c_dtype = MOEJIT_DTYPE_FP32; }), INVALID, {"c_dtype = dtype"});
+    expect_error(with([](S &s) { s.n = 1544; }), INVALID, {"n is 1544", "I a multiple of 8"});
+    expect_error(with([](S &s) { s.tile.tma_store = true; }), UNSUPPORTED, {"SwiGLU epilogue stores from registers"});
+    GemmNkSpec portable = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 1536, 2048, true, false, 0, 8, 80);
+    portable.swiglu.on = true;
+    expect_error([&] { render_group_gemm_nk(portable); }, UNSUPPORTED, {"SwiGLU epilogue needs the wgmma engine"});
+    // The launcher wants the epilogue's outputs and, split, W_up.
+    MemoryOnlyContext sm90a("sm_90a");
+    GemmOperands ops;
+    ops.a = reinterpret_cast<const void *>(0x10000);
+    ops.b = reinterpret_cast<const void *>(0x20000);
+    ops.c = reinterpret_cast<void *>(0x30000);
+    ops.offsets = reinterpret_cast<const std::int32_t *>(0x40000);
+    ops.row_token = reinterpret_cast<const std::int32_t *>(0x50000);
+    ops.rows = 1000;
+    ops.num_experts = 128;
+    GemmNkSpec split = good;
+    split.swiglu.merged = false;
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), split, ops); }, INVALID, {"b2 (W_up) is NULL"});
+    ops.b2 = reinterpret_cast<const void *>(0x60000);
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), split, ops); }, INVALID, {"glu.up, glu.aw and glu.w_s"});
+    ops.glu.up = reinterpret_cast<void *>(0x70000);
+    ops.glu.aw = reinterpret_cast<void *>(0x80000);
+    ops.glu.w_s = reinterpret_cast<const float *>(0x90000);
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), split, ops); }, INVALID, {"glu.limit is 0"});
+    ops.glu.limit = 7.0f;
+    expect_error([&] { launch_group_gemm_nk(sm90a.impl(), split, ops); }, INVALID, {"compile-only"});
 }

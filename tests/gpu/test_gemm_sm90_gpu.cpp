@@ -17,8 +17,10 @@
 #include "core/dtype.hpp"
 #include "dispatch/tile_config.hpp"
 #include "ops/group_gemm.hpp"
+#include "ops/swiglu.hpp"
 #include "expert_counts.hpp"
 #include "reference_gemm.hpp"
+#include "reference_swiglu.hpp"
 
 MOEJIT_GPU_TEST_MAIN("gemm_sm90_gpu")
 
@@ -199,6 +201,156 @@ void run(const Case &tc) {
     }
 }
 
+
+// fc1 with the SwiGLU epilogue: one GEMM over N = 2I writes g, u and aw = silu(g')·u'·w_s.
+struct GluCase {
+    std::string name;
+    std::vector<int> counts;
+    std::int64_t I = 256, K = 256;
+    bool merged = false;
+    float limit = 0.0f;
+    bool gather = false;
+    int block_n = 0;  // 0: the heuristic
+};
+
+void run_glu(const GluCase &tc) {
+    const int E = static_cast<int>(tc.counts.size());
+    const int cc = internal_ctx().compute_capability();
+    const moejit_dtype_t dt = MOEJIT_DTYPE_BF16;
+    GemmNkSpec spec;
+    spec.n = 2 * tc.I;
+    spec.k = tc.K;
+    spec.swiglu.on = true;
+    spec.swiglu.limit = tc.limit > 0;
+    spec.swiglu.merged = tc.merged;
+    spec.gather_a = tc.gather;
+    spec = with_chosen_tile(spec, 0, E, cc);
+    BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma && !spec.tile.tma_store, to_string(spec.tile));
+    if (tc.block_n) {
+        spec.tile.block_n = tc.block_n;
+        for (spec.tile.stages = 6; spec.tile.stages > 2; --spec.tile.stages)
+            if (gemm_smem_bytes(spec.tile, GemmKind::same_nk, E) <= smem_limits(cc).per_block) break;
+    }
+    BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
+        std::mt19937_64 rng = case_rng(tc.name);
+        const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
+        const std::int64_t S = offsets[E], I = tc.I, K = tc.K;
+        const auto SI = static_cast<std::size_t>(S * I);
+        // Inputs scaled so that g and u reach past the limit (about a third of them at L = 1.5).
+        HalfTensor a = random_half(static_cast<std::size_t>(S * K), dt, rng);
+        HalfTensor wg = random_half(static_cast<std::size_t>(E * I * K), dt, rng, 0.1f);
+        HalfTensor wu = random_half(static_cast<std::size_t>(E * I * K), dt, rng, 0.1f);
+        std::vector<double> w_s(static_cast<std::size_t>(S));
+        std::vector<float> w_s_f(w_s.size() + 1, 0.0f);
+        std::uniform_real_distribution<float> wd(0.05f, 1.0f);
+        for (std::size_t i = 0; i < w_s.size(); ++i) w_s[i] = w_s_f[i] = wd(rng);
+        // B as [E, 2I, K]: each expert's gate rows, then its up rows (the merged layout).
+        std::vector<double> b_ref(static_cast<std::size_t>(E * 2 * I * K));
+        std::vector<std::uint16_t> merged_bits(b_ref.size());
+        for (std::int64_t e = 0; e < E; ++e)
+            for (std::int64_t r = 0; r < 2 * I; ++r)
+                for (std::int64_t k = 0; k < K; ++k) {
+                    const HalfTensor &w = r < I ? wg : wu;
+                    const auto src = static_cast<std::size_t>((e * I + r % I) * K + k);
+                    const auto dst = static_cast<std::size_t>((e * 2 * I + r) * K + k);
+                    b_ref[dst] = w.values[src];
+                    merged_bits[dst] = w.bits[src];
+                }
+        // Gathered: scattered row s is row row_token[s] of a [T, K] source (rows repeat).
+        std::vector<std::int32_t> row_token(static_cast<std::size_t>(S) + 1, 0);
+        std::vector<std::uint16_t> a_bits = a.bits;
+        if (tc.gather) {
+            const std::int64_t T = S / 2 + 1;
+            HalfTensor src = random_half(static_cast<std::size_t>(T * K), dt, rng);
+            std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(T - 1));
+            for (std::int64_t r = 0; r < S; ++r) {
+                row_token[r] = pick(rng);
+                std::copy_n(src.values.begin() + row_token[r] * K, K, a.values.begin() + r * K);
+            }
+            a_bits = src.bits;
+        }
+        const std::vector<double> gu_ref = reference::gemm_nk(a.values, b_ref, offsets, S, 2 * I, K, true);
+
+        DeviceBuffer da = DeviceBuffer::from(a_bits), dtoken = DeviceBuffer::from(row_token);
+        DeviceBuffer dwg = DeviceBuffer::from(tc.merged ? merged_bits : wg.bits), dwu = DeviceBuffer::from(wu.bits);
+        DeviceBuffer dws = DeviceBuffer::from(w_s_f), doff = DeviceBuffer::from(offsets);
+        // gate_up: g then u ([S,I] each) or [S,2I]; aw [S,I]; each followed by poisoned guard rows.
+        const std::size_t guard = kGuardRows * static_cast<std::size_t>(2 * I);
+        DeviceBuffer dgu((2 * SI + guard) * 2), daw((SI + guard) * 2);
+        const std::vector<std::uint16_t> poison_gu(2 * SI + guard, 0xFFFF), poison_aw(SI + guard, 0xFFFF);
+        auto *gu = static_cast<std::uint16_t *>(dgu.get());
+        GemmOperands ops;
+        ops.a = da.get();
+        ops.b = dwg.get();
+        ops.b2 = tc.merged ? nullptr : dwu.get();
+        ops.c = gu;
+        ops.offsets = doff.as<const std::int32_t>();
+        ops.rows = S;
+        ops.num_experts = E;
+        ops.row_token = dtoken.as<const std::int32_t>();
+        ops.glu.up = tc.merged ? gu + I : gu + SI;
+        ops.glu.aw = daw.get();
+        ops.glu.w_s = dws.as<const float>();
+        ops.glu.limit = tc.limit;
+        auto launch = [&] {
+            dgu.upload(poison_gu);
+            daw.upload(poison_aw);
+            launch_group_gemm_nk(internal_ctx(), spec, ops);
+            synchronize();
+        };
+        launch();
+        const std::vector<std::uint16_t> gu_bits = dgu.download<std::uint16_t>(), aw_bits = daw.download<std::uint16_t>();
+        bool guards = true;
+        for (std::size_t i = 2 * SI; i < gu_bits.size(); ++i) guards &= gu_bits[i] == 0xFFFF;
+        for (std::size_t i = SI; i < aw_bits.size(); ++i) guards &= aw_bits[i] == 0xFFFF;
+        BOOST_TEST(guards, "nothing is written past row S");
+        // g and u in [S, I] each, whatever the layout.
+        std::vector<double> g(SI), u(SI), g_ref(SI), u_ref(SI), aw(SI);
+        for (std::int64_t r = 0; r < S; ++r)
+            for (std::int64_t i = 0; i < I; ++i) {
+                const auto at = static_cast<std::size_t>(r * I + i);
+                const std::size_t gi = tc.merged ? static_cast<std::size_t>(r * 2 * I + i) : at;
+                const std::size_t ui = tc.merged ? gi + static_cast<std::size_t>(I) : SI + at;
+                g[at] = from_half_bits(gu_bits[gi], dt);
+                u[at] = from_half_bits(gu_bits[ui], dt);
+                g_ref[at] = gu_ref[static_cast<std::size_t>(r * 2 * I + i)];
+                u_ref[at] = gu_ref[static_cast<std::size_t>(r * 2 * I + I + i)];
+                aw[at] = from_half_bits(aw_bits[at], dt);
+            }
+        BOOST_TEST(all_finite(g), "g fully written");
+        BOOST_TEST(all_finite(u), "u fully written");
+        BOOST_TEST(all_finite(aw), "aw fully written");
+        BOOST_TEST(relative_error(g, g_ref) < 1e-2, "g error " << relative_error(g, g_ref));
+        BOOST_TEST(relative_error(u, u_ref) < 1e-2, "u error " << relative_error(u, u_ref));
+        const double limit = tc.limit;
+        const std::vector<double> aw_ref = swiglu_forward_ref(g_ref, u_ref, w_s, S, I, limit).aw;
+        BOOST_TEST(relative_error(aw, aw_ref) < 1e-2, "aw error " << relative_error(aw, aw_ref));
+        // The standalone SwiGLU kernel on the fused kernel's g and u gives bitwise the same aw.
+        if (S > 0) {
+            DeviceBuffer aw2(SI * 2);
+            SwigluForwardArgs act;
+            act.dtype = dt;
+            act.rows = S;
+            act.intermediate = I;
+            act.merged = tc.merged;
+            act.limit = tc.limit;
+            act.gate = tc.merged ? nullptr : gu;
+            act.up = tc.merged ? nullptr : gu + SI;
+            act.gate_up = tc.merged ? gu : nullptr;
+            act.w_s = dws.as<const float>();
+            act.aw = aw2.get();
+            swiglu_forward(internal_ctx(), act);
+            synchronize();
+            const std::vector<std::uint16_t> aw2_bits = aw2.download<std::uint16_t>();
+            BOOST_TEST(std::equal(aw2_bits.begin(), aw2_bits.end(), aw_bits.begin()),
+                       "aw bitwise equal to the standalone SwiGLU kernel's");
+        }
+        launch();
+        BOOST_TEST((dgu.download<std::uint16_t>() == gu_bits), "g, u bitwise identical across two runs");
+        BOOST_TEST((daw.download<std::uint16_t>() == aw_bits), "aw bitwise identical across two runs");
+    }
+}
+
 }  // namespace
 
 
@@ -336,4 +488,21 @@ BOOST_AUTO_TEST_CASE(two_operand_pairs) {
     run({.name = "p_t1", .counts = {0, 1, 0, 0}, .n = 64, .k = 128, .b_transposed = false, .k_split = 64});
     run({.name = "p_acc_c32", .counts = counts, .n = 136, .k = 392, .accumulate = true, .b_transposed = false,
          .c_dtype = MOEJIT_DTYPE_FP32, .k_split = 320});
+}
+
+// fc1 with the SwiGLU epilogue: split and merged weights, with and without a limit, gathered
+// rows, every BLOCK_N (ragged I against BN/2), every route to one expert, empty experts, T = 1.
+BOOST_AUTO_TEST_CASE(swiglu_epilogue) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("glu");
+    const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
+    for (int bn : {64, 128, 256})
+        run_glu({.name = "glu_bn" + std::to_string(bn), .counts = counts, .I = 200, .K = 320, .block_n = bn});
+    run_glu({.name = "glu_merged", .counts = counts, .I = 200, .K = 320, .merged = true});
+    run_glu({.name = "glu_limit", .counts = counts, .I = 256, .K = 512, .limit = 1.5f});
+    run_glu({.name = "glu_merged_limit_gather", .counts = counts, .I = 136, .K = 256, .merged = true, .limit = 1.5f,
+             .gather = true});
+    run_glu({.name = "glu_gather", .counts = counts, .I = 768, .K = 128, .gather = true});
+    run_glu({.name = "glu_all_to_one", .counts = all_to_expert(3000, 8, 5), .I = 256, .K = 256, .gather = true});
+    run_glu({.name = "glu_t1", .counts = {0, 0, 1, 0}, .I = 64, .K = 64});
 }
