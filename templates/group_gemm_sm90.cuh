@@ -476,6 +476,8 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
 // the same elements: accumulator group j (gate) and j + BN/16 (up). The epilogue stores g to C,
 // u to `up` (row stride LD: I split, 2I merged) and aw = silu(g')·u'·w_s (row stride I), a from
 // the rounded g and u as the standalone SwiGLU kernel computes it: bitwise the same results.
+// With EPI_TMA (BN >= 128) g and u of full 64-row halves leave through the staging tile and
+// TMA (tma_c over g, tma_c2 over u, each [S, I] with row stride LD), aw from registers.
 struct GluArgs {
     void *up;          // u's element 0 (split: its own [S, I]; merged: gate_up + I)
     void *aw;          // [S, I]
@@ -493,9 +495,9 @@ template <bool LIMIT_, int LD_, int UP_ROW_> struct SwigluGlu {
     static constexpr int LD = LD_, UP_ROW = UP_ROW_;
 };
 
-// Registers -> g (C), u and aw for this thread's two rows, columns clipped to cols_valid (of the
-// I - j0 left); row: the tile's first row in S.
-template <class Cfg, class Glu, int I>
+// Registers -> (STORE_GU) g (C) and u, and aw, for this thread's two rows of the tile, columns
+// clipped to the I - j0 left; row0: the tile's first row in S.
+template <class Cfg, class Glu, int I, bool STORE_GU>
 __device__ __forceinline__ void store_swiglu_tile(const float (&acc)[Cfg::ACC], typename Cfg::CT *__restrict__ g_out,
                                                   const GluArgs &glu, int row0, int r_base, int rows_valid, int j0,
                                                   int lane) {
@@ -518,9 +520,11 @@ __device__ __forceinline__ void store_swiglu_tile(const float (&acc)[Cfg::ACC], 
             const float g1 = to_float(from_float<CT>(acc[4 * j + 2 * h + 1]));
             const float u0 = to_float(from_float<CT>(acc[4 * (j + UP_J) + 2 * h]));
             const float u1 = to_float(from_float<CT>(acc[4 * (j + UP_J) + 2 * h + 1]));
-            const long long at = row * Glu::LD + j0 + col;
-            store2(g_out + at, g0, g1);
-            store2(u_out + at, u0, u1);
+            if constexpr (STORE_GU) {
+                const long long at = row * Glu::LD + j0 + col;
+                store2(g_out + at, g0, g1);
+                store2(u_out + at, u0, u1);
+            }
             const float a0 = swiglu_detail::swiglu_value<Glu::LIMIT>(g0, u0, glu.limit);
             const float a1 = swiglu_detail::swiglu_value<Glu::LIMIT>(g1, u1, glu.limit);
             store2(aw_out + row * I + j0 + col, a0 * w, a1 * w);
@@ -556,7 +560,8 @@ struct NoPrepare {
 template <class Cfg, int N, int K, int K_SPLIT, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A, class Glu>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, const TmaDesc &tma_a2,
-                                                   const TmaDesc &tma_b2, typename Cfg::CT *__restrict__ c,
+                                                   const TmaDesc &tma_b2, const TmaDesc &tma_c2,
+                                                   typename Cfg::CT *__restrict__ c,
                                                    const typename Cfg::T *__restrict__ gather_src,
                                                    const int *__restrict__ row_token,
                                                    const int *__restrict__ offsets, int rows,
@@ -567,8 +572,9 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
     static_assert(N % 8 == 0 && K % 8 == 0, "N and K must be multiples of 8");
     static_assert(K_SPLIT == 0 || (K_SPLIT % BK == 0 && K_SPLIT < K && !GATHER_A),
                   "two operand pairs split K at a k-slice boundary, without gathered rows");
-    static_assert(!Glu::ON || (B_TRANSPOSED && !ACCUMULATE && K_SPLIT == 0 && !Cfg::EPI_TMA && N % 16 == 0),
-                  "the SwiGLU epilogue: forward B layout, register stores, N = 2I");
+    static_assert(!Glu::ON || (B_TRANSPOSED && !ACCUMULATE && K_SPLIT == 0 && N % 16 == 0 &&
+                               (!Cfg::EPI_TMA || BN >= 128)),
+                  "the SwiGLU epilogue: forward B layout, N = 2I, TMA stores of whole 64-column chunks");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
@@ -655,7 +661,18 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
             consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
             const int rows_valid = rr.end - row0;
             if constexpr (Glu::ON) {
-                store_swiglu_tile<Cfg, Glu, N / 2>(acc, c, glu, row0, r_base, rows_valid, n0 / 2, lane);
+                if (Cfg::EPI_TMA && rows_valid >= (cw + 1) * 64) {
+                    store_tile_tma<Cfg>(acc, m, cw, warp & 3, lane, [&](int j, unsigned src) {
+                        constexpr int GATE_CHUNKS = BN / 128;  // [g chunks | u chunks] of 64 columns
+                        if (j < GATE_CHUNKS)
+                            tma_store_2d(&tma_c, src, n0 / 2 + 64 * j, row0 + cw * 64);
+                        else
+                            tma_store_2d(&tma_c2, src, n0 / 2 + 64 * (j - GATE_CHUNKS), row0 + cw * 64);
+                    });
+                    store_swiglu_tile<Cfg, Glu, N / 2, false>(acc, c, glu, row0, r_base, rows_valid, n0 / 2, lane);
+                } else {
+                    store_swiglu_tile<Cfg, Glu, N / 2, true>(acc, c, glu, row0, r_base, rows_valid, n0 / 2, lane);
+                }
                 continue;
             }
             if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {

@@ -133,7 +133,8 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
     if (c.group_m < 1 || c.group_m > 64) unsupported("group_m must be in [1, 64]");
     if (c.tma_store && (p.c_dtype == MOEJIT_DTYPE_FP32 || p.accumulate))
         unsupported("the TMA-store epilogue (_e1) needs a 16-bit C and no accumulation");
-    if (c.tma_store && p.swiglu) unsupported("the SwiGLU epilogue stores from registers (no _e1)");
+    if (c.tma_store && p.swiglu && c.block_n < 128)
+        unsupported("the SwiGLU epilogue's TMA stores (_e1) need block_n >= 128 (whole 64-column chunks of g and u)");
     if (p.kind == GemmKind::same_nk && (p.num_experts < 1 || p.num_experts > 65536))
         unsupported("same_nk supports 1 to 65536 experts");
     const std::size_t smem = gemm_smem_bytes(c, p.kind, p.num_experts);
@@ -233,7 +234,7 @@ std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
             if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
         return gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block;
     };
-    w.tma_store = p.c_dtype != MOEJIT_DTYPE_FP32 && !p.accumulate && !p.swiglu;
+    w.tma_store = p.c_dtype != MOEJIT_DTYPE_FP32 && !p.accumulate && !(p.swiglu && w.block_n < 128);
     if (!w.tma_store || !deepest_ring(3)) {
         w.tma_store = false;
         deepest_ring(2);

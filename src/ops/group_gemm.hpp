@@ -45,7 +45,7 @@ struct GemmNkSpec {
     // engine only, a multiple of 64, without gather_a. Split fc1's dgrad: dg·W_gate + du·W_up.
     std::int64_t k_split = 0;
     // fc1 fused with SwiGLU (wgmma engine; b_transposed, no accumulate, c_dtype = dtype, no
-    // k_split, no TMA store): n = 2I, every tile holds [gate | up] of the same intermediate
+    // k_split; TMA stores of g and u need block_n >= 128): n = 2I, every tile holds [gate | up] of the same intermediate
     // columns: gate rows from b, up rows from b2 (merged: from b at row I). C gets g,
     // GemmOperands::glu u and aw = silu(g')·u'·w_s ([S, I]). Split: g and u [S, I] each;
     // merged: C is gate_up [S, 2I] with u at column I.

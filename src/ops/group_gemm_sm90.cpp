@@ -26,9 +26,10 @@ CUtensorMapDataType tma_type(moejit_dtype_t dtype) {
 
 // Row-major tensor of 16-bit elements, dims innermost first (dims[0] contiguous), boxes of
 // box[] elements with 128-byte swizzle (box[0] = 64 elements = 128 bytes); out-of-bounds
-// elements read as 0.
+// elements read as 0. row_elems > 0: dims[1]'s stride in elements, when rows are wider than
+// dims[0] (a column range of a wider matrix).
 CUtensorMap encode_map(moejit_dtype_t dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
-                       std::initializer_list<cuuint32_t> box) {
+                       std::initializer_list<cuuint32_t> box, std::int64_t row_elems = 0) {
     cuuint64_t d[3], strides[2];
     cuuint32_t b[3];
     const cuuint32_t element_strides[3] = {1, 1, 1};
@@ -41,6 +42,7 @@ CUtensorMap encode_map(moejit_dtype_t dtype, const void *ptr, std::initializer_l
         stride *= static_cast<std::uint64_t>(v);
         ++i;
     }
+    if (row_elems > 0) strides[0] = static_cast<cuuint64_t>(row_elems) * 2;
     i = 0;
     for (cuuint32_t v : box) b[i++] = v;
     CUtensorMap map;
@@ -103,11 +105,13 @@ KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
     return render_gemm_unit(wgmma_unit(
         "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
         "const __grid_constant__ moejit::sm90::TmaDesc tma_a2,\n"
-        "        const __grid_constant__ moejit::sm90::TmaDesc tma_b2, ",
+        "        const __grid_constant__ moejit::sm90::TmaDesc tma_b2,\n"
+        "        const __grid_constant__ moejit::sm90::TmaDesc tma_c2, ",
         fmt::format("const {} *gather_src, const int *row_token, ", dtype_cuda_type(s.dtype)),
         "int num_experts, int m_tile_bound, moejit::sm90::GluArgs glu",
         fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c,\n"
-                    "        tma_a2, tma_b2, c, gather_src, row_token, offsets, rows, num_experts, m_tile_bound, glu);",
+                    "        tma_a2, tma_b2, tma_c2, c, gather_src, row_token, offsets, rows, num_experts, m_tile_bound,\n"
+                    "        glu);",
                     s.n, s.k, s.k_split, bool_text(s.b_transposed), bool_text(s.accumulate), bool_text(s.gather_a),
                     glu_policy(s))));
 }
@@ -150,7 +154,7 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     require_wgmma(ctx, requested.tile, "launch_group_gemm_nk_sm90");
     // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
     GemmNkSpec spec = requested;
-    spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16) && !spec.swiglu.on;
+    spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16) && (!spec.swiglu.on || aligned(ops.glu.up, 16));
     Kernel &kernel = ctx.kernel(render_group_gemm_nk_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     const bool gather_a = spec.gather_a;
@@ -178,9 +182,15 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const CUtensorMap tma_b2 = spec.k_split > 0              ? b_map(ops.b2, spec.k - k1)
                                : glu && !spec.swiglu.merged ? b_map(ops.b2, spec.k)
                                                             : tma_b;
-    // C [S, N] in 64 x 64 boxes (unused by the register epilogue: B's map stands in).
-    const CUtensorMap tma_c =
-        spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, ops.rows}, {kChunk, kChunk}) : tma_b;
+    // C [S, N] in 64 x 64 boxes (the register epilogue has none: B's map stands in); with the SwiGLU epilogue g (C) and u (tma_c2), each [S, I] with
+    // row stride I (split) or 2I (merged, u at column I), so ragged chunks clip at I.
+    const std::int64_t I = spec.n / 2, ld = spec.swiglu.merged ? spec.n : I;
+    const CUtensorMap tma_c = !spec.tile.tma_store ? tma_b
+                              : glu ? encode_map(spec.c_dtype, ops.c, {I, ops.rows}, {kChunk, kChunk}, ld)
+                                    : encode_map(spec.c_dtype, ops.c, {spec.n, ops.rows}, {kChunk, kChunk});
+    const CUtensorMap tma_c2 = spec.tile.tma_store && glu
+                                   ? encode_map(spec.c_dtype, ops.glu.up, {I, ops.rows}, {kChunk, kChunk}, ld)
+                                   : tma_b;
     const void *gather_src = gather_a ? ops.a : nullptr;
     const std::int32_t *row_token = gather_a ? ops.row_token : nullptr;
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
@@ -189,8 +199,8 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
     const int bound = static_cast<int>(m_tile_bound);
     const GluArgs glu_args{ops.glu.up, ops.glu.aw, ops.glu.w_s, ops.glu.limit};
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, tma_a2, tma_b2, c, gather_src, row_token, offsets,
-               rows, experts, bound, glu_args);
+    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, tma_a2, tma_b2, tma_c2, c, gather_src, row_token,
+               offsets, rows, experts, bound, glu_args);
 }
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,

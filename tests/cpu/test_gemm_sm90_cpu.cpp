@@ -354,7 +354,7 @@ BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
 }
 
 // fc1 computes SwiGLU in its epilogue on the wgmma engine: one GEMM over N = 2I for either
-// layout, no TMA store, no standalone forward SwiGLU kernel; elsewhere the unfused path.
+// layout, g and u through TMA stores, no standalone forward SwiGLU kernel; elsewhere the unfused path.
 BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     moejit_plan_desc_t d{};
     moejit_plan_desc_init(&d);
@@ -376,7 +376,7 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
         BOOST_TEST(s.fc1.swiglu.on);
         BOOST_TEST(s.fc1.swiglu.limit);
         BOOST_TEST(s.fc1.swiglu.merged == (layout == MOEJIT_FC1_MERGED));
-        BOOST_TEST(!s.fc1.tile.tma_store);
+        BOOST_TEST(s.fc1.tile.tma_store, "g and u leave through TMA stores");
         BOOST_TEST(!has_swiglu_fwd(kHopper));
         const LayerSpecs portable = layer_specs(d, 80);
         BOOST_TEST(!portable.fused_swiglu);
@@ -401,7 +401,8 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     expect_error(with([](S &s) { s.b_transposed = false; }), INVALID, {"SwiGLU epilogue needs b_transposed"});
     expect_error(with([](S &s) { s.c_dtype = MOEJIT_DTYPE_FP32; }), INVALID, {"c_dtype = dtype"});
     expect_error(with([](S &s) { s.n = 1544; }), INVALID, {"n is 1544", "I a multiple of 8"});
-    expect_error(with([](S &s) { s.tile.tma_store = true; }), UNSUPPORTED, {"SwiGLU epilogue stores from registers"});
+    expect_error(with([](S &s) { s.tile.block_n = 64; }), UNSUPPORTED, {"TMA stores (_e1) need block_n >= 128"});
+    BOOST_CHECK_NO_THROW(with([](S &s) { s.tile.block_n = 64; s.tile.tma_store = false; })());
     GemmNkSpec portable = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 1536, 2048, true, false, 0, 8, 80);
     portable.swiglu.on = true;
     expect_error([&] { render_group_gemm_nk(portable); }, UNSUPPORTED, {"SwiGLU epilogue needs the wgmma engine"});
