@@ -38,10 +38,11 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     // (read when a plan is created) overrides the rule. Backward GEMMs gather nothing: their
     // gathered variants measured slower than one scatter of dout and x.
     s.gathered = env_flag("MOEJIT_GATHER").value_or(I <= 2048) && s.fc1.tile.engine == GemmEngine::wgmma;
-    // fc1 computes SwiGLU in its epilogue on the wgmma engine (MOEJIT_FUSE_SWIGLU=0/1 overrides,
-    // read at plan creation): g and u (saved for the backward) and aw come out of one GEMM over
-    // N = 2I, so the activation's read of [S, 2I] and its launch go away (docs/DECISIONS.md).
-    s.fused_swiglu = env_flag("MOEJIT_FUSE_SWIGLU").value_or(true) && s.fc1.tile.engine == GemmEngine::wgmma;
+    // fc1 can compute SwiGLU in its epilogue on the wgmma engine: g and u (saved for the
+    // backward) and aw out of one GEMM over N = 2I, without the activation's read of [S, 2I].
+    // Opt-in (MOEJIT_FUSE_SWIGLU=1, read at plan creation): it measured 1-14 % slower than the
+    // two GEMMs and the standalone kernel (docs/DECISIONS.md, device run 5 of 0.3).
+    s.fused_swiglu = env_flag("MOEJIT_FUSE_SWIGLU").value_or(false) && s.fc1.tile.engine == GemmEngine::wgmma;
     if (s.fused_swiglu) {
         GemmNkSpec f = s.fc1;
         f.n = 2 * I;

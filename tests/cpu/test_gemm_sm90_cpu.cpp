@@ -353,8 +353,9 @@ BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
     BOOST_TEST(portable_acc);
 }
 
-// fc1 computes SwiGLU in its epilogue on the wgmma engine: one GEMM over N = 2I for either
-// layout, g and u through TMA stores, no standalone forward SwiGLU kernel; elsewhere the unfused path.
+// With MOEJIT_FUSE_SWIGLU=1 fc1 computes SwiGLU in its epilogue on the wgmma engine: one GEMM
+// over N = 2I for either layout, g and u through TMA stores, no standalone forward SwiGLU
+// kernel; by default, and on other engines, the unfused path.
 BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     moejit_plan_desc_t d{};
     moejit_plan_desc_init(&d);
@@ -368,6 +369,9 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
             if (contains(ks.name, "swiglu_fwd")) return true;
         return false;
     };
+    BOOST_TEST(!layer_specs(d, kHopper).fused_swiglu, "opt-in");
+    BOOST_TEST(has_swiglu_fwd(kHopper));
+    ::setenv("MOEJIT_FUSE_SWIGLU", "1", 1);
     for (auto layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
         d.fc1_layout = layout;
         const LayerSpecs s = layer_specs(d, kHopper);
@@ -383,14 +387,11 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
         BOOST_TEST(!portable.fc1.swiglu.on);
         BOOST_TEST(has_swiglu_fwd(80));
     }
-    ::setenv("MOEJIT_FUSE_SWIGLU", "0", 1);
-    const LayerSpecs off = layer_specs(d, kHopper);
+    const GemmNkSpec good = layer_specs(d, kHopper).fc1;
     ::unsetenv("MOEJIT_FUSE_SWIGLU");
-    BOOST_TEST(!off.fused_swiglu);
-    BOOST_TEST(!off.fc1.swiglu.on);
+    BOOST_TEST(good.swiglu.on);
 
     const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;
-    const GemmNkSpec good = layer_specs(d, kHopper).fc1;
     BOOST_CHECK_NO_THROW(validate_nk_spec(good, 128, kHopper));
     auto with = [&](auto edit) {
         GemmNkSpec s = good;

@@ -137,6 +137,7 @@ struct LayerCase {
     Routing routing = Routing::softmax_topk;
     std::vector<std::int32_t> active;  // experts routes may use (empty: all)
     const char *tile = nullptr;        // MOEJIT_GEMM_TILE while the plan is created
+    const char *fuse_swiglu = nullptr; // MOEJIT_FUSE_SWIGLU while the plan is created
     std::int64_t tokens_hint = 0;
     double fc1_scale = 1.0;  // standard deviation of g and u
 
@@ -319,27 +320,30 @@ struct PlanHandle {
     moejit::Plan &impl() { return plan->impl; }
 };
 
-// MOEJIT_GEMM_TILE is read when the plan picks its tiles (at creation).
-class TileOverride {
+// An environment variable set (value non-null) for a scope; the plan reads MOEJIT_GEMM_TILE and
+// MOEJIT_FUSE_SWIGLU when it picks its kernels (at creation).
+class EnvOverride {
 public:
-    explicit TileOverride(const char *tile) : active_(tile != nullptr) {
+    EnvOverride(const char *name, const char *value) : name_(name), active_(value != nullptr) {
         if (!active_) return;
-        if (const char *old = std::getenv("MOEJIT_GEMM_TILE")) previous_ = old;
-        ::setenv("MOEJIT_GEMM_TILE", tile, 1);
+        if (const char *old = std::getenv(name)) previous_ = old;
+        ::setenv(name, value, 1);
     }
-    ~TileOverride() {
+    ~EnvOverride() {
         if (!active_) return;
-        if (previous_) ::setenv("MOEJIT_GEMM_TILE", previous_->c_str(), 1);
-        else ::unsetenv("MOEJIT_GEMM_TILE");
+        if (previous_) ::setenv(name_, previous_->c_str(), 1);
+        else ::unsetenv(name_);
     }
 
 private:
+    const char *name_;
     bool active_;
     std::optional<std::string> previous_;
 };
 
 void create_plan(PlanHandle &p, const LayerCase &c, moejit_fc1_layout_t layout) {
-    TileOverride tile(c.tile);
+    EnvOverride tile("MOEJIT_GEMM_TILE", c.tile);
+    EnvOverride fuse("MOEJIT_FUSE_SWIGLU", c.fuse_swiglu);
     const moejit_plan_desc_t d = desc_of(c, layout);
     MOEJIT_TEST_OK(moejit_plan_create(gpu_context(), &d, &p.plan));
 }
@@ -956,6 +960,21 @@ BOOST_AUTO_TEST_CASE(swiglu_limit_10_duplicate_routes) {
 // (C += du·W_up) instead of one GEMM over both operand pairs.
 BOOST_AUTO_TEST_CASE(intermediate_not_a_multiple_of_64) {
     LayerCase c = mid_case("ragged_intermediate");
+    c.I = 200;
+    run_case(c);
+}
+
+// fc1 with the SwiGLU epilogue (opt-in, MOEJIT_FUSE_SWIGLU=1): a limit with duplicate routes,
+// and I = 200 (the epilogue's ragged last column chunk).
+BOOST_AUTO_TEST_CASE(fused_swiglu_epilogue) {
+    LayerCase c = mid_case("fused_limit10_duplicates");
+    c.fuse_swiglu = "1";
+    c.limit = 10.0f;
+    c.fc1_scale = 10.0;
+    c.routing = Routing::uniform;
+    run_case(c);
+    c = mid_case("fused_ragged_intermediate");
+    c.fuse_swiglu = "1";
     c.I = 200;
     run_case(c);
 }
