@@ -4,7 +4,9 @@
 # every peer, the duplicate-route case and the C++ benchmark. Logs under $OUT; a table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-$PWD/out}; mkdir -p "$out"
+final=${OUT:-$PWD/out}; out=/tmp/moejit-release; rm -rf "$out"; mkdir -p "$out" "$final"
+# The device returns at most 8 files: logs are packed into one archive at the end.
+trap 'tar czf "$final/release_logs.tgz" -C "$out" . ; cp "$out"/layer.log "$out"/dup.log "$out"/cbench.log "$final"/ 2>/dev/null' EXIT
 b=/tmp/moejit-build; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 meson setup $b --buildtype=release >"$out/setup.log" 2>&1

@@ -19,7 +19,7 @@ from .errors import (CacheError, CompileError, CudaError, InternalError, Invalid
                      NoDriverError, OutOfMemoryError, UnsupportedError)
 
 # The package version; tests check that it matches the library's moejit_version().
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "__version__", "library_version", "library_version_number", "nvrtc_version",
