@@ -22,7 +22,7 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     // Split fc1: dxs = dg·W_gate + du·W_up. The wgmma engine reduces over both operand pairs in
     // one GEMM (K = 2I, k_split = I; the same fp32 sum as merged fc1's single GEMM). Elsewhere
     // dxs = dg·W_gate, then += du·W_up, rounding dxs to the layer dtype in between, so the two
-    // layouts' dx may differ by rounding there (device run 1 of 0.3: the accumulating second
+    // layouts' dx may differ by rounding there (device run 2 of 0.3: the accumulating second
     // GEMM took 2-5x the first, reading C in its register epilogue).
     s.fc1_dgrad = make_nk_spec(t, t, H, fc1_n, false, false, rows_hint, E, cc);
     s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, false, true, rows_hint, E, cc);

@@ -59,8 +59,9 @@ void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *f
         fail(MOEJIT_ERROR_UNSUPPORTED, "the wgmma grouped GEMM needs an sm_90a context, got {}", ctx.arch());
 }
 
-// The wgmma engine's unit: three tensor maps as __grid_constant__ parameters, sm90::Config,
-// one CTA per SM. `before_c` / `after_c`: the kind's operands before c and between c and offsets.
+// The wgmma engine's unit: tensor maps of A, B and C as __grid_constant__ parameters (same_nk
+// adds a2, b2 and c2 in `before_c`), sm90::Config, one CTA per SM. `before_c` / `after_c`: the
+// kind's operands before c and between c and offsets.
 GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
                     moejit_dtype_t c_dtype, std::string_view before_c, std::string_view after_c, std::string params,
                     std::string call) {
