@@ -556,7 +556,7 @@ struct NoPrepare {
 // C = [A | A2] · [B ; B2] in one fp32 accumulation, e.g. dxs = dg·W_gate + du·W_up of split fc1.
 // K_SPLIT is a multiple of BK, so no k-slice straddles the pairs.
 // Glu: NoGlu, or SwigluGlu (fc1 with the SwiGLU epilogue, see GluArgs; B_TRANSPOSED, tma_b's
-// box BN/2 rows, register epilogue).
+// box BN/2 rows, g and u through TMA stores (EPI_TMA) or from registers, aw from registers).
 template <class Cfg, int N, int K, int K_SPLIT, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A, class Glu>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, const TmaDesc &tma_a2,
@@ -832,7 +832,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
 // every expert with more than split_rows rows (the others were written by the GEMM), reading
 // only slots below max_slots. A grid-stride loop of a few blocks per SM over each split expert's
 // M*N elements: most experts are not split, and a block per (expert, element range) cost more
-// in empty blocks than the sums (device run 3 of 0.3). float4 reads, deterministic.
+// in empty blocks than the sums (device run 2 of 0.3). float4 reads, deterministic.
 template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
 __device__ __forceinline__ void split_reduce_sm90(CT *__restrict__ c, const int *__restrict__ offsets, int rows,
                                                   int num_experts, int split_rows, int max_slots,
