@@ -53,7 +53,7 @@ struct GemmNkSpec {
         bool on = false;
         bool limit = false;   // g' = min(g, L), u' = clamp(u, -L, L)
         bool merged = false;  // W_gate_up and gate_up; else W_gate/W_up and g/u apart
-    } swiglu;
+    } swiglu = {};
 };
 
 // The compile-time part of a same_mn kernel.
@@ -118,7 +118,7 @@ struct GemmOperands {
         void *aw = nullptr;           // [S, I]
         const float *w_s = nullptr;   // [S]
         float limit = 0.0f;           // spec.swiglu.limit: L > 0
-    } glu;
+    } glu = {};
 };
 
 // Validate every argument (before touching the device), then compile/load and launch.
