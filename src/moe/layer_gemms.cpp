@@ -56,7 +56,10 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
 }
 
 std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, int cc) {
-    LayerSpecs s = layer_specs(d, cc);
+    return layer_gemm_sources(d, layer_specs(d, cc));
+}
+
+std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, const LayerSpecs &s) {
     std::vector<KernelSource> out = {render_group_gemm_nk(s.fc1), render_group_gemm_nk(s.fc2),
                                      render_group_gemm_nk(s.fc2_dgrad), render_group_gemm_nk(s.fc1_dgrad)};
     for (const GemmMnSpec *mn : {&s.fc2_wgrad, &s.fc1_wgrad})

@@ -28,8 +28,10 @@ struct LayerSpecs {
 };
 LayerSpecs layer_specs(const moejit_plan_desc_t &desc, int compute_capability);
 
-// Every GEMM specialization a plan of `desc` launches (pure; for warmup).
+// Every GEMM specialization a plan of `desc` launches (pure; for warmup); the second form for
+// specs already chosen (a plan's own, so the environment is read once).
 std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, int compute_capability);
+std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, const LayerSpecs &specs);
 
 // Scratch the weight gradients need to split long reductions (dispatch/tile_schedule.hpp,
 // mn_split) for S = rows; arch-independent so the plan's size queries need no device.

@@ -87,6 +87,10 @@ void validate_plan_desc(const moejit_plan_desc_t &d) {
 
 std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int compute_capability) {
     validate_plan_desc(d);
+    return plan_kernel_sources(d, layer_specs(d, compute_capability));
+}
+
+std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const LayerSpecs &gemms) {
     std::vector<KernelSource> all;
     RoutingSpec routing{d.index_dtype, d.num_experts};
     for (KernelSource &s : routing_index_sources(routing)) all.push_back(std::move(s));
@@ -95,9 +99,9 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int c
     all.push_back(render_scatter_weights(d.routing_dtype));
     all.push_back(render_gather_weights(d.routing_dtype));
     SwigluSpec act = swiglu_spec_of(d);
-    if (!layer_specs(d, compute_capability).fused_swiglu) all.push_back(render_swiglu_forward(act));
+    if (!gemms.fused_swiglu) all.push_back(render_swiglu_forward(act));
     all.push_back(render_swiglu_backward(act));
-    for (KernelSource &s : layer_gemm_sources(d, compute_capability)) all.push_back(std::move(s));
+    for (KernelSource &s : layer_gemm_sources(d, gemms)) all.push_back(std::move(s));
     // Remove duplicates (e.g. the same GEMM shape used twice), keeping the first.
     std::set<std::string> seen;
     std::vector<KernelSource> unique;
@@ -109,7 +113,7 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int c
 Plan::Plan(Context &ctx, const moejit_plan_desc_t &desc)
     : ctx_(ctx), desc_(desc), gemm_specs_((validate_plan_desc(desc), layer_specs(desc, ctx.compute_capability()))) {
     // Compile or load every kernel now, so forward/backward never compile on the hot path.
-    for (const KernelSource &s : plan_kernel_sources(desc_, ctx_.compute_capability())) ctx_.kernel(s);
+    for (const KernelSource &s : plan_kernel_sources(desc_, gemm_specs_)) ctx_.kernel(s);
 }
 
 const void *Plan::scatter_rows(const std::int32_t *scatter_index, std::int64_t num_tokens, const void *tokens,

@@ -20,8 +20,11 @@ namespace moejit {
 void validate_plan_desc(const moejit_plan_desc_t &desc);
 
 // Every kernel specialization a plan of `desc` launches, for `arch` (pure; used by plan
-// creation and by warmup on a compile-only context). Duplicates removed.
+// creation and by warmup on a compile-only context). Duplicates removed. The second form takes
+// the layer's GEMM specs already chosen for a validated `desc` (a plan's own, so the
+// environment is read once).
 std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, int compute_capability);
+std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, const LayerSpecs &gemms);
 
 // Test-only hooks. backward_bound_from_tokens reproduces the historical bug: the backward
 // grouped GEMMs bounded by T instead of S, so with duplicate routes rows past T are never
