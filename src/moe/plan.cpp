@@ -42,6 +42,25 @@ void require_buffers(const PlanLayout &L, const void *saved, std::size_t saved_s
                    workspace_size, L.workspace_bytes, L.tokens);
 }
 
+// The SwiGLU op's arguments over the saved g and u (`gate_up`: g then u [S,I] each, or merged
+// [S,2I]); the op takes exactly one layout's pointers. The caller adds the rest.
+template <class Args>
+Args swiglu_args(const moejit_plan_desc_t &d, std::int64_t rows, const char *gate_up, const float *w_s, void *stream) {
+    const std::size_t half = static_cast<std::size_t>(rows * d.intermediate_size) * dtype_size(d.dtype);
+    Args act;
+    act.dtype = d.dtype;
+    act.rows = rows;
+    act.intermediate = d.intermediate_size;
+    act.merged = merged(d);
+    act.limit = d.swiglu_limit;
+    act.gate = merged(d) ? nullptr : gate_up;
+    act.up = merged(d) ? nullptr : gate_up + half;
+    act.gate_up = merged(d) ? gate_up : nullptr;
+    act.w_s = w_s;
+    act.stream = stream;
+    return act;
+}
+
 SwigluSpec swiglu_spec_of(const moejit_plan_desc_t &d) {
     SwigluSpec s;
     s.dtype = d.dtype;
@@ -174,19 +193,8 @@ void Plan::forward(const moejit_forward_args_t &a) {
             gemms.fc1_split(xs, a.w_gate, g);
             gemms.fc1_split(xs, a.w_up, u);
         }
-        SwigluForwardArgs act;
-        act.dtype = d.dtype;
-        act.rows = S;
-        act.intermediate = I;
-        act.merged = merged(d);
-        act.limit = d.swiglu_limit;
-        // The SwiGLU op takes exactly one layout's pointers.
-        act.gate = merged(d) ? nullptr : g;
-        act.up = merged(d) ? nullptr : u;
-        act.gate_up = merged(d) ? gate_up : nullptr;
-        act.w_s = w_s;
+        SwigluForwardArgs act = swiglu_args<SwigluForwardArgs>(d, S, gate_up, w_s, a.stream);
         act.aw = aw;
-        act.stream = a.stream;
         swiglu_forward(ctx_, act);
     }
     gemms.fc2(aw, a.w_down, y);
@@ -242,22 +250,12 @@ void Plan::backward(const moejit_backward_args_t &a) {
     gemms.fc2_dgrad(dy, a.w_down, daw);
     gemms.fc2_wgrad(dy, aw, a.dw_down);
 
-    SwigluBackwardArgs act;
-    act.dtype = d.dtype;
-    act.rows = S;
-    act.intermediate = I;
-    act.merged = merged(d);
-    act.limit = d.swiglu_limit;
-    act.gate = merged(d) ? nullptr : gate_up;
-    act.up = merged(d) ? nullptr : gate_up + S * I * el;
-    act.gate_up = merged(d) ? gate_up : nullptr;
-    act.w_s = w_s;
+    SwigluBackwardArgs act = swiglu_args<SwigluBackwardArgs>(d, S, gate_up, w_s, a.stream);
     act.daw = daw;
     act.d_gate = merged(d) ? nullptr : d_gate_up;
     act.d_up = merged(d) ? nullptr : d_gate_up + S * I * el;
     act.d_gate_up = merged(d) ? d_gate_up : nullptr;
     act.d_w_s = d_w_s;
-    act.stream = a.stream;
     if (T0) swiglu_backward(ctx_, act);
     if (T0)
         gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
