@@ -65,7 +65,7 @@ struct GemmProblem {
     std::int32_t num_experts = 1;
     bool gather_a = false;  // same_nk: A's rows gathered through a row index (wgmma engine only)
     std::int64_t k_split = 0;  // same_nk: K split over two operand pairs at k_split (wgmma engine only)
-    bool swiglu = false;       // same_nk: fc1 with the SwiGLU epilogue (wgmma engine, register stores)
+    bool swiglu = false;       // same_nk: fc1 with the SwiGLU epilogue (wgmma engine only)
 };
 
 // Shared memory per SM and per block for a compute capability (major*10+minor).
@@ -85,8 +85,8 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &config, GemmKind kind, std::in
 // run `problem` on `compute_capability`: divisibility, warp tiles, registers, shared memory.
 void validate_tile_config(const GemmTileConfig &config, const GemmProblem &problem,
                           int compute_capability);
-// The part of it that needs no arch: gathered A rows and two operand pairs exist on the wgmma
-// engine only (renderers call it too, so warmup never renders an mma.sync kernel that would
+// The part of it that needs no arch: gathered A rows, two operand pairs and the SwiGLU epilogue
+// exist on the wgmma engine only (renderers call it too, so warmup never renders an mma.sync kernel that would
 // ignore them).
 void require_engine_features(const GemmTileConfig &config, const GemmProblem &problem);
 

@@ -111,7 +111,7 @@ std::string config_type(const GemmTileConfig &t, moejit_dtype_t dtype, moejit_dt
 
 
 void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, bool need_c,
-                    const char *prefix, bool gather_a, bool second_pair = false, const GemmNkSpec::Swiglu *glu = nullptr) {
+                    const char *prefix) {
     MOEJIT_REQUIRE(ops.rows >= 0 && ops.rows <= INT32_MAX,
                    "{}rows must be in [0, 2147483647] (offsets are int32), got {}", prefix,
                    ops.rows);
@@ -121,26 +121,6 @@ void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, b
         MOEJIT_REQUIRE(ops.b != nullptr, "{}b is NULL (rows = {})", prefix, ops.rows);
         MOEJIT_REQUIRE(aligned(ops.a, 16), "{}a must be 16-byte aligned", prefix);
         MOEJIT_REQUIRE(aligned(ops.b, 16), "{}b must be 16-byte aligned", prefix);
-        if (gather_a) {
-            MOEJIT_REQUIRE(ops.row_token != nullptr, "{}row_token is NULL: the spec gathers a's rows", prefix);
-            MOEJIT_REQUIRE(aligned(ops.row_token, 4), "{}row_token must be 4-byte aligned", prefix);
-        }
-        if (second_pair) {
-            MOEJIT_REQUIRE(ops.a2 != nullptr && ops.b2 != nullptr,
-                           "{}a2 or b2 is NULL: the spec splits K over two operand pairs", prefix);
-            MOEJIT_REQUIRE(aligned(ops.a2, 16) && aligned(ops.b2, 16), "{}a2 and b2 must be 16-byte aligned",
-                           prefix);
-        }
-        if (glu && glu->on) {
-            MOEJIT_REQUIRE(glu->merged || (ops.b2 != nullptr && aligned(ops.b2, 16)),
-                           "{}b2 (W_up) is NULL or not 16-byte aligned: the SwiGLU epilogue's split layout", prefix);
-            MOEJIT_REQUIRE(ops.glu.up != nullptr && ops.glu.aw != nullptr && ops.glu.w_s != nullptr,
-                           "{}glu.up, glu.aw and glu.w_s must be given for the SwiGLU epilogue", prefix);
-            MOEJIT_REQUIRE(aligned(ops.glu.up, 2 * c_elem) && aligned(ops.glu.aw, 2 * c_elem) && aligned(ops.glu.w_s, 4),
-                           "{}glu.up and glu.aw must be {}-byte aligned, glu.w_s 4-byte", prefix, 2 * c_elem);
-            MOEJIT_REQUIRE(!glu->limit || ops.glu.limit > 0.0f, "{}glu.limit is {}, expected > 0", prefix,
-                           ops.glu.limit);
-        }
     }
     if (need_c) {
         MOEJIT_REQUIRE(ops.c != nullptr, "{}c is NULL", prefix);
@@ -151,11 +131,38 @@ void check_operands(const GemmOperands &ops, std::size_t c_elem, bool need_ab, b
     }
 }
 
+// The operands a same_nk spec's features add (rows > 0): gathered rows, the second operand
+// pair, the SwiGLU epilogue's outputs. A same_mn spec adds none.
+void check_spec_operands(const GemmNkSpec &spec, const GemmOperands &ops, const char *prefix) {
+    if (ops.rows <= 0) return;
+    if (spec.gather_a) {
+        MOEJIT_REQUIRE(ops.row_token != nullptr, "{}row_token is NULL: the spec gathers a's rows", prefix);
+        MOEJIT_REQUIRE(aligned(ops.row_token, 4), "{}row_token must be 4-byte aligned", prefix);
+    }
+    if (spec.k_split > 0) {
+        MOEJIT_REQUIRE(ops.a2 != nullptr && ops.b2 != nullptr,
+                       "{}a2 or b2 is NULL: the spec splits K over two operand pairs", prefix);
+        MOEJIT_REQUIRE(aligned(ops.a2, 16) && aligned(ops.b2, 16), "{}a2 and b2 must be 16-byte aligned", prefix);
+    }
+    if (spec.swiglu.on) {
+        const std::size_t c_elem = dtype_size(spec.c_dtype);
+        MOEJIT_REQUIRE(spec.swiglu.merged || (ops.b2 != nullptr && aligned(ops.b2, 16)),
+                       "{}b2 (W_up) is NULL or not 16-byte aligned: the SwiGLU epilogue's split layout", prefix);
+        MOEJIT_REQUIRE(ops.glu.up != nullptr && ops.glu.aw != nullptr && ops.glu.w_s != nullptr,
+                       "{}glu.up, glu.aw and glu.w_s must be given for the SwiGLU epilogue", prefix);
+        MOEJIT_REQUIRE(aligned(ops.glu.up, 2 * c_elem) && aligned(ops.glu.aw, 2 * c_elem) && aligned(ops.glu.w_s, 4),
+                       "{}glu.up and glu.aw must be {}-byte aligned, glu.w_s 4-byte", prefix, 2 * c_elem);
+        MOEJIT_REQUIRE(!spec.swiglu.limit || ops.glu.limit > 0.0f, "{}glu.limit is {}, expected > 0", prefix,
+                       ops.glu.limit);
+    }
+}
+void check_spec_operands(const GemmMnSpec &, const GemmOperands &, const char *) {}
+
 void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                const char *prefix, const char *what) {
     validate_shape(spec, prefix);
-    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix, spec.gather_a,
-                   spec.k_split > 0, &spec.swiglu);
+    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix);
+    check_spec_operands(spec, ops, prefix);
     const int cc = ctx.compute_capability();
     validate_tile_config(spec.tile, problem_of(spec, ops.rows, ops.num_experts), cc);
     const std::int64_t m_bound = m_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m);
@@ -182,7 +189,7 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
     validate_shape(spec, prefix);
     // Accumulating into C with no rows adds nothing; otherwise C = 0 must still be written.
     const bool nothing = ops.rows == 0 && spec.accumulate;
-    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, !nothing, prefix, false);
+    check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, !nothing, prefix);
     const int cc = ctx.compute_capability();
     validate_tile_config(spec.tile, problem_of(spec, ops.rows, ops.num_experts), cc);
     const std::int64_t tiles = mn_tile_count(ops.num_experts, spec.m, spec.tile.block_m, spec.n,
@@ -209,8 +216,8 @@ void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const
     if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !ctx.tuning())
         return launch_spec(ctx, spec, ops, prefix, what);
     validate_shape(spec, prefix);
-    const GemmProblem problem = problem_of(spec, 0, 1);
-    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix, problem.gather_a, problem.k_split > 0);
+    check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix);
+    check_spec_operands(spec, ops, prefix);
     Spec tuned = spec;
     tuned.tile = tuned_tile(ctx, problem_of(spec, ops.rows, ops.num_experts), ops.rows, ops.stream, spec.tile,
                             !spec.accumulate, [&](const GemmTileConfig &t) {
