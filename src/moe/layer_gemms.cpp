@@ -82,16 +82,21 @@ std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &d, std::int64_
                     mn_split_workspace_bytes(mn_split(rows, fc1_n, H), d.num_experts, fc1_n, H));
 }
 
-void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c, const void *a2, const void *b2) {
+GemmOperands LayerGemms::operands(const void *a, const void *b, void *c) const {
     GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
-    ops.row_token = row_token_;
+    ops.row_token = row_token_;  // read only by gathering specs
+    return ops;
+}
+
+void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c, const void *a2, const void *b2) {
+    GemmOperands ops = operands(a, b, c);
     ops.a2 = a2;
     ops.b2 = b2;
     launch_group_gemm_nk(ctx_, spec, ops);
 }
 
 void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *c) {
-    GemmOperands ops{a, b, c, offsets_, rows_, desc_.num_experts, stream_};
+    GemmOperands ops = operands(a, b, c);
     ops.workspace = split_workspace_;
     ops.workspace_bytes = split_workspace_bytes_;
     launch_group_gemm_mn(ctx_, spec, ops);
@@ -99,8 +104,7 @@ void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *
 
 void LayerGemms::fc1_swiglu(const void *xs, const void *w_gate, const void *w_up, void *gate, void *up, void *aw,
                             const float *w_s) {
-    GemmOperands ops{xs, w_gate, gate, offsets_, rows_, desc_.num_experts, stream_};
-    ops.row_token = row_token_;
+    GemmOperands ops = operands(xs, w_gate, gate);
     ops.b2 = w_up;
     ops.glu.up = up;
     ops.glu.aw = aw;

@@ -65,6 +65,7 @@ public:
     void fc1_wgrad_merged(const void *dgu, const void *xs, void *dw); // → [E,2I,H]
 
 private:
+    GemmOperands operands(const void *a, const void *b, void *c) const;  // the layer's rows, offsets, stream
     void nk(const GemmNkSpec &spec, const void *a, const void *b, void *c, const void *a2 = nullptr,
             const void *b2 = nullptr);
     void mn(const GemmMnSpec &spec, const void *a, const void *b, void *c);
