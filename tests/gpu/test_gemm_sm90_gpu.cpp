@@ -54,17 +54,20 @@ struct Case {
     std::int64_t k_split = 0;  // > 0: A and B handed over as two operand pairs split at this k
 };
 
-// The heuristic's wgmma spec, with the case's BLOCK_N (and then the deepest ring that fits)
-// and stages when it sets them.
+// BLOCK_N = block_n with the deepest ring that fits.
+void set_block_n(GemmNkSpec &spec, int block_n, int experts) {
+    const int cc = internal_ctx().compute_capability();
+    spec.tile.block_n = block_n;
+    for (spec.tile.stages = 6; spec.tile.stages > 2; --spec.tile.stages)
+        if (gemm_smem_bytes(spec.tile, GemmKind::same_nk, experts) <= smem_limits(cc).per_block) break;
+}
+
+// The heuristic's wgmma spec, with the case's BLOCK_N and stages when it sets them.
 GemmNkSpec wgmma_spec(const Case &tc, int experts) {
     const int cc = internal_ctx().compute_capability();
     GemmNkSpec spec = make_nk_spec(tc.dtype, tc.c_dtype, tc.n, tc.k, tc.b_transposed, tc.accumulate, 0, experts, cc);
     BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma, "the heuristic picks wgmma on sm_90a");
-    if (tc.block_n) {
-        spec.tile.block_n = tc.block_n;
-        for (spec.tile.stages = 6; spec.tile.stages > 2; --spec.tile.stages)
-            if (gemm_smem_bytes(spec.tile, GemmKind::same_nk, experts) <= smem_limits(cc).per_block) break;
-    }
+    if (tc.block_n) set_block_n(spec, tc.block_n, experts);
     if (tc.stages) spec.tile.stages = tc.stages;
     return spec;
 }
@@ -228,10 +231,8 @@ void run_glu(const GluCase &tc) {
     spec = with_chosen_tile(spec, 0, E, cc);
     BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma, to_string(spec.tile));
     if (tc.block_n) {
-        spec.tile.block_n = tc.block_n;
-        spec.tile.tma_store = tc.block_n >= 128;
-        for (spec.tile.stages = 6; spec.tile.stages > 2; --spec.tile.stages)
-            if (gemm_smem_bytes(spec.tile, GemmKind::same_nk, E) <= smem_limits(cc).per_block) break;
+        spec.tile.tma_store = tc.block_n >= 128;  // the epilogue's TMA stores need whole 64-column chunks
+        set_block_n(spec, tc.block_n, E);
     }
     if (tc.registers) spec.tile.tma_store = false;
     BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
