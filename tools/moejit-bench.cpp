@@ -46,7 +46,7 @@ constexpr const char *kPeers = "peers: none without PyTorch; use python -m moeji
                                "torch._grouped_mm and the eager loop";
 
 const char *kHelp = R"(usage: moejit-bench [--shapes a,b,...] [--routing topk|expert0] [--layout split|merged]
-                    [--warmup N] [--reps N] [--json PATH] [--help]
+                    [--warmup N] [--reps N] [--tokens T] [--json PATH] [--help]
 
 Times the moejit MoE layer (bf16, SwiGLU, int32 expert ids, fp32 routing weights) forward and
 forward+backward through the C ABI: median of --reps runs between CUDA events after --warmup
@@ -59,6 +59,8 @@ grouped GEMM on one expert (8192 x 8192 x 8192, bf16), measured in the same run.
   --layout L        split (W_gate, W_up; default) or merged (W_gate_up)
   --warmup N        untimed runs first (default 5)
   --reps N          timed runs, median reported (default 20)
+  --tokens T        run every selected shape with T tokens (e.g. 512: the host time per call
+                    of a small micro-batch; printed as "host ... us per f+b call")
   --json PATH       also write the results as JSON
 
 Shapes (T E H I k):
@@ -68,6 +70,7 @@ struct Options {
     std::vector<Shape> shapes;
     std::string routing = "topk", layout = "split", json;
     int warmup = 5, reps = 20;
+    int tokens = -1;  // > -1: every shape's T
 };
 
 struct UsageError : std::runtime_error { using std::runtime_error::runtime_error; };
@@ -233,8 +236,10 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Median milliseconds of `reps` runs of fn between events on `stream`, after `warmup` runs.
-template <class F> double time_ms(void *stream, int warmup, int reps, F &&fn) {
+// Median milliseconds of `reps` runs of fn between events on `stream`, after `warmup` runs;
+// `host_us`, when given, receives the median host time of one fn() call (the C calls alone:
+// argument checks and launches, the kernels only queued).
+template <class F> double time_ms(void *stream, int warmup, int reps, F &&fn, double *host_us = nullptr) {
     for (int i = 0; i < warmup; ++i) fn();
     CU(cu.stream_synchronize(stream));
     std::vector<Event> start, stop;
@@ -245,12 +250,16 @@ template <class F> double time_ms(void *stream, int warmup, int reps, F &&fn) {
         CU(cu.event_create(&b, 0));
         stop.emplace_back(b);
     }
+    std::vector<double> host;
     for (int i = 0; i < reps; ++i) {
         CU(cu.event_record(start[i].get(), stream));
+        const auto t0 = std::chrono::steady_clock::now();
         fn();
+        host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
         CU(cu.event_record(stop[i].get(), stream));
     }
     CU(cu.event_synchronize(stop.back().get()));
+    if (host_us) *host_us = median(host);
     std::vector<double> ms;
     for (int i = 0; i < reps; ++i) {
         float elapsed = 0;
@@ -285,7 +294,7 @@ double dense_tflops(moejit_context_t ctx, void *stream, RandomFill &fill, const 
 
 struct Row {
     Shape shape{};
-    double plan_ms = NAN, fwd_ms = NAN, fb_ms = NAN;
+    double plan_ms = NAN, fwd_ms = NAN, fb_ms = NAN, fb_host_us = NAN;
     uint64_t compiles = 0;
     std::string error;
     double flops_fwd() const { return 6.0 * shape.T * shape.k * shape.H * shape.I; }
@@ -408,18 +417,21 @@ Row run_shape(const moejit::api::Context &ctx, void *stream, const Shape &s, con
         bwd.stream = stream;
 
         row.fwd_ms = time_ms(stream, o.warmup, o.reps, [&] { plan.forward(fwd); });
-        row.fb_ms = time_ms(stream, o.warmup, o.reps, [&] {
-            plan.forward(fwd);
-            plan.backward(bwd);
-        });
+        row.fb_ms = time_ms(
+            stream, o.warmup, o.reps,
+            [&] {
+                plan.forward(fwd);
+                plan.backward(bwd);
+            },
+            &row.fb_host_us);
         row.error = check_finite(out, TH, "out");
         if (row.error.empty()) row.error = check_finite(dx, TH, "dx");
     } catch (const std::runtime_error &e) { // Error or moejit::api::Exception: report and go on,
         row.error = e.what();                // one failing shape must not hide the rest
     }
     if (std::isfinite(row.fb_ms))
-        fmt::print(stderr, "[{}] fwd {:.3f} ms ({:.1f} TFLOP/s), f+b {:.3f} ms ({:.1f} TFLOP/s)\n",
-                   s.name, row.fwd_ms, row.fwd_tflops(), row.fb_ms, row.fb_tflops());
+        fmt::print(stderr, "[{}] fwd {:.3f} ms ({:.1f} TFLOP/s), f+b {:.3f} ms ({:.1f} TFLOP/s), host {:.1f} us per f+b call\n",
+                   s.name, row.fwd_ms, row.fwd_tflops(), row.fb_ms, row.fb_tflops(), row.fb_host_us);
     if (!row.error.empty()) fmt::print(stderr, "[{}] {}\n", s.name, row.error);
     return row;
 }
@@ -471,6 +483,7 @@ Options parse_args(int argc, char **argv) {
         else if (arg == "--layout" && (value == "split" || value == "merged")) o.layout = value;
         else if (arg == "--warmup") o.warmup = parse_int(arg, value, 0);
         else if (arg == "--reps") o.reps = parse_int(arg, value, 1);
+        else if (arg == "--tokens") o.tokens = parse_int(arg, value, 0);
         else if (arg == "--json" && !value.empty()) o.json = value;
         else if (arg == "--shapes" || arg == "--routing" || arg == "--layout" || arg == "--json")
             throw UsageError(fmt::format("{}: invalid value '{}'", arg, value));
@@ -499,6 +512,8 @@ Options parse_args(int argc, char **argv) {
         if (words.empty() || std::any_of(words.begin(), words.end(),
                                          [&](const std::string &w) { return selects(w, s); }))
             o.shapes.push_back(s);
+    if (o.tokens >= 0)
+        for (Shape &s : o.shapes) s.T = o.tokens;
     return o;
 }
 
@@ -542,8 +557,9 @@ int run(const Options &o) {
     int rc = std::isfinite(dense) ? 0 : 1;
     std::string table = fmt::format("{}\ndense 8192^3 GEMM ceiling (moejit_group_gemm_same_nk, 1 expert): {} TFLOP/s\n",
                                     header, num(dense, "{:.0f}"));
-    const std::string cols = fmt::format("{:<18} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  note", "shape",
-                                         "routing", "plan ms", "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "of dense");
+    const std::string cols = fmt::format("{:<18} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  note", "shape",
+                                         "routing", "plan ms", "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "of dense",
+                                         "host us");
     table += cols + "\n" + std::string(cols.size(), '-') + "\n";
     std::string json = fmt::format(
         "{{\n  \"device\": {}, \"moejit\": {}, \"dtype\": \"bf16\", \"layout\": {}, \"routing\": {},\n"
@@ -554,18 +570,18 @@ int run(const Options &o) {
         const Row &r = rows[i];
         const double of_dense = r.fb_tflops() / dense;
         if (!r.error.empty()) rc = 1;
-        table += fmt::format("{:<18} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n", r.shape.name, o.routing,
+        table += fmt::format("{:<18} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n", r.shape.name, o.routing,
                              num(r.plan_ms, "{:.1f}"), num(r.fwd_ms, "{:.3f}"), num(r.fwd_tflops(), "{:.1f}"),
                              num(r.fb_ms, "{:.3f}"), num(r.fb_tflops(), "{:.1f}"),
-                             num(100 * of_dense, "{:.1f}%"), r.error);
+                             num(100 * of_dense, "{:.1f}%"), num(r.fb_host_us, "{:.1f}"), r.error);
         json += fmt::format(
             "{}\n    {{\"shape\": {}, \"T\": {}, \"E\": {}, \"H\": {}, \"I\": {}, \"k\": {}, \"routing\": {}, "
             "\"plan_ms\": {}, \"jit_compiles\": {}, \"fwd_ms\": {}, \"fwd_tflops\": {}, \"fwd_bwd_ms\": {}, "
-            "\"fwd_bwd_tflops\": {}, \"bwd_tflops\": {}, \"fwd_bwd_of_dense\": {}, \"error\": {}}}",
+            "\"fwd_bwd_tflops\": {}, \"bwd_tflops\": {}, \"fwd_bwd_of_dense\": {}, \"fwd_bwd_host_us\": {}, \"error\": {}}}",
             i ? "," : "", json_string(r.shape.name), r.shape.T, r.shape.E, r.shape.H, r.shape.I, r.shape.k,
             json_string(o.routing), json_num(r.plan_ms), r.compiles, json_num(r.fwd_ms),
             json_num(r.fwd_tflops()), json_num(r.fb_ms), json_num(r.fb_tflops()), json_num(r.bwd_tflops()),
-            json_num(of_dense), r.error.empty() ? "null" : json_string(r.error));
+            json_num(of_dense), json_num(r.fb_host_us), r.error.empty() ? "null" : json_string(r.error));
     }
     json += "\n  ]\n}\n";
     if (!o.json.empty()) {

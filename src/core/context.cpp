@@ -1,7 +1,13 @@
 #include "core/context.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "core/env.hpp"
 #include "dispatch/tuning.hpp"
@@ -53,6 +59,8 @@ Context::Context(const moejit_context_options_t &options)
         MOEJIT_CU(cuDeviceGetAttribute(&cc_major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_));
         MOEJIT_CU(cuDeviceGetAttribute(&cc_minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_));
         MOEJIT_CU(cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_));
+        MOEJIT_CU(cuDeviceGetAttribute(&max_shared_per_block_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                       device_));
         if (cc_major_ < 8)
             fail(MOEJIT_ERROR_UNSUPPORTED, "device {} has compute capability {}.{}; moejit needs 8.0 or newer",
                  device_ordinal_, cc_major_, cc_minor_);
@@ -85,6 +93,7 @@ Context::Context(const moejit_context_options_t &options)
     jit.jit_enabled = jit_enabled_from(options.jit_mode);
     jit.load_modules = !compile_only_;
     jit.cache_dir = versioned_cache_dir(cache_root(options.cache_dir));
+    jit.max_shared_per_block = max_shared_per_block_;
     jit.log = log_;
     try {
         jit_ = std::make_unique<JitEngine>(std::move(jit));
@@ -116,15 +125,66 @@ Kernel &Context::kernel(const KernelSource &source) {
     return jit_->get(source);
 }
 
-void Context::launch_raw(Kernel &kernel, const LaunchShape &s, void *stream, void **args) {
+namespace {
+
+// Cores this process may run on (its affinity mask, e.g. a container's share), at least 1.
+unsigned usable_cores() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+std::vector<Kernel *> Context::kernels(const std::vector<KernelSource> &sources) {
+    const std::size_t n = sources.size();
+    std::vector<Kernel *> out(n, nullptr);
+    std::vector<std::exception_ptr> errors(n);
+    std::vector<std::vector<LogBuffer::Message>> messages(n);
+    std::atomic<std::size_t> next{0};
+    // Each worker takes the next source; a source already resolved costs one lookup.
+    auto work = [&] {
+        try {
+            make_current();
+        } catch (...) {
+            return;  // another worker, or the calling thread, does the rest
+        }
+        for (std::size_t i; (i = next.fetch_add(1)) < n;) {
+            LogBuffer buffer;
+            try {
+                out[i] = &jit_->get(sources[i]);
+            } catch (...) {
+                errors[i] = std::current_exception();
+            }
+            messages[i] = buffer.take();
+        }
+    };
+    const std::size_t workers = std::min<std::size_t>(n, usable_cores());
+    std::vector<std::thread> threads;
+    for (std::size_t w = 1; w < workers; ++w) {
+        try {
+            threads.emplace_back(work);
+        } catch (const std::system_error &) {
+            break;  // fewer threads; the calling thread works too
+        }
+    }
+    work();
+    for (std::thread &t : threads) t.join();
+    for (auto &m : messages) LogBuffer::deliver(m);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (errors[i]) std::rethrow_exception(errors[i]);
+        if (!out[i]) out[i] = &kernel(sources[i]);  // only if a worker could not start
+    }
+    return out;
+}
+
+void Context::launch_raw(const Kernel &kernel, const LaunchShape &s, void *stream, void **args) {
     require_device("launching a kernel");
     if (s.grid_x == 0 || s.grid_y == 0 || s.grid_z == 0) return;  // nothing to do (e.g. T = 0)
     make_current();
-    if (static_cast<int>(s.shared_bytes) > kernel.dynamic_smem_limit) {
-        MOEJIT_CU(cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     static_cast<int>(s.shared_bytes)));
-        kernel.dynamic_smem_limit = static_cast<int>(s.shared_bytes);
-    }
+    if (static_cast<int>(s.shared_bytes) > kernel.max_dynamic_smem)
+        fail(MOEJIT_ERROR_UNSUPPORTED, "kernel {} needs {} bytes of dynamic shared memory; the device allows {}",
+             kernel.name, s.shared_bytes, kernel.max_dynamic_smem);
     CUresult r = driver().cuLaunchKernel(kernel.function, s.grid_x, s.grid_y, s.grid_z, s.block_x,
                                          s.block_y, s.block_z, s.shared_bytes,
                                          static_cast<CUstream>(stream), args, nullptr);

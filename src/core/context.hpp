@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/logger.hpp"
@@ -39,19 +40,24 @@ public:
 
     // Compiles / loads a specialization (makes this context's CUDA context current first).
     Kernel &kernel(const KernelSource &source);
+    // Every source's kernel, in order, resolving the missing ones concurrently on up to one
+    // thread per core this process may use (NVRTC compiles one source per thread). The log
+    // messages reach the callback on the calling thread, in source order; the first failure
+    // (in source order) is rethrown after every source was tried.
+    std::vector<Kernel *> kernels(const std::vector<KernelSource> &sources);
 
     // Launches on `stream` (a CUstream as void*); a grid with a zero dimension is a no-op, so
     // T = 0 needs no special case in callers. Raises the dynamic shared memory limit on first
     // use. Throws MOEJIT_ERROR_INVALID_ARGUMENT on a compile-only context.
     template <class... Args>
-    void launch(Kernel &kernel, const LaunchShape &shape, void *stream, const Args &...args) {
+    void launch(const Kernel &kernel, const LaunchShape &shape, void *stream, const Args &...args) {
         static_assert((std::is_trivially_copyable_v<Args> && ...),
                       "kernel arguments are copied bytewise");
         std::array<void *, sizeof...(Args) + 1> pointers{const_cast<void *>(
             static_cast<const void *>(&args))..., nullptr};
         launch_raw(kernel, shape, stream, pointers.data());
     }
-    void launch_raw(Kernel &kernel, const LaunchShape &shape, void *stream, void **args);
+    void launch_raw(const Kernel &kernel, const LaunchShape &shape, void *stream, void **args);
 
     // Makes the device's primary context current on the calling thread (no-op compile-only).
     void make_current();
@@ -66,6 +72,7 @@ private:
     CUdevice device_ = 0;
     CUcontext cu_context_ = nullptr;
     int sm_count_ = 0;
+    int max_shared_per_block_ = 0;  // opt-in, per block; 0 when compile-only
     int cc_major_ = 0, cc_minor_ = 0;
     std::unique_ptr<JitEngine> jit_;
 };

@@ -121,9 +121,9 @@ bool wgmma_supports(const GemmProblem &, int cc) { return cc == 90; }
 namespace {
 
 void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
-    const std::string name = to_string(c);
+    // The name is built only on failure: a valid config is checked on every launch.
     auto unsupported = [&](std::string_view why) {
-        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", name, why);
+        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", to_string(c), why);
     };
     if (cc != 90) unsupported(fmt::format("the wgmma engine needs sm_90a, the target is sm_{}", cc));
     if (c.block_m != 128) unsupported("block_m must be 128 for the wgmma engine");
@@ -162,9 +162,9 @@ void require_engine_features(const GemmTileConfig &c, const GemmProblem &p) {
 void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
     require_engine_features(c, p);
     if (c.engine == GemmEngine::wgmma) return validate_wgmma_config(c, p, cc);
-    const std::string name = to_string(c);
+    // The name is built only on failure: a valid config is checked on every launch.
     auto unsupported = [&](std::string_view why) {
-        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", name, why);
+        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", to_string(c), why);
     };
     if (cc < 80)
         fail(MOEJIT_ERROR_UNSUPPORTED,

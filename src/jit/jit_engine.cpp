@@ -19,8 +19,8 @@ JitEngine::JitEngine(JitOptions options)
 
 JitEngine::~JitEngine() {
     if (!options_.load_modules) return;
-    for (auto &[source, entry] : loaded_)
-        if (entry->module) driver().cuModuleUnload(entry->module);  // best effort at teardown
+    for (auto &[source, slot] : slots_)
+        if (slot->module) driver().cuModuleUnload(slot->module);  // best effort at teardown
 }
 
 const std::string &JitEngine::cache_dir() const {
@@ -50,30 +50,57 @@ Digest JitEngine::key(const KernelSource &source) const {
 }
 
 CacheCounters JitEngine::counters() const {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(counters_mutex_);
     return counters_;
 }
 
+template <class F> void JitEngine::count(F &&update) {
+    std::lock_guard lock(counters_mutex_);
+    update(counters_);
+}
+
+JitEngine::Slot &JitEngine::slot_for(const std::string &source) {
+    std::lock_guard lock(slots_mutex_);
+    std::unique_ptr<Slot> &slot = slots_[source];
+    if (!slot) slot = std::make_unique<Slot>();
+    return *slot;
+}
+
 Kernel &JitEngine::get(const KernelSource &source) {
-    // One lock for the whole lookup: two threads asking for the same kernel compile it once.
-    // Different kernels compile serially within one context; the warmup tool parallelises
-    // across contexts (one per worker) that share the disk cache.
-    std::lock_guard lock(mutex_);
-    if (auto it = loaded_.find(source.source); it != loaded_.end()) {
-        ++counters_.memory_hits;
-        return it->second->kernel;
+    Slot &slot = slot_for(source.source);
+    if (slot.ready.load(std::memory_order_acquire)) {
+        count([](CacheCounters &c) { ++c.memory_hits; });
+        return slot.kernel;
     }
+    // Messages of the resolution reach the callback when `messages` goes out of scope, after
+    // the once-flag is released (also when it throws).
+    LogBuffer messages;
+    bool resolved_here = false;
+    std::call_once(slot.once, [&] {
+        resolve(source, slot);
+        resolved_here = true;
+    });
+    if (!resolved_here) count([](CacheCounters &c) { ++c.memory_hits; });  // another thread resolved it
+    return slot.kernel;
+}
+
+void JitEngine::resolve(const KernelSource &source, Slot &slot) {
     Digest k = key(source);
     std::vector<char> cubin;
     auto load_start = std::chrono::steady_clock::now();
     DiskCache::Lookup lookup = disk_->load(source.name, k, cubin);
     if (lookup == DiskCache::Lookup::hit) {
-        ++counters_.disk_hits;
-        counters_.disk_load_seconds +=
+        const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+        count([&](CacheCounters &c) {
+            ++c.disk_hits;
+            c.disk_load_seconds += seconds;
+        });
     } else {
-        ++counters_.misses;
-        if (lookup == DiskCache::Lookup::rejected) ++counters_.disk_rejects;
+        count([&](CacheCounters &c) {
+            ++c.misses;
+            if (lookup == DiskCache::Lookup::rejected) ++c.disk_rejects;
+        });
         if (!options_.jit_enabled)
             fail(MOEJIT_ERROR_JIT_DISABLED,
                  "kernel {} ({}) for {} is not in the cache{} and JIT compilation is off "
@@ -84,11 +111,13 @@ Kernel &JitEngine::get(const KernelSource &source) {
         try {
             compiled = nvrtc_compile(source, options_.arch, options_sorted_);
         } catch (const Error &) {
-            ++counters_.compile_failures;
+            count([](CacheCounters &c) { ++c.compile_failures; });
             throw;
         }
-        ++counters_.compiles;
-        counters_.compile_seconds += compiled.seconds;
+        count([&](CacheCounters &c) {
+            ++c.compiles;
+            c.compile_seconds += compiled.seconds;
+        });
         if (!compiled.log.empty())
             options_.log(MOEJIT_LOG_DEBUG, fmt::format("moejit: NVRTC log for {}:\n{}", source.name, compiled.log));
         options_.log(MOEJIT_LOG_INFO, fmt::format("moejit: compiled {} for {} in {:.3f} s",
@@ -96,20 +125,31 @@ Kernel &JitEngine::get(const KernelSource &source) {
         disk_->store(source.name, k, compiled.cubin);
         cubin = std::move(compiled.cubin);
     }
-    auto entry = std::make_unique<Entry>();
-    entry->kernel.name = source.name;
+    slot.kernel.name = source.name;
     if (options_.load_modules) {
-        MOEJIT_CU(cuModuleLoadData(&entry->module, cubin.data()));
-        CUresult r = driver().cuModuleGetFunction(&entry->kernel.function, entry->module,
-                                                  source.entry.c_str());
+        MOEJIT_CU(cuModuleLoadData(&slot.module, cubin.data()));
+        CUresult r = driver().cuModuleGetFunction(&slot.kernel.function, slot.module, source.entry.c_str());
+        if (r == CUDA_SUCCESS && options_.max_shared_per_block > 0) {
+            // Let launches use every byte the device offers beyond the kernel's static shared
+            // memory, set now so that a launch never writes to the kernel (launches run on any
+            // thread without a lock). The limit does not change occupancy or the carveout.
+            int static_smem = 0;
+            r = driver().cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, slot.kernel.function);
+            const int dynamic = options_.max_shared_per_block - static_smem;
+            if (r == CUDA_SUCCESS && dynamic > slot.kernel.max_dynamic_smem) {
+                r = driver().cuFuncSetAttribute(slot.kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                dynamic);
+                if (r == CUDA_SUCCESS) slot.kernel.max_dynamic_smem = dynamic;
+            }
+        }
         if (r != CUDA_SUCCESS) {
-            driver().cuModuleUnload(entry->module);
-            check_cuda(r, "cuModuleGetFunction");
+            driver().cuModuleUnload(slot.module);
+            slot.module = nullptr;
+            slot.kernel.function = nullptr;
+            check_cuda(r, "loading a kernel (cuModuleGetFunction / cuFuncGetAttribute / cuFuncSetAttribute)");
         }
     }
-    Kernel &kernel = entry->kernel;
-    loaded_.emplace(source.source, std::move(entry));
-    return kernel;
+    slot.ready.store(true, std::memory_order_release);
 }
 
 }  // namespace moejit

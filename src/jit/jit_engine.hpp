@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,10 +25,12 @@ struct CacheCounters {
     double compile_seconds = 0, disk_load_seconds = 0;
 };
 
+// A loaded kernel; immutable once returned, so launches read it from any thread.
 struct Kernel {
     CUfunction function = nullptr;  // null in compile-only engines
     std::string name;
-    int dynamic_smem_limit = 48 * 1024;  // raised with cuFuncSetAttribute on demand
+    // Dynamic shared memory a launch may ask for: set once when the module is loaded.
+    int max_dynamic_smem = 48 * 1024;
 };
 
 struct JitOptions {
@@ -35,6 +38,9 @@ struct JitOptions {
     bool jit_enabled = true;
     bool load_modules = true;  // false: compile-only (no driver calls at all)
     std::string cache_dir;   // versioned folder; "" = memory only
+    // The device's opt-in shared memory per block: every loaded kernel may use all of it
+    // beyond its static shared memory (0: leave the driver's 48 KiB default).
+    int max_shared_per_block = 0;
     Logger log;
 };
 
@@ -47,7 +53,9 @@ public:
 
     // Memory hit, else disk hit, else NVRTC compile (+ disk publish); loads the module unless
     // compile-only. The reference stays valid for the engine's lifetime. Must be called with
-    // the owning CUDA context current when loading.
+    // the owning CUDA context current when loading. Thread-safe: a key is resolved once while
+    // other keys resolve concurrently; no lock is held across NVRTC, file I/O, the driver or
+    // the log callback (messages are delivered after the key's resolution, LogBuffer).
     Kernel &get(const KernelSource &source);
 
     // The canonical cache key (sha256 of the length-prefixed record of DESIGN.md §4).
@@ -60,17 +68,27 @@ public:
     const std::string &cache_dir() const;
 
 private:
-    JitOptions options_;
-    std::vector<std::string> options_sorted_;
-    std::unique_ptr<DiskCache> disk_;
-    mutable std::mutex mutex_;
-    CacheCounters counters_;
-    struct Entry {
+    // One per source: resolved once (std::call_once retries after a failure), then read-only.
+    struct Slot {
+        std::once_flag once;
+        std::atomic<bool> ready{false};
         CUmodule module = nullptr;
         Kernel kernel;
     };
-    // Keyed by the full source text (in memory only; std::hash is fine here).
-    std::unordered_map<std::string, std::unique_ptr<Entry>> loaded_;
+    Slot &slot_for(const std::string &source);
+    void resolve(const KernelSource &source, Slot &slot);
+    template <class F> void count(F &&update);
+
+    JitOptions options_;
+    std::vector<std::string> options_sorted_;
+    std::unique_ptr<DiskCache> disk_;
+    // Guards slots_ only (lookups and insertions), never held across other work.
+    mutable std::mutex slots_mutex_;
+    // Keyed by the full source text (in memory only; std::hash is fine here). Slots never
+    // move or disappear before the engine does, so references to their kernels stay valid.
+    std::unordered_map<std::string, std::unique_ptr<Slot>> slots_;
+    mutable std::mutex counters_mutex_;
+    CacheCounters counters_;
 };
 
 }  // namespace moejit

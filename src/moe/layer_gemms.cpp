@@ -59,21 +59,34 @@ std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, int cc
     return layer_gemm_sources(d, layer_specs(d, cc));
 }
 
-std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, const LayerSpecs &s) {
-    std::vector<KernelSource> out = {render_group_gemm_nk(s.fc1), render_group_gemm_nk(s.fc2),
-                                     render_group_gemm_nk(s.fc2_dgrad), render_group_gemm_nk(s.fc1_dgrad)};
-    for (const GemmMnSpec *mn : {&s.fc2_wgrad, &s.fc1_wgrad})
-        for (KernelSource &k : group_gemm_mn_kernels(*mn)) out.push_back(std::move(k));
+std::vector<LayerGemmRole> layer_gemm_roles(const moejit_plan_desc_t &d, const LayerSpecs &s) {
+    std::vector<LayerGemmRole> roles = {
+        {&LayerKernels::fc1, group_gemm_kernels(s.fc1)},
+        {&LayerKernels::fc2, group_gemm_kernels(s.fc2)},
+        {&LayerKernels::fc2_dgrad, group_gemm_kernels(s.fc2_dgrad)},
+        {&LayerKernels::fc1_dgrad, group_gemm_kernels(s.fc1_dgrad)},
+        {&LayerKernels::fc2_wgrad, group_gemm_kernels(s.fc2_wgrad)},
+        {&LayerKernels::fc1_wgrad, group_gemm_kernels(s.fc1_wgrad)},
+    };
     if (d.fc1_layout == MOEJIT_FC1_SPLIT && s.fc1_dgrad.k_split == 0)
-        out.push_back(render_group_gemm_nk(s.fc1_dgrad_acc));
+        roles.push_back({&LayerKernels::fc1_dgrad_acc, group_gemm_kernels(s.fc1_dgrad_acc)});
+    return roles;
+}
+
+std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, const LayerSpecs &s) {
+    std::vector<KernelSource> out;
+    for (LayerGemmRole &role : layer_gemm_roles(d, s))
+        for (KernelSource &k : role.sources) out.push_back(std::move(k));
     return out;
 }
 
 LayerGemms::LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs,
-                       std::int64_t rows, const std::int32_t *offsets, const std::int32_t *row_token, void *stream,
-                       void *split_workspace, std::size_t split_workspace_bytes)
-    : ctx_(ctx), desc_(desc), specs_(specs), rows_(rows), offsets_(offsets), row_token_(row_token), stream_(stream),
-      split_workspace_(split_workspace), split_workspace_bytes_(split_workspace_bytes) {}
+                       const LayerKernels *kernels, std::int64_t rows, const std::int32_t *offsets,
+                       const std::int32_t *row_token, void *stream, void *split_workspace,
+                       std::size_t split_workspace_bytes)
+    : ctx_(ctx), desc_(desc), specs_(specs), kernels_(kernels), rows_(rows), offsets_(offsets),
+      row_token_(row_token), stream_(stream), split_workspace_(split_workspace),
+      split_workspace_bytes_(split_workspace_bytes) {}
 
 std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &d, std::int64_t rows) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size;
@@ -88,18 +101,19 @@ GemmOperands LayerGemms::operands(const void *a, const void *b, void *c) const {
     return ops;
 }
 
-void LayerGemms::nk(const GemmNkSpec &spec, const void *a, const void *b, void *c, const void *a2, const void *b2) {
+void LayerGemms::nk(const GemmNkSpec &spec, GemmKernels LayerKernels::*role, const void *a, const void *b, void *c,
+                    const void *a2, const void *b2) {
     GemmOperands ops = operands(a, b, c);
     ops.a2 = a2;
     ops.b2 = b2;
-    launch_group_gemm_nk(ctx_, spec, ops);
+    launch_group_gemm_nk(ctx_, spec, ops, bound(role));
 }
 
-void LayerGemms::mn(const GemmMnSpec &spec, const void *a, const void *b, void *c) {
+void LayerGemms::mn(const GemmMnSpec &spec, GemmKernels LayerKernels::*role, const void *a, const void *b, void *c) {
     GemmOperands ops = operands(a, b, c);
     ops.workspace = split_workspace_;
     ops.workspace_bytes = split_workspace_bytes_;
-    launch_group_gemm_mn(ctx_, spec, ops);
+    launch_group_gemm_mn(ctx_, spec, ops, bound(role));
 }
 
 void LayerGemms::fc1_swiglu(const void *xs, const void *w_gate, const void *w_up, void *gate, void *up, void *aw,
@@ -110,38 +124,38 @@ void LayerGemms::fc1_swiglu(const void *xs, const void *w_gate, const void *w_up
     ops.glu.aw = aw;
     ops.glu.w_s = w_s;
     ops.glu.limit = desc_.swiglu_limit;
-    launch_group_gemm_nk(ctx_, specs_.fc1, ops);
+    launch_group_gemm_nk(ctx_, specs_.fc1, ops, bound(&LayerKernels::fc1));
 }
 
 void LayerGemms::fc1_split(const void *xs, const void *w, void *out) {
-    nk(specs_.fc1, xs, w, out);
+    nk(specs_.fc1, &LayerKernels::fc1, xs, w, out);
 }
 void LayerGemms::fc1_merged(const void *xs, const void *w, void *gu) {
-    nk(specs_.fc1, xs, w, gu);
+    nk(specs_.fc1, &LayerKernels::fc1, xs, w, gu);
 }
 void LayerGemms::fc2(const void *aw, const void *w_down, void *y) {
-    nk(specs_.fc2, aw, w_down, y);
+    nk(specs_.fc2, &LayerKernels::fc2, aw, w_down, y);
 }
 void LayerGemms::fc2_dgrad(const void *dy, const void *w_down, void *daw) {
-    nk(specs_.fc2_dgrad, dy, w_down, daw);
+    nk(specs_.fc2_dgrad, &LayerKernels::fc2_dgrad, dy, w_down, daw);
 }
 void LayerGemms::fc2_wgrad(const void *dy, const void *aw, void *dw_down) {
-    mn(specs_.fc2_wgrad, dy, aw, dw_down);
+    mn(specs_.fc2_wgrad, &LayerKernels::fc2_wgrad, dy, aw, dw_down);
 }
 void LayerGemms::fc1_dgrad_split(const void *dg, const void *w_gate, const void *du, const void *w_up,
                                  void *dxs) {
-    if (specs_.fc1_dgrad.k_split > 0) return nk(specs_.fc1_dgrad, dg, w_gate, dxs, du, w_up);
-    nk(specs_.fc1_dgrad, dg, w_gate, dxs);
-    nk(specs_.fc1_dgrad_acc, du, w_up, dxs);
+    if (specs_.fc1_dgrad.k_split > 0) return nk(specs_.fc1_dgrad, &LayerKernels::fc1_dgrad, dg, w_gate, dxs, du, w_up);
+    nk(specs_.fc1_dgrad, &LayerKernels::fc1_dgrad, dg, w_gate, dxs);
+    nk(specs_.fc1_dgrad_acc, &LayerKernels::fc1_dgrad_acc, du, w_up, dxs);
 }
 void LayerGemms::fc1_dgrad_merged(const void *dgu, const void *w_gate_up, void *dxs) {
-    nk(specs_.fc1_dgrad, dgu, w_gate_up, dxs);
+    nk(specs_.fc1_dgrad, &LayerKernels::fc1_dgrad, dgu, w_gate_up, dxs);
 }
 void LayerGemms::fc1_wgrad_split(const void *d, const void *xs, void *dw) {
-    mn(specs_.fc1_wgrad, d, xs, dw);
+    mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, d, xs, dw);
 }
 void LayerGemms::fc1_wgrad_merged(const void *dgu, const void *xs, void *dw) {
-    mn(specs_.fc1_wgrad, dgu, xs, dw);
+    mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, dgu, xs, dw);
 }
 
 }  // namespace moejit

@@ -28,6 +28,19 @@ struct LayerSpecs {
 };
 LayerSpecs layer_specs(const moejit_plan_desc_t &desc, int compute_capability);
 
+// The kernels of a LayerSpecs, fetched once when a plan is created, so that the layer's
+// launches neither render nor look up (null: a GEMM the layout does not run).
+struct LayerKernels {
+    GemmKernels fc1, fc2, fc2_dgrad, fc1_dgrad, fc1_dgrad_acc, fc2_wgrad, fc1_wgrad;
+};
+// Each GEMM the layer runs, with the sources of its kernels (group_gemm_kernels order) and
+// where LayerKernels keeps them.
+struct LayerGemmRole {
+    GemmKernels LayerKernels::*kernels;
+    std::vector<KernelSource> sources;
+};
+std::vector<LayerGemmRole> layer_gemm_roles(const moejit_plan_desc_t &desc, const LayerSpecs &specs);
+
 // Every GEMM specialization a plan of `desc` launches (pure; for warmup); the second form for
 // specs already chosen (a plan's own, so the environment is read once).
 std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, int compute_capability);
@@ -43,8 +56,9 @@ public:
     // split_workspace: wgrad_split_workspace_bytes of scratch for the weight gradients.
     // row_token: [S], the token of each scattered row, for the gathering specs: fc1's xs is
     // then x itself (specs.gathered), else its scatter.
-    LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs, std::int64_t rows,
-               const std::int32_t *offsets, const std::int32_t *row_token, void *stream,
+    // kernels: the specs' kernels (LayerKernels), or null to look them up per launch.
+    LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs, const LayerKernels *kernels,
+               std::int64_t rows, const std::int32_t *offsets, const std::int32_t *row_token, void *stream,
                void *split_workspace = nullptr, std::size_t split_workspace_bytes = 0);
 
     // forward
@@ -66,13 +80,17 @@ public:
 
 private:
     GemmOperands operands(const void *a, const void *b, void *c) const;  // the layer's rows, offsets, stream
-    void nk(const GemmNkSpec &spec, const void *a, const void *b, void *c, const void *a2 = nullptr,
-            const void *b2 = nullptr);
-    void mn(const GemmMnSpec &spec, const void *a, const void *b, void *c);
+    const GemmKernels *bound(GemmKernels LayerKernels::*role) const {
+        return kernels_ && (kernels_->*role).main ? &(kernels_->*role) : nullptr;
+    }
+    void nk(const GemmNkSpec &spec, GemmKernels LayerKernels::*role, const void *a, const void *b, void *c,
+            const void *a2 = nullptr, const void *b2 = nullptr);
+    void mn(const GemmMnSpec &spec, GemmKernels LayerKernels::*role, const void *a, const void *b, void *c);
 
     Context &ctx_;
     const moejit_plan_desc_t &desc_;
     const LayerSpecs &specs_;
+    const LayerKernels *kernels_;
     std::int64_t rows_;
     const std::int32_t *offsets_;
     const std::int32_t *row_token_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include "core/dtype.hpp"
@@ -109,18 +110,48 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int c
     return plan_kernel_sources(d, layer_specs(d, compute_capability));
 }
 
-std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const LayerSpecs &gemms) {
-    std::vector<KernelSource> all;
-    RoutingSpec routing{d.index_dtype, d.num_experts};
-    for (KernelSource &s : routing_index_sources(routing)) all.push_back(std::move(s));
-    all.push_back(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}));
-    all.push_back(render_gather(GatherSpec{d.dtype, d.hidden_size, d.top_k, static_cast<moejit_dtype_t>(0)}));
-    all.push_back(render_scatter_weights(d.routing_dtype));
-    all.push_back(render_gather_weights(d.routing_dtype));
+namespace {
+
+// Every kernel of a plan with where PlanKernels keeps it (one source may serve two places).
+struct BoundSources {
+    std::vector<KernelSource> sources;
+    std::vector<std::function<void(PlanKernels &, Kernel *)>> bind;
+    void add(KernelSource source, std::function<void(PlanKernels &, Kernel *)> where) {
+        sources.push_back(std::move(source));
+        bind.push_back(std::move(where));
+    }
+};
+
+BoundSources plan_bound_sources(const moejit_plan_desc_t &d, const LayerSpecs &gemms) {
+    BoundSources b;
+    RoutingKernels routing = render_routing_index(RoutingSpec{d.index_dtype, d.num_experts});
+    b.add(std::move(routing.histogram), [](PlanKernels &p, Kernel *k) { p.routing.histogram = k; });
+    b.add(std::move(routing.row_scan), [](PlanKernels &p, Kernel *k) { p.routing.row_scan = k; });
+    b.add(std::move(routing.rank), [](PlanKernels &p, Kernel *k) { p.routing.rank = k; });
+    b.add(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}),
+          [](PlanKernels &p, Kernel *k) { p.scatter = k; });
+    b.add(render_gather(GatherSpec{d.dtype, d.hidden_size, d.top_k, static_cast<moejit_dtype_t>(0)}),
+          [](PlanKernels &p, Kernel *k) { p.gather = k; });
+    b.add(render_scatter_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.scatter_weights = k; });
+    b.add(render_gather_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.gather_weights = k; });
     SwigluSpec act = swiglu_spec_of(d);
-    if (!gemms.fused_swiglu) all.push_back(render_swiglu_forward(act));
-    all.push_back(render_swiglu_backward(act));
-    for (KernelSource &s : layer_gemm_sources(d, gemms)) all.push_back(std::move(s));
+    if (!gemms.fused_swiglu)
+        b.add(render_swiglu_forward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_forward = k; });
+    b.add(render_swiglu_backward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_backward = k; });
+    for (LayerGemmRole &role : layer_gemm_roles(d, gemms)) {
+        GemmKernels LayerKernels::*where = role.kernels;
+        for (std::size_t i = 0; i < role.sources.size(); ++i)
+            b.add(std::move(role.sources[i]), [where, i](PlanKernels &p, Kernel *k) {
+                (i == 0 ? (p.gemms.*where).main : (p.gemms.*where).reduce) = k;
+            });
+    }
+    return b;
+}
+
+}  // namespace
+
+std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const LayerSpecs &gemms) {
+    std::vector<KernelSource> all = plan_bound_sources(d, gemms).sources;
     // Remove duplicates (e.g. the same GEMM shape used twice), keeping the first.
     std::set<std::string> seen;
     std::vector<KernelSource> unique;
@@ -131,14 +162,19 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const
 
 Plan::Plan(Context &ctx, const moejit_plan_desc_t &desc)
     : ctx_(ctx), desc_(desc), gemm_specs_((validate_plan_desc(desc), layer_specs(desc, ctx.compute_capability()))) {
-    // Compile or load every kernel now, so forward/backward never compile on the hot path.
-    for (const KernelSource &s : plan_kernel_sources(desc_, gemm_specs_)) ctx_.kernel(s);
+    // Compile or load every kernel now, the missing ones in parallel, so forward and backward
+    // only launch. A source that serves two places (the same GEMM shape twice) resolves once.
+    BoundSources bound = plan_bound_sources(desc_, gemm_specs_);
+    std::vector<Kernel *> kernels = ctx_.kernels(bound.sources);
+    kernels_.routing.spec = RoutingSpec{desc.index_dtype, desc.num_experts};
+    for (std::size_t i = 0; i < kernels.size(); ++i) bound.bind[i](kernels_, kernels[i]);
 }
 
 const void *Plan::scatter_rows(const std::int32_t *scatter_index, std::int64_t num_tokens, const void *tokens,
                                void *out, void *stream) {
     scatter(ctx_, ScatterArgs{ScatterSpec{desc_.dtype, desc_.hidden_size, desc_.top_k}, tokens, scatter_index,
-                              num_tokens, out, stream});
+                              num_tokens, out, stream},
+            *kernels_.scatter);
     return out;
 }
 
@@ -170,14 +206,16 @@ void Plan::forward(const moejit_forward_args_t &a) {
 
     routing_index(ctx_, RoutingIndexArgs{d.index_dtype, a.selected_experts, a.num_tokens, d.top_k, d.num_experts,
                                          L.counts.in<std::int32_t>(a.workspace), offsets, scatter_index,
-                                         L.routing.in<char>(a.workspace), L.routing.bytes, a.stream});
+                                         L.routing.in<char>(a.workspace), L.routing.bytes, a.stream},
+                  kernels_.routing);
     if (!T0) return;  // offsets are zero; nothing else to do (out has no rows)
     scatter_weights(ctx_, WeightsScatterArgs{d.routing_dtype, a.routing_weights, scatter_index, a.num_tokens,
-                                             d.top_k, w_s, row_token, a.stream});
+                                             d.top_k, w_s, row_token, a.stream},
+                    *kernels_.scatter_weights);
     // fc1 reads x's rows by row_token (gathered) or from its scatter.
     const void *xs = gemm_specs_.gathered ? a.x : scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
 
-    LayerGemms gemms(ctx_, d, gemm_specs_, S, offsets, row_token, a.stream);
+    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, offsets, row_token, a.stream);
     void *g = gate_up;
     void *u = gate_up + S * I * el;
     if (gemm_specs_.fused_swiglu) {
@@ -195,11 +233,12 @@ void Plan::forward(const moejit_forward_args_t &a) {
         }
         SwigluForwardArgs act = swiglu_args<SwigluForwardArgs>(d, S, gate_up, w_s, a.stream);
         act.aw = aw;
-        swiglu_forward(ctx_, act);
+        swiglu_forward(ctx_, act, kernels_.swiglu_forward);
     }
     gemms.fc2(aw, a.w_down, y);
     gather(ctx_, GatherArgs{GatherSpec{d.dtype, H, d.top_k, static_cast<moejit_dtype_t>(0)}, y, scatter_index,
-                            nullptr, a.num_tokens, a.out, a.stream});
+                            nullptr, a.num_tokens, a.out, a.stream},
+           *kernels_.gather);
 }
 
 void Plan::backward(const moejit_backward_args_t &a) {
@@ -238,7 +277,8 @@ void Plan::backward(const moejit_backward_args_t &a) {
     // The launch bound is S, the scattered tensors' rows (DESIGN.md §3). The test hook passes
     // T instead — the historical bug — so the regression suite can prove it catches it.
     const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : S;
-    LayerGemms gemms(ctx_, d, gemm_specs_, bound, offsets, nullptr /* backward gathers nothing */, a.stream,
+    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, bound, offsets, nullptr /* backward gathers nothing */,
+                     a.stream,
                      L.wgrad_split.in<char>(a.workspace),
                      L.wgrad_split.bytes);
     // dout's and x's rows scattered for the GEMMs (T = 0: nothing to read).
@@ -256,10 +296,11 @@ void Plan::backward(const moejit_backward_args_t &a) {
     act.d_up = merged(d) ? nullptr : d_gate_up + S * I * el;
     act.d_gate_up = merged(d) ? d_gate_up : nullptr;
     act.d_w_s = d_w_s;
-    if (T0) swiglu_backward(ctx_, act);
+    if (T0) swiglu_backward(ctx_, act, kernels_.swiglu_backward);
     if (T0)
         gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
-                                               a.d_routing_weights, a.stream});
+                                               a.d_routing_weights, a.stream},
+                       *kernels_.gather_weights);
     if (merged(d)) {
         gemms.fc1_dgrad_merged(d_gate_up, a.w_gate_up, dxs);
         gemms.fc1_wgrad_merged(d_gate_up, xs, a.dw_gate_up);
@@ -270,7 +311,8 @@ void Plan::backward(const moejit_backward_args_t &a) {
     }
     if (T0)
         gather(ctx_, GatherArgs{GatherSpec{d.dtype, H, d.top_k, static_cast<moejit_dtype_t>(0)}, dxs, scatter_index,
-                                nullptr, a.num_tokens, a.dx, a.stream});
+                                nullptr, a.num_tokens, a.dx, a.stream},
+               *kernels_.gather);
 }
 
 }  // namespace moejit

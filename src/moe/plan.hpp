@@ -13,6 +13,7 @@
 #include "moe/layer_gemms.hpp"
 #include "moe/plan_layout.hpp"
 #include "moejit.h"
+#include "ops/routing.hpp"
 
 namespace moejit {
 
@@ -31,6 +32,16 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, co
 // written and weight gradients miss them. The regression suite must fail with it set.
 struct PlanTestHooks {
     bool backward_bound_from_tokens = false;
+};
+
+// Every kernel a plan launches, fetched when the plan is created: forward and backward only
+// fill in arguments and launch (no render, hash, cache lookup or lock on that path).
+struct PlanKernels {
+    LoadedRoutingKernels routing;
+    Kernel *scatter = nullptr, *gather = nullptr, *scatter_weights = nullptr, *gather_weights = nullptr;
+    Kernel *swiglu_forward = nullptr;  // null when fc1 has the SwiGLU epilogue
+    Kernel *swiglu_backward = nullptr;
+    LayerKernels gemms;
 };
 
 class Plan {
@@ -53,6 +64,7 @@ private:
     Context &ctx_;
     moejit_plan_desc_t desc_;
     LayerSpecs gemm_specs_;  // chosen once: tiles depend on the shape, not on T
+    PlanKernels kernels_;
 };
 
 }  // namespace moejit

@@ -159,7 +159,7 @@ void check_spec_operands(const GemmNkSpec &spec, const GemmOperands &ops, const 
 void check_spec_operands(const GemmMnSpec &, const GemmOperands &, const char *) {}
 
 void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
-               const char *prefix, const char *what) {
+               const char *prefix, const char *what, const GemmKernels *bound) {
     validate_shape(spec, prefix);
     check_operands(ops, dtype_size(spec.c_dtype), ops.rows > 0, ops.rows > 0, prefix);
     check_spec_operands(spec, ops, prefix);
@@ -173,19 +173,19 @@ void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
     ctx.require_device(what);
     if (ops.rows == 0) return;  // nothing to write: no launch, no compile
     if (spec.tile.engine == GemmEngine::wgmma)
-        return launch_group_gemm_nk_sm90(ctx, spec, ops, tiles, m_bound);
-    Kernel &kernel = ctx.kernel(render_group_gemm_nk(spec));
+        return launch_group_gemm_nk_sm90(ctx, spec, ops, tiles, m_bound, bound);
+    const Kernel &kernel = bound ? *bound->main : ctx.kernel(render_group_gemm_nk(spec));
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
     const void *a = ops.a, *b = ops.b;
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
-    const int bound = static_cast<int>(m_bound);
-    ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts, bound);
+    const int m_bound_arg = static_cast<int>(m_bound);
+    ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts, m_bound_arg);
 }
 
 void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
-               const char *prefix, const char *what) {
+               const char *prefix, const char *what, const GemmKernels *bound) {
     validate_shape(spec, prefix);
     // Accumulating into C with no rows adds nothing; otherwise C = 0 must still be written.
     const bool nothing = ops.rows == 0 && spec.accumulate;
@@ -198,8 +198,8 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
         fail(MOEJIT_ERROR_UNSUPPORTED, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
     ctx.require_device(what);
     if (nothing) return;
-    if (spec.tile.engine == GemmEngine::wgmma) return launch_group_gemm_mn_sm90(ctx, spec, ops, tiles);
-    Kernel &kernel = ctx.kernel(render_group_gemm_mn(spec));
+    if (spec.tile.engine == GemmEngine::wgmma) return launch_group_gemm_mn_sm90(ctx, spec, ops, tiles, bound);
+    const Kernel &kernel = bound ? *bound->main : ctx.kernel(render_group_gemm_mn(spec));
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
     // With rows == 0 nothing is read: a and b may be null; pass c so addresses stay valid.
     const void *a = ops.a ? ops.a : ops.c, *b = ops.b ? ops.b : ops.c;
@@ -212,9 +212,10 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
 // MOEJIT_TUNE: a tunable spec's tile becomes the problem's tuned winner (timed on these
 // operands on first use, or read from the cache folder), then the launch proceeds as usual.
 template <class Spec>
-void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const char *prefix, const char *what) {
+void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const char *prefix, const char *what,
+                  const GemmKernels *bound = nullptr) {
     if (!spec.tunable || ops.rows <= 0 || ctx.compile_only() || !ctx.tuning())
-        return launch_spec(ctx, spec, ops, prefix, what);
+        return launch_spec(ctx, spec, ops, prefix, what, bound);
     validate_shape(spec, prefix);
     check_operands(ops, dtype_size(spec.c_dtype), true, true, prefix);
     check_spec_operands(spec, ops, prefix);
@@ -223,9 +224,9 @@ void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const
                             !spec.accumulate, [&](const GemmTileConfig &t) {
                                 Spec s = spec;
                                 s.tile = t;
-                                launch_spec(ctx, s, ops, prefix, what);
+                                launch_spec(ctx, s, ops, prefix, what, nullptr);
                             });
-    launch_spec(ctx, tuned, ops, prefix, what);
+    launch_spec(ctx, tuned, ops, prefix, what, nullptr);
 }
 
 // The C ABI ops: the args' operands, and the tile (given, or the heuristic's: then tunable).
@@ -338,19 +339,25 @@ KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
                     s.m, s.n, bool_text(s.accumulate))));
 }
 
-std::vector<KernelSource> group_gemm_mn_kernels(const GemmMnSpec &spec) {
+std::vector<KernelSource> group_gemm_kernels(const GemmNkSpec &spec) { return {render_group_gemm_nk(spec)}; }
+
+std::vector<KernelSource> group_gemm_kernels(const GemmMnSpec &spec) {
     std::vector<KernelSource> out = {render_group_gemm_mn(spec)};
     if (spec.tile.engine == GemmEngine::wgmma && mn_can_split(spec.m, spec.n))
         out.push_back(render_split_reduce_sm90(spec));
     return out;
 }
 
-void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops) {
-    launch_tuned(ctx, spec, ops, "", "launch_group_gemm_nk");
+GemmKernels bind_gemm_kernels(const std::vector<Kernel *> &kernels) {
+    return GemmKernels{kernels.at(0), kernels.size() > 1 ? kernels[1] : nullptr};
 }
 
-void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops) {
-    launch_tuned(ctx, spec, ops, "", "launch_group_gemm_mn");
+void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops, const GemmKernels *bound) {
+    launch_tuned(ctx, spec, ops, "", "launch_group_gemm_nk", bound);
+}
+
+void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops, const GemmKernels *bound) {
+    launch_tuned(ctx, spec, ops, "", "launch_group_gemm_mn", bound);
 }
 
 void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,

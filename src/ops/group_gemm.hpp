@@ -88,8 +88,9 @@ void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int comp
 // Pure: the full translation unit of one specialization (validates dtypes and sizes).
 KernelSource render_group_gemm_nk(const GemmNkSpec &spec);
 KernelSource render_group_gemm_mn(const GemmMnSpec &spec);
-// Every kernel a same_mn launch of `spec` may use (the wgmma engine adds its split reduction).
-std::vector<KernelSource> group_gemm_mn_kernels(const GemmMnSpec &spec);
+// Every kernel a launch of `spec` may use: the GEMM, then (wgmma same_mn) its split reduction.
+std::vector<KernelSource> group_gemm_kernels(const GemmNkSpec &spec);
+std::vector<KernelSource> group_gemm_kernels(const GemmMnSpec &spec);
 
 struct GemmOperands {
     const void *a = nullptr;
@@ -121,11 +122,25 @@ struct GemmOperands {
     } glu = {};
 };
 
+// The kernels of one spec, fetched once by a caller that launches repeatedly (the layer plan),
+// so that its launches neither render nor look up: `main` is the spec's GEMM (as rendered by
+// render_group_gemm_*), `reduce` the split reduction of a wgmma same_mn spec (else null).
+struct GemmKernels {
+    const Kernel *main = nullptr;
+    const Kernel *reduce = nullptr;
+};
+// Every kernel of `spec`, in the order group_gemm_kernels lists them.
+GemmKernels bind_gemm_kernels(const std::vector<Kernel *> &kernels);
+
 // Validate every argument (before touching the device), then compile/load and launch.
 // same_nk with rows == 0 launches nothing (null tensors accepted); same_mn with rows == 0
 // still writes C = 0 unless accumulating. A compile-only context is rejected after validation.
-void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops);
-void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops);
+// `bound`: the spec's kernels (GemmKernels), used unless the launch needs another variant (a
+// tuned tile, or a register epilogue for a C that TMA cannot store).
+void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
+                          const GemmKernels *bound = nullptr);
+void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
+                          const GemmKernels *bound = nullptr);
 
 // The C ABI's ops: validate the args struct, pick the spec (tile: the heuristic unless given),
 // launch. Messages name the args fields ("args->n", ...).

@@ -151,12 +151,14 @@ KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
 }
 
 void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const GemmOperands &ops,
-                               std::int64_t tiles, std::int64_t m_tile_bound) {
+                               std::int64_t tiles, std::int64_t m_tile_bound, const GemmKernels *bound) {
     require_wgmma(ctx, requested.tile, "launch_group_gemm_nk_sm90");
     // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
     GemmNkSpec spec = requested;
     spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16) && (!spec.swiglu.on || aligned(ops.glu.up, 16));
-    Kernel &kernel = ctx.kernel(render_group_gemm_nk_sm90(spec));
+    const Kernel &kernel = bound && spec.tile.tma_store == requested.tile.tma_store
+                               ? *bound->main
+                               : ctx.kernel(render_group_gemm_nk_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     const bool gather_a = spec.gather_a;
     // B as 3D per expert, so ragged column / k blocks are zero-filled inside each expert:
@@ -198,20 +200,22 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     void *c = ops.c;
     const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
-    const int bound = static_cast<int>(m_tile_bound);
+    const int m_bound_arg = static_cast<int>(m_tile_bound);
     const GluArgs glu_args{ops.glu.up, ops.glu.aw, ops.glu.w_s, ops.glu.limit};
     ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, tma_a2, tma_b2, tma_c2, c, gather_src, row_token,
-               offsets, rows, experts, bound, glu_args);
+               offsets, rows, experts, m_bound_arg, glu_args);
 }
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,
-                               std::int64_t tiles) {
+                               std::int64_t tiles, const GemmKernels *bound) {
     MOEJIT_REQUIRE(ops.split_rows <= 0 || ops.split_rows % 64 == 0,
                    "split_rows must be -1, 0 or a positive multiple of 64, got {}", ops.split_rows);
     require_wgmma(ctx, requested.tile, "launch_group_gemm_mn_sm90");
     GemmMnSpec spec = requested;
     spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16);
-    Kernel &kernel = ctx.kernel(render_group_gemm_mn_sm90(spec));
+    // The split reduction does not depend on tma_store: a bound one serves either variant.
+    const bool variant_bound = bound && spec.tile.tma_store == requested.tile.tma_store;
+    const Kernel &kernel = variant_bound ? *bound->main : ctx.kernel(render_group_gemm_mn_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
     // A [S, M] and B [S, N], MN-major boxes of 64 columns x BK rows (rows past S read as 0).
     // With rows == 0 nothing is read (a and b may be NULL), but a map needs a 16-byte aligned
@@ -254,7 +258,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, split_rows, max_slots, index,
                partials);
     if (split.split_rows == 0) return;
-    Kernel &reduce = ctx.kernel(render_split_reduce_sm90(spec));
+    const Kernel &reduce = bound && bound->reduce ? *bound->reduce : ctx.kernel(render_split_reduce_sm90(spec));
     LaunchShape rshape;
     const std::int64_t quads = (spec.m * spec.n + 3) / 4;
     // Enough blocks to fill every SM (8 x 256 threads each), at most one per 256 quads of C[e].

@@ -26,9 +26,10 @@ KernelSource render_split_reduce_sm90(const GemmMnSpec &spec);
 // bound from S. same_mn: rows may be 0 (C = 0 is still written unless accumulating); with
 // ops.workspace large enough for mn_split(S, M, N), long reductions are split and reduced in a
 // second, deterministic launch.
+// `bound` (GemmKernels of `spec`, or null): used when the launch runs exactly the spec's variant.
 void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
-                               std::int64_t tiles, std::int64_t m_tile_bound);
+                               std::int64_t tiles, std::int64_t m_tile_bound, const GemmKernels *bound);
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
-                               std::int64_t tiles);
+                               std::int64_t tiles, const GemmKernels *bound);
 
 }  // namespace moejit

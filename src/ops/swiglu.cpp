@@ -166,7 +166,7 @@ SwigluSpec swiglu_spec(const SwigluBackwardArgs &args) {
                       args.w_s != nullptr};
 }
 
-void swiglu_forward(Context &ctx, const SwigluForwardArgs &args) {
+void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *bound) {
     validate_shape(args.dtype, args.rows, args.intermediate, args.limit);
     // Empty tensors may come as NULL (frameworks do that); there is nothing to check then.
     const bool check = args.rows > 0;
@@ -180,7 +180,7 @@ void swiglu_forward(Context &ctx, const SwigluForwardArgs &args) {
     }
     ctx.require_device("moejit_swiglu_forward");
     if (args.rows == 0) return;
-    Kernel &kernel = ctx.kernel(render_swiglu_forward(swiglu_spec(args)));
+    const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_forward(swiglu_spec(args)));
     const float *w_s = args.w_s;
     void *a = args.a, *aw = args.aw;
     const long long rows = args.rows;
@@ -188,7 +188,7 @@ void swiglu_forward(Context &ctx, const SwigluForwardArgs &args) {
     ctx.launch(kernel, launch_shape(args.rows), args.stream, gate, up, w_s, a, aw, rows, limit);
 }
 
-void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args) {
+void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel *bound) {
     validate_shape(args.dtype, args.rows, args.intermediate, args.limit);
     const bool check = args.rows > 0;
     auto [gate, up] = input_pointers(args.merged, args.intermediate, args.dtype, args.gate,
@@ -215,7 +215,7 @@ void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args) {
         d_gate = base;
         d_up = base + args.intermediate * static_cast<std::int64_t>(dtype_size(args.dtype));
     }
-    Kernel &kernel = ctx.kernel(render_swiglu_backward(swiglu_spec(args)));
+    const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_backward(swiglu_spec(args)));
     const float *w_s = args.w_s;
     const void *daw = args.daw;
     float *d_w_s = args.d_w_s;

@@ -80,9 +80,11 @@ SwigluSpec swiglu_spec(const SwigluBackwardArgs &args);
 
 // Validate every argument (before touching the device, so that works on a compile-only
 // context), then compile/load and launch. rows == 0 launches nothing; null tensors are then
-// accepted. A compile-only context is rejected after validation.
-void swiglu_forward(Context &ctx, const SwigluForwardArgs &args);
-void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args);
+// accepted. A compile-only context is rejected after validation. `bound`: the kernel of
+// render_swiglu_*(swiglu_spec(args)), fetched once by a caller that launches repeatedly (the
+// layer plan); else it is looked up per call.
+void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *bound = nullptr);
+void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel *bound = nullptr);
 
 // Rows handled by one block (one warp per row); grid = ceil(S / this).
 inline constexpr int kSwigluWarpsPerBlock = 4;
