@@ -310,11 +310,13 @@ def _like(t: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ registration
+# No device_types: the implementation serves every device, so a CPU (or any non-CUDA) tensor
+# gets check()'s "must be a CUDA tensor" instead of a dispatcher NotImplementedError.
 
 _W = "torch.ops.moejit."
 
 
-@torch.library.custom_op("moejit::fused_moe", mutates_args=(), device_types="cuda")
+@torch.library.custom_op("moejit::fused_moe", mutates_args=())
 def fused_moe(x: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor,
               w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
               swiglu_limit: float) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -328,7 +330,7 @@ def _(x, selected_experts, routing_weights, w_gate, w_up, w_down, swiglu_limit):
                          None, w_down, swiglu_limit)
 
 
-@torch.library.custom_op("moejit::fused_moe_merged", mutates_args=(), device_types="cuda")
+@torch.library.custom_op("moejit::fused_moe_merged", mutates_args=())
 def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
                      routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
                      w_down: torch.Tensor, swiglu_limit: float
@@ -343,7 +345,7 @@ def _(x, selected_experts, routing_weights, w_gate_up, w_down, swiglu_limit):
                          None, w_gate_up, w_down, swiglu_limit)
 
 
-@torch.library.custom_op("moejit::fused_moe_backward", mutates_args=(), device_types="cuda")
+@torch.library.custom_op("moejit::fused_moe_backward", mutates_args=())
 def fused_moe_backward(dout: torch.Tensor, x: torch.Tensor, selected_experts: torch.Tensor,
                        routing_weights: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                        w_down: torch.Tensor, saved: torch.Tensor, swiglu_limit: float
@@ -361,8 +363,7 @@ def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, s
     return _like(x), _like(routing_weights), _like(w_gate), _like(w_up), _like(w_down)
 
 
-@torch.library.custom_op("moejit::fused_moe_merged_backward", mutates_args=(),
-                         device_types="cuda")
+@torch.library.custom_op("moejit::fused_moe_merged_backward", mutates_args=())
 def fused_moe_merged_backward(dout: torch.Tensor, x: torch.Tensor,
                               selected_experts: torch.Tensor, routing_weights: torch.Tensor,
                               w_gate_up: torch.Tensor, w_down: torch.Tensor,
@@ -382,8 +383,7 @@ def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, saved, swig
 
 
 @torch.library.custom_op("moejit::fused_moe_backward_main_grad",
-                         mutates_args=("main_grad_gate", "main_grad_up", "main_grad_down"),
-                         device_types="cuda")
+                         mutates_args=("main_grad_gate", "main_grad_up", "main_grad_down"))
 def fused_moe_backward_main_grad(dout: torch.Tensor, x: torch.Tensor,
                                  selected_experts: torch.Tensor, routing_weights: torch.Tensor,
                                  w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
@@ -407,8 +407,7 @@ def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, s
 
 
 @torch.library.custom_op("moejit::fused_moe_merged_backward_main_grad",
-                         mutates_args=("main_grad_gate_up", "main_grad_down"),
-                         device_types="cuda")
+                         mutates_args=("main_grad_gate_up", "main_grad_down"))
 def fused_moe_merged_backward_main_grad(dout: torch.Tensor, x: torch.Tensor,
                                         selected_experts: torch.Tensor,
                                         routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
