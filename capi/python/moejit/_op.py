@@ -244,13 +244,21 @@ def _forward_fake(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_lim
 
 
 def _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
-                     swiglu_limit):
+                     swiglu_limit, main_grads=None):
+    """The backward ops' checks (real and fake): the layer, dout, saved, and the main_grad
+    buffers ({weight name: tensor}, float32 of the weight's shape, contiguous, x's device)."""
     spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit)
     if not isinstance(dout, torch.Tensor) or tuple(dout.shape) != tuple(x.shape):
         raise errors.InvalidArgumentError(
             f"{where}: the output gradient must have x's shape {list(x.shape)}, got "
             f"{list(getattr(dout, 'shape', ()))}")
     _check_saved(where, saved, spec)
+    if main_grads is not None:
+        weights = {"w_gate": w_gate, "w_up": w_up, "w_gate_up": w_gate_up, "w_down": w_down}
+        for name, w in weights.items():
+            if w is not None:
+                _check_like(where, f"main_grad of {name}", main_grads[name], w.shape,
+                            torch.float32, x.device)
     return spec
 
 
@@ -267,16 +275,13 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
     """Returns (dx, d_routing_weights, {name: dW}) or, with main_grads {name: fp32 buffer},
     (dx, d_routing_weights, {}) after adding the weight gradients into main_grads."""
     spec = _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
-                            swiglu_limit)
+                            swiglu_limit, main_grads)
     _check_alignment(where, x=x, w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
                      saved=saved)
     device = x.device
     weights = {"w_gate": w_gate, "w_up": w_up, "w_gate_up": w_gate_up, "w_down": w_down}
     weights = {n: w for n, w in weights.items() if w is not None}
     if main_grads is not None:
-        for name, w in weights.items():
-            _check_like(where, f"main_grad of {name}", main_grads[name], w.shape, torch.float32,
-                        device)
         _check_alignment(where, **{f"main_grad_of_{n}": g for n, g in main_grads.items()})
     plan = _plan(spec, device, main_grad=main_grads is not None)
     tokens = spec.num_tokens
@@ -402,7 +407,8 @@ def fused_moe_backward_main_grad(dout: torch.Tensor, x: torch.Tensor,
 def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, swiglu_limit,
       main_grad_gate, main_grad_up, main_grad_down):
     _backward_common(_W + "fused_moe_backward_main_grad", dout, x, selected_experts,
-                     routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit)
+                     routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit,
+                     {"w_gate": main_grad_gate, "w_up": main_grad_up, "w_down": main_grad_down})
     return _like(x), _like(routing_weights)
 
 
@@ -427,7 +433,8 @@ def fused_moe_merged_backward_main_grad(dout: torch.Tensor, x: torch.Tensor,
 def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, saved, swiglu_limit,
       main_grad_gate_up, main_grad_down):
     _backward_common(_W + "fused_moe_merged_backward_main_grad", dout, x, selected_experts,
-                     routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit)
+                     routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit,
+                     {"w_gate_up": main_grad_gate_up, "w_down": main_grad_down})
     return _like(x), _like(routing_weights)
 
 
