@@ -172,6 +172,40 @@ def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
                   swiglu_limit, main_grads)
 
 
+class _DirectFunction(torch.autograd.Function):
+    """The layer as a plain autograd.Function over the ops' implementations, without the
+    dispatcher (the binding before the custom ops); `python -m moejit.bench --impls
+    moejit-direct` measures what the op dispatch costs. Not traceable by torch.compile."""
+
+    @staticmethod
+    def forward(ctx, x, selected_experts, routing_weights, swiglu_limit, *weights):
+        merged = len(weights) == 2
+        fc1 = (None, None, weights[0]) if merged else (weights[0], weights[1], None)
+        out, saved = _op._forward("moejit.torch", x, selected_experts, routing_weights, *fc1,
+                                  weights[-1], swiglu_limit)
+        ctx.save_for_backward(x, selected_experts, routing_weights, *weights, saved)
+        ctx.swiglu_limit = swiglu_limit
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        x, sel, rw, *weights, saved = ctx.saved_tensors
+        merged = len(weights) == 2
+        fc1 = (None, None, weights[0]) if merged else (weights[0], weights[1], None)
+        dx, drw, grads = _op._backward("moejit.torch", dout, x, sel, rw, *fc1, weights[-1],
+                                       saved, ctx.swiglu_limit)
+        names = ("w_gate_up", "w_down") if merged else ("w_gate", "w_up", "w_down")
+        return (dx, None, drw, None, *(grads[n] for n in names))
+
+
+def _fused_direct(x, selected_experts, routing_weights, w_gate=None, w_up=None,
+                  w_gate_up=None, w_down=None, swiglu_limit=None) -> torch.Tensor:
+    weights = (w_gate_up, w_down) if w_gate_up is not None else (w_gate, w_up, w_down)
+    return _DirectFunction.apply(x, selected_experts, routing_weights,
+                                 _limit("moejit.torch", swiglu_limit), *weights)
+
+
 class MoEExperts(nn.Module):
     """The experts of an MoE layer (SwiGLU MLPs) as one fused op. The router stays outside:
     forward(x [..., H], selected_experts [..., k], routing_weights [..., k]) -> [..., H].

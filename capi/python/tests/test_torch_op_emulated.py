@@ -293,3 +293,31 @@ def test_main_grad_module_under_compile():
     assert torch.equal(out, eager)
     for p, e in zip(block.experts.parameters(), expected):
         assert torch.equal(p.main_grad, e)
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["split", "merged"])
+def test_direct_path_equals_the_op_path(merged):
+    """mt._fused_direct (a plain autograd.Function over the same implementations, for the
+    benchmark) gives what the custom op gives, gradients included."""
+    x, sel, rw, weights = layer_inputs(merged=merged, seed=7)
+    names = ("w_gate_up", "w_down") if merged else ("w_gate", "w_up", "w_down")
+    results = []
+    for path in ("op", "direct"):
+        leaves = [t.clone().requires_grad_() for t in [x, rw] + weights]
+        kwargs = dict(zip(names, leaves[2:]))
+        if path == "op":
+            fn = mt.fused_moe_merged if merged else mt.fused_moe
+            out = fn(leaves[0], sel, leaves[1], *leaves[2:], swiglu_limit=0.75)
+        else:
+            out = mt._fused_direct(leaves[0], sel, leaves[1], swiglu_limit=0.75, **kwargs)
+        out.backward(torch.ones_like(out))
+        results.append([out.detach()] + [t.grad for t in leaves])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_bench_accepts_the_compile_and_direct_paths():
+    from moejit import bench
+    args = bench.parse_args(["--quick", "--impls", "moejit,moejit-compile,moejit-direct"])
+    assert args.impls == ["moejit", "moejit-compile", "moejit-direct"]
+    assert set(args.impls) <= set(bench.LAYERS)
