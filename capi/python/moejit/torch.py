@@ -100,7 +100,7 @@ class _MainGradFunction(torch.autograd.Function):
         main_grads = ctx.main_grads
         if main_grads is None:
             main_grads = []
-            for name, w in zip(("fc1", "w_down") if len(weights) == 2 else
+            for name, w in zip(("w_gate_up", "w_down") if len(weights) == 2 else
                                ("w_gate", "w_up", "w_down"), ctx.weights):
                 grad = getattr(w, "main_grad", None)
                 if grad is None:

@@ -339,6 +339,28 @@ def test_module_main_grad_megatron_dummy_grad_and_missing_buffer():
         layer(x, sel, rw).backward(dout)
 
 
+@pytest.mark.parametrize("merged", [False, True], ids=["split", "merged"])
+def test_main_grad_block_under_compile_fullgraph(merged):
+    block = Block(merged)
+    block.experts.accumulate_into_main_grad = True
+    experts = list(block.experts.parameters())
+    compiled = torch.compile(block, fullgraph=True)
+    for step, seed in enumerate((70, 71)):
+        x, dout = block_inputs((2, 96), seed)
+        sums = []
+        for fn in (block, compiled):
+            for p in experts:
+                p.main_grad = torch.zeros(p.shape, device="cuda") if step == 0 else \
+                    p.main_grad.zero_()
+            out = fn(x)
+            out.backward(dout)
+            assert all(p.grad is None for p in experts)
+            sums.append([p.main_grad.clone() for p in experts])
+        for name, e, c in zip(("fc1a", "fc1b", "down"), *sums):
+            assert torch.isfinite(c).all() and torch.count_nonzero(c) > 0, name
+            assert rel(c, e) < COMPILE_TOL, f"step {step}: main_grad {name}"
+
+
 def test_bad_main_grad():
     x, sel, rw, weights, dout = layer_inputs(64, seed=14)
     weights = [w.clone().requires_grad_() for w in weights]
@@ -388,7 +410,7 @@ def test_any_leading_shape():
 
 def test_saved_bound_covers_the_library_for_many_token_counts():
     for merged in (False, True):
-        for tokens in (0, 1, 3, 255, 256, 257, 4096, 10000):
+        for tokens in (0, 1, 3, 255, 257, 4096):
             plan = _op._plan(_op.check("t", *_args(tokens, merged)), torch.device("cuda", 0))
             assert plan.saved_size(tokens) <= mt.saved_bytes_bound(tokens, H, I, E, K), tokens
 
