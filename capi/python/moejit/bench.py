@@ -34,6 +34,9 @@ SHAPES = {
     "qwen3-30b-a3b-4k": (4096, 128, 2048, 768, 8),
 }
 IMPLS = ("moejit", "grouped_mm", "eager")
+# Opt-in (--impls): moejit under torch.compile(fullgraph=True), and moejit through a plain
+# autograd.Function without the custom-op dispatch (the binding before torch.ops.moejit).
+EXTRA_IMPLS = ("moejit-compile", "moejit-direct")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -72,7 +75,22 @@ def moejit_layer(x, sel, rw, w_gate=None, w_up=None, w_gate_up=None, w_down=None
     return mt.fused_moe(x, sel, rw, w_gate, w_up, w_down, swiglu_limit)
 
 
-LAYERS = {"moejit": moejit_layer, "grouped_mm": grouped_mm_layer, "eager": eager_loop_layer}
+def moejit_direct_layer(x, sel, rw, **kwargs):
+    from . import torch as mt
+    return mt._fused_direct(x, sel, rw, **kwargs)
+
+
+_compiled = {}
+
+
+def moejit_compile_layer(x, sel, rw, **kwargs):
+    if "layer" not in _compiled:
+        _compiled["layer"] = torch.compile(moejit_layer, fullgraph=True)
+    return _compiled["layer"](x, sel, rw, **kwargs)
+
+
+LAYERS = {"moejit": moejit_layer, "grouped_mm": grouped_mm_layer, "eager": eager_loop_layer,
+          "moejit-compile": moejit_compile_layer, "moejit-direct": moejit_direct_layer}
 
 
 def make_inputs(T, E, H, I, k, dtype, routing, merged, seed):
@@ -222,7 +240,8 @@ def parse_args(argv=None):
     p.add_argument("--routing", choices=["topk", "expert0"], default="topk",
                    help="softmax top-k of random logits, or every route to expert 0")
     p.add_argument("--swiglu-limit", type=float, default=None)
-    p.add_argument("--impls", default=",".join(IMPLS), help="subset of " + ",".join(IMPLS))
+    p.add_argument("--impls", default=",".join(IMPLS),
+                   help="subset of " + ",".join(IMPLS + EXTRA_IMPLS))
     p.add_argument("--no-eager", action="store_true", help="skip the per-expert eager loop")
     p.add_argument("--eager-budget", type=float, default=20.0,
                    help="seconds the eager loop may take per shape before it is skipped")
@@ -232,9 +251,9 @@ def parse_args(argv=None):
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     args.reps = args.reps if args.reps is not None else (5 if args.quick else 20)
     args.impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    unknown = [i for i in args.impls if i not in IMPLS]
+    unknown = [i for i in args.impls if i not in IMPLS + EXTRA_IMPLS]
     if unknown:
-        p.error(f"unknown --impls {unknown}; choose from {IMPLS}")
+        p.error(f"unknown --impls {unknown}; choose from {IMPLS + EXTRA_IMPLS}")
     wanted = [s.strip() for s in args.shapes.split(",") if s.strip()]
     # An exact name selects that shape; any other word selects the names containing it.
     args.shape_names = [n for n in SHAPES if not wanted or n in wanted or

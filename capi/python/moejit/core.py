@@ -9,7 +9,7 @@ import sys
 from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
 from typing import Callable, Dict, Optional, Union
 
-from . import _capi, errors
+from . import _capi, _logging, errors
 
 DType = Union[int, str, object]
 
@@ -72,14 +72,15 @@ class _OwnedHandle:
 
 class Context(_OwnedHandle):
     """A moejit context: one CUDA device (its primary context) or compile-only, and its JIT
-    cache. `log` receives (level, message) for warnings and compile logs."""
+    cache. `log` receives (level, message) for warnings and compile logs; None (the default)
+    sends them to Python's logging, logger "moejit" (moejit/_logging.py); False drops them."""
 
     _destroy, _what = "moejit_context_destroy", "context"
 
     def __init__(self, *, device_ordinal: int = 0, arch: Optional[str] = None,
                  cache_dir: Optional[str] = None, jit: Union[None, bool, str] = None,
                  compile_only: bool = False,
-                 log: Optional[Callable[[int, str], None]] = None) -> None:
+                 log: Union[None, bool, Callable[[int, str], None]] = None) -> None:
         self._handle: Optional[int] = None
         if jit not in _JIT_MODES:
             raise errors.InvalidArgumentError(f"jit must be None, 'env', 'on' or 'off', got {jit!r}")
@@ -94,7 +95,13 @@ class Context(_OwnedHandle):
         options.device_ordinal = device_ordinal
         options.jit_mode = _JIT_MODES[jit]
         options.compile_only = 1 if compile_only else 0
-        self._log_fn = _capi.moejit_log_fn(_log_trampoline(log)) if log else _capi.moejit_log_fn()
+        if log is None or log is True:
+            log = _logging.to_python_logging
+        if log is not False and not callable(log):
+            raise errors.InvalidArgumentError(
+                f"log must be None (Python logging), False (silent) or a callable, got {log!r}")
+        self._log_fn = (_capi.moejit_log_fn(_log_trampoline(log)) if log is not False
+                        else _capi.moejit_log_fn())
         options.log_fn = self._log_fn
         handle = c_void_p()
         _capi.check(_capi.lib().moejit_context_create(byref(options), byref(handle)))

@@ -1,0 +1,467 @@
+"""The torch.library custom ops behind moejit.torch.
+
+    torch.ops.moejit.fused_moe(x, selected_experts, routing_weights, w_gate, w_up, w_down,
+                               swiglu_limit) -> (out, saved)
+    torch.ops.moejit.fused_moe_merged(x, selected_experts, routing_weights, w_gate_up, w_down,
+                                      swiglu_limit) -> (out, saved)
+    torch.ops.moejit.fused_moe_backward(dout, x, selected_experts, routing_weights, w_gate,
+                                        w_up, w_down, saved, swiglu_limit)
+        -> (dx, d_routing_weights, dw_gate, dw_up, dw_down)
+    torch.ops.moejit.fused_moe_merged_backward(dout, x, selected_experts, routing_weights,
+                                               w_gate_up, w_down, saved, swiglu_limit)
+        -> (dx, d_routing_weights, dw_gate_up, dw_down)
+    torch.ops.moejit.fused_moe_backward_main_grad(..., main_grad_gate!, main_grad_up!,
+                                                  main_grad_down!) -> (dx, d_routing_weights)
+    torch.ops.moejit.fused_moe_merged_backward_main_grad(..., main_grad_gate_up!,
+                                                         main_grad_down!) -> (dx, d_routing_weights)
+
+x [..., H] (any leading shape, T = its product), selected_experts and routing_weights [..., k];
+out has x's shape, dx x's shape and d_routing_weights routing_weights' shape and dtype. `saved`
+is a flat uint8 tensor of saved_bytes_bound(T) bytes: what the forward leaves for the backward
+(routing index, g and u, a·w). Its size is an affine function of T computed from the layer's
+shape alone (an upper bound of moejit_plan_saved_size, which the real op checks), so the fake
+(meta) implementation gives it symbolically for a dynamic T, with no device and no plan.
+
+swiglu_limit is a float; 0.0 means no limit. The forward ops carry register_autograd; the
+backward ops are not differentiable (no double backward). The _main_grad backward ops add the
+float32 weight gradients into the given float32 buffers in place (Megatron's main_grad) and
+return no weight gradients.
+
+State (one moejit Context per device, plans keyed by shape, dtypes and a power-of-two bucket
+of T) lives inside the implementations, invisible to the tracer. Every launch goes to
+torch.cuda.current_stream(); outputs, saved and the workspace come from PyTorch's allocator.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+
+from . import errors
+from ._validate import LayerSpec, TensorInfo, check_layer
+from .core import Context, Plan
+
+__all__ = ["saved_bytes_bound", "clear_caches", "OPS"]
+
+_lock = threading.RLock()
+_contexts: Dict[int, Context] = {}
+_plans: Dict[Tuple, Plan] = {}
+
+# The library reads x and the weights with 16-byte vector loads.
+_ALIGNMENT = 16
+# moejit's saved buffer aligns every region to 256 bytes (src/moe/plan_layout.hpp).
+_REGION_ALIGNMENT = 256
+_SAVED_REGIONS = 6
+
+_ELEMENT_SIZE = {"bfloat16": 2, "float16": 2}
+
+# Op names, for tests and for anyone looking them up.
+OPS = ("fused_moe", "fused_moe_merged", "fused_moe_backward", "fused_moe_merged_backward",
+       "fused_moe_backward_main_grad", "fused_moe_merged_backward_main_grad")
+
+
+def _debug_poison() -> bool:
+    # The test hook lives on moejit.torch (tests set moejit.torch._debug_poison = True): fill
+    # every output, saved and the workspace with NaN / 0xFF so a test proves the library wrote
+    # all of it.
+    module = sys.modules.get(__package__ + ".torch")
+    return bool(getattr(module, "_debug_poison", False))
+
+
+def saved_bytes_bound(num_tokens, hidden_size: int, intermediate_size: int, num_experts: int,
+                      top_k: int, element_size: int = 2):
+    """Bytes of the `saved` tensor for T tokens: an upper bound of moejit_plan_saved_size, affine
+    in T (works on SymInts). The saved regions are: offsets [E+1] int32, scatter_index [S]
+    int32, row_token [S] int32 (gathered plans only; always counted here), w_s [S] fp32,
+    g and u [S, 2I] and a·w [S, I] in the layer dtype (S = T·k), each starting on a 256-byte
+    boundary; the bound adds a full 256 bytes of padding for each."""
+    del hidden_size  # x's rows are not saved (the backward re-reads x)
+    per_row = 3 * 4 + 3 * intermediate_size * element_size
+    head = -(-(num_experts + 1) * 4 // _REGION_ALIGNMENT) * _REGION_ALIGNMENT
+    return num_tokens * top_k * per_row + head + _SAVED_REGIONS * _REGION_ALIGNMENT
+
+
+# ------------------------------------------------------------------ plan cache
+
+
+def _context(device_index: int) -> Context:
+    """One moejit context per CUDA device, alive for the whole process."""
+    with _lock:
+        context = _contexts.get(device_index)
+        if context is None:
+            context = Context(device_ordinal=device_index)
+            _contexts[device_index] = context
+        return context
+
+
+def _tokens_bucket(tokens: int) -> int:
+    # The plan's tile choice may depend on T; powers of two bound the number of plans.
+    return 0 if tokens <= 0 else 1 << (tokens - 1).bit_length()
+
+
+def _plan(spec: LayerSpec, device: torch.device, main_grad: bool = False) -> Plan:
+    bucket = _tokens_bucket(spec.num_tokens)
+    key = (device.index, spec.hidden_size, spec.intermediate_size, spec.num_experts, spec.top_k,
+           spec.dtype, spec.index_dtype, spec.routing_dtype, spec.merged, spec.swiglu_limit,
+           bucket, main_grad)
+    with _lock:
+        plan = _plans.get(key)
+        if plan is not None:
+            return plan
+        if torch.cuda.is_current_stream_capturing():
+            raise errors.InvalidArgumentError(
+                "moejit: this layer shape is first used during CUDA graph capture; run it once "
+                "eagerly before capturing (JIT compilation and module loading cannot be "
+                "captured)")
+        plan = Plan(_context(device.index), dtype=spec.dtype, hidden_size=spec.hidden_size,
+                    intermediate_size=spec.intermediate_size, num_experts=spec.num_experts,
+                    top_k=spec.top_k, merged=spec.merged, swiglu_limit=spec.swiglu_limit or None,
+                    weight_grad_dtype="float32" if main_grad else spec.dtype,
+                    weight_grad_accumulate=main_grad, index_dtype=spec.index_dtype,
+                    routing_dtype=spec.routing_dtype, tokens_hint=bucket)
+        _plans[key] = plan
+        return plan
+
+
+def clear_caches() -> None:
+    """Drops every cached plan (kernels stay in the contexts' caches)."""
+    with _lock:
+        plans = list(_plans.values())
+        _plans.clear()
+    for plan in plans:
+        plan.close()
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _info(where: str, name: str, tensor) -> Optional[TensorInfo]:
+    if tensor is None:
+        return None
+    if not isinstance(tensor, torch.Tensor):
+        raise errors.InvalidArgumentError(
+            f"{where}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+    return TensorInfo(tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""),
+                      str(tensor.device), tensor.is_contiguous())
+
+
+def check(where: str, x, selected_experts, routing_weights, w_gate, w_up, w_gate_up, w_down,
+          swiglu_limit) -> LayerSpec:
+    """check_layer over torch tensors (real or fake); a clear InvalidArgumentError otherwise."""
+    return check_layer(where, _info(where, "x", x),
+                       _info(where, "selected_experts", selected_experts),
+                       _info(where, "routing_weights", routing_weights),
+                       _info(where, "w_gate", w_gate), _info(where, "w_up", w_up),
+                       _info(where, "w_gate_up", w_gate_up), _info(where, "w_down", w_down),
+                       swiglu_limit if swiglu_limit else None)
+
+
+def _check_alignment(where: str, **tensors) -> None:
+    for name, tensor in tensors.items():
+        if tensor is not None and tensor.numel() and tensor.data_ptr() % _ALIGNMENT:
+            raise errors.InvalidArgumentError(
+                f"{where}: {name} must start at a {_ALIGNMENT}-byte aligned address (a view "
+                f"at an odd offset is not supported); pass a copy (.clone())")
+
+
+def _check_like(where: str, name: str, tensor: torch.Tensor, shape: Sequence[int],
+                dtype: torch.dtype, device: torch.device) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise errors.InvalidArgumentError(
+            f"{where}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tuple(tensor.shape) != tuple(shape) or tensor.dtype != dtype or tensor.device != device:
+        raise errors.InvalidArgumentError(
+            f"{where}: {name} must be {dtype} {list(shape)} on {device}, got {tensor.dtype} "
+            f"{list(tensor.shape)} on {tensor.device}")
+    if not tensor.is_contiguous():
+        raise errors.InvalidArgumentError(f"{where}: {name} must be contiguous")
+
+
+def _saved_bound(spec: LayerSpec) -> int:
+    return saved_bytes_bound(spec.num_tokens, spec.hidden_size, spec.intermediate_size,
+                             spec.num_experts, spec.top_k, _ELEMENT_SIZE[spec.dtype])
+
+
+def _check_saved(where: str, saved: torch.Tensor, spec: LayerSpec) -> None:
+    _check_like(where, "saved", saved, (_saved_bound(spec),), torch.uint8, saved.device)
+
+
+# ------------------------------------------------------------------ buffers
+
+
+def _empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if _debug_poison():
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _empty_bytes(size: int, device: torch.device) -> torch.Tensor:
+    buffer = torch.empty(size, dtype=torch.uint8, device=device)
+    if _debug_poison():
+        buffer.fill_(0xFF)  # NaN in every float format, -1 in every integer
+    return buffer
+
+
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+# ------------------------------------------------------------------ implementations
+
+
+def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit):
+    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit)
+    _check_alignment(where, x=x, w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down)
+    device = x.device
+    plan = _plan(spec, device)
+    tokens = spec.num_tokens
+    saved_size = _saved_bound(spec)
+    needed = plan.saved_size(tokens)
+    if needed > saved_size:
+        raise errors.InternalError(
+            f"{where}: the library needs {needed} saved bytes for T={tokens}, more than the "
+            f"binding's bound {saved_size} (moejit._op.saved_bytes_bound is out of date with "
+            "the library's saved layout)")
+    workspace_size = plan.workspace_size(tokens)
+    out = _empty(tuple(x.shape), x.dtype, device)
+    saved = _empty_bytes(saved_size, device)
+    workspace = _empty_bytes(workspace_size, device)
+    plan.forward(num_tokens=tokens, x=x, selected_experts=sel, routing_weights=rw,
+                 w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down, out=out,
+                 saved=saved, saved_size=saved_size, workspace=workspace,
+                 workspace_size=workspace_size, stream=_stream(device))
+    return out, saved
+
+
+def _forward_fake(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit):
+    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    saved = x.new_empty((_saved_bound(spec),), dtype=torch.uint8)
+    return out, saved
+
+
+def _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
+                     swiglu_limit, main_grads=None):
+    """The backward ops' checks (real and fake): the layer, dout, saved, and the main_grad
+    buffers ({weight name: tensor}, float32 of the weight's shape, contiguous, x's device)."""
+    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit)
+    if not isinstance(dout, torch.Tensor) or tuple(dout.shape) != tuple(x.shape):
+        raise errors.InvalidArgumentError(
+            f"{where}: the output gradient must have x's shape {list(x.shape)}, got "
+            f"{list(getattr(dout, 'shape', ()))}")
+    _check_saved(where, saved, spec)
+    if main_grads is not None:
+        weights = {"w_gate": w_gate, "w_up": w_up, "w_gate_up": w_gate_up, "w_down": w_down}
+        for name, w in weights.items():
+            if w is not None:
+                _check_like(where, f"main_grad of {name}", main_grads[name], w.shape,
+                            torch.float32, x.device)
+    return spec
+
+
+def _prepare_dout(dout: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    # Autograd may hand over an expanded or otherwise strided gradient (e.g. from sum()).
+    dout = dout.to(device=x.device, dtype=x.dtype).contiguous()
+    if dout.numel() and dout.data_ptr() % _ALIGNMENT:
+        dout = dout.clone()
+    return dout
+
+
+def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, swiglu_limit,
+              main_grads=None):
+    """Returns (dx, d_routing_weights, {name: dW}) or, with main_grads {name: fp32 buffer},
+    (dx, d_routing_weights, {}) after adding the weight gradients into main_grads."""
+    spec = _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
+                            swiglu_limit, main_grads)
+    _check_alignment(where, x=x, w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
+                     saved=saved)
+    device = x.device
+    weights = {"w_gate": w_gate, "w_up": w_up, "w_gate_up": w_gate_up, "w_down": w_down}
+    weights = {n: w for n, w in weights.items() if w is not None}
+    if main_grads is not None:
+        _check_alignment(where, **{f"main_grad_of_{n}": g for n, g in main_grads.items()})
+    plan = _plan(spec, device, main_grad=main_grads is not None)
+    tokens = spec.num_tokens
+    if main_grads is not None:
+        # The forward ran on the plain plan; both must lay `saved` out the same way.
+        forward_plan = _plan(spec, device)
+        if plan.saved_size(tokens) != forward_plan.saved_size(tokens):
+            raise errors.InternalError(
+                f"{where}: the accumulating plan lays out the saved buffer differently from "
+                "the forward's plan (was MOEJIT_GATHER changed between them?)")
+    dout = _prepare_dout(dout, x)
+    workspace_size = plan.workspace_size(tokens)
+    dx = _empty(tuple(x.shape), x.dtype, device)
+    d_routing = _empty(tuple(rw.shape), rw.dtype, device)
+    if main_grads is None:
+        grads = {n: _empty(tuple(w.shape), w.dtype, device) for n, w in weights.items()}
+    else:
+        grads = dict(main_grads)
+    workspace = _empty_bytes(workspace_size, device)
+    plan.backward(num_tokens=tokens, x=x, dout=dout, routing_weights=rw, w_gate=w_gate,
+                  w_up=w_up, w_gate_up=w_gate_up, w_down=w_down, saved=saved,
+                  saved_size=saved.numel(), dx=dx, d_routing_weights=d_routing,
+                  dw_gate=grads.get("w_gate"), dw_up=grads.get("w_up"),
+                  dw_gate_up=grads.get("w_gate_up"), dw_down=grads["w_down"],
+                  workspace=workspace, workspace_size=workspace_size, stream=_stream(device))
+    return dx, d_routing, ({} if main_grads is not None else grads)
+
+
+def _like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+# ------------------------------------------------------------------ registration
+# No device_types: the implementation serves every device, so a CPU (or any non-CUDA) tensor
+# gets check()'s "must be a CUDA tensor" instead of a dispatcher NotImplementedError.
+
+_W = "torch.ops.moejit."
+
+
+@torch.library.custom_op("moejit::fused_moe", mutates_args=())
+def fused_moe(x: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor,
+              w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+              swiglu_limit: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _forward(_W + "fused_moe", x, selected_experts, routing_weights, w_gate, w_up, None,
+                    w_down, swiglu_limit)
+
+
+@fused_moe.register_fake
+def _(x, selected_experts, routing_weights, w_gate, w_up, w_down, swiglu_limit):
+    return _forward_fake(_W + "fused_moe", x, selected_experts, routing_weights, w_gate, w_up,
+                         None, w_down, swiglu_limit)
+
+
+@torch.library.custom_op("moejit::fused_moe_merged", mutates_args=())
+def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
+                     routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                     w_down: torch.Tensor, swiglu_limit: float
+                     ) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _forward(_W + "fused_moe_merged", x, selected_experts, routing_weights, None, None,
+                    w_gate_up, w_down, swiglu_limit)
+
+
+@fused_moe_merged.register_fake
+def _(x, selected_experts, routing_weights, w_gate_up, w_down, swiglu_limit):
+    return _forward_fake(_W + "fused_moe_merged", x, selected_experts, routing_weights, None,
+                         None, w_gate_up, w_down, swiglu_limit)
+
+
+@torch.library.custom_op("moejit::fused_moe_backward", mutates_args=())
+def fused_moe_backward(dout: torch.Tensor, x: torch.Tensor, selected_experts: torch.Tensor,
+                       routing_weights: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                       w_down: torch.Tensor, saved: torch.Tensor, swiglu_limit: float
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                  torch.Tensor]:
+    dx, drw, g = _backward(_W + "fused_moe_backward", dout, x, selected_experts,
+                           routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit)
+    return dx, drw, g["w_gate"], g["w_up"], g["w_down"]
+
+
+@fused_moe_backward.register_fake
+def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, swiglu_limit):
+    _backward_common(_W + "fused_moe_backward", dout, x, selected_experts, routing_weights,
+                     w_gate, w_up, None, w_down, saved, swiglu_limit)
+    return _like(x), _like(routing_weights), _like(w_gate), _like(w_up), _like(w_down)
+
+
+@torch.library.custom_op("moejit::fused_moe_merged_backward", mutates_args=())
+def fused_moe_merged_backward(dout: torch.Tensor, x: torch.Tensor,
+                              selected_experts: torch.Tensor, routing_weights: torch.Tensor,
+                              w_gate_up: torch.Tensor, w_down: torch.Tensor,
+                              saved: torch.Tensor, swiglu_limit: float
+                              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                         torch.Tensor]:
+    dx, drw, g = _backward(_W + "fused_moe_merged_backward", dout, x, selected_experts,
+                           routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit)
+    return dx, drw, g["w_gate_up"], g["w_down"]
+
+
+@fused_moe_merged_backward.register_fake
+def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, saved, swiglu_limit):
+    _backward_common(_W + "fused_moe_merged_backward", dout, x, selected_experts,
+                     routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit)
+    return _like(x), _like(routing_weights), _like(w_gate_up), _like(w_down)
+
+
+@torch.library.custom_op("moejit::fused_moe_backward_main_grad",
+                         mutates_args=("main_grad_gate", "main_grad_up", "main_grad_down"))
+def fused_moe_backward_main_grad(dout: torch.Tensor, x: torch.Tensor,
+                                 selected_experts: torch.Tensor, routing_weights: torch.Tensor,
+                                 w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+                                 saved: torch.Tensor, swiglu_limit: float,
+                                 main_grad_gate: torch.Tensor, main_grad_up: torch.Tensor,
+                                 main_grad_down: torch.Tensor
+                                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    dx, drw, _ = _backward(_W + "fused_moe_backward_main_grad", dout, x, selected_experts,
+                           routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit,
+                           main_grads={"w_gate": main_grad_gate, "w_up": main_grad_up,
+                                       "w_down": main_grad_down})
+    return dx, drw
+
+
+@fused_moe_backward_main_grad.register_fake
+def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, swiglu_limit,
+      main_grad_gate, main_grad_up, main_grad_down):
+    _backward_common(_W + "fused_moe_backward_main_grad", dout, x, selected_experts,
+                     routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit,
+                     {"w_gate": main_grad_gate, "w_up": main_grad_up, "w_down": main_grad_down})
+    return _like(x), _like(routing_weights)
+
+
+@torch.library.custom_op("moejit::fused_moe_merged_backward_main_grad",
+                         mutates_args=("main_grad_gate_up", "main_grad_down"))
+def fused_moe_merged_backward_main_grad(dout: torch.Tensor, x: torch.Tensor,
+                                        selected_experts: torch.Tensor,
+                                        routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                                        w_down: torch.Tensor, saved: torch.Tensor,
+                                        swiglu_limit: float, main_grad_gate_up: torch.Tensor,
+                                        main_grad_down: torch.Tensor
+                                        ) -> Tuple[torch.Tensor, torch.Tensor]:
+    dx, drw, _ = _backward(_W + "fused_moe_merged_backward_main_grad", dout, x,
+                           selected_experts, routing_weights, None, None, w_gate_up, w_down,
+                           saved, swiglu_limit,
+                           main_grads={"w_gate_up": main_grad_gate_up,
+                                       "w_down": main_grad_down})
+    return dx, drw
+
+
+@fused_moe_merged_backward_main_grad.register_fake
+def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, saved, swiglu_limit,
+      main_grad_gate_up, main_grad_down):
+    _backward_common(_W + "fused_moe_merged_backward_main_grad", dout, x, selected_experts,
+                     routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit,
+                     {"w_gate_up": main_grad_gate_up, "w_down": main_grad_down})
+    return _like(x), _like(routing_weights)
+
+
+# ------------------------------------------------------------------ autograd
+
+
+def _setup_context(ctx, inputs, output):
+    x, sel, rw, *weights, swiglu_limit = inputs
+    _, saved = output
+    ctx.save_for_backward(x, sel, rw, *weights, saved)
+    ctx.swiglu_limit = swiglu_limit
+    ctx.mark_non_differentiable(saved)
+
+
+def _fused_moe_backward(ctx, dout, _dsaved):
+    x, sel, rw, w_gate, w_up, w_down, saved = ctx.saved_tensors
+    dx, drw, dw_gate, dw_up, dw_down = torch.ops.moejit.fused_moe_backward(
+        dout, x, sel, rw, w_gate, w_up, w_down, saved, ctx.swiglu_limit)
+    return dx, None, drw, dw_gate, dw_up, dw_down, None
+
+
+def _fused_moe_merged_backward(ctx, dout, _dsaved):
+    x, sel, rw, w_gate_up, w_down, saved = ctx.saved_tensors
+    dx, drw, dw_gate_up, dw_down = torch.ops.moejit.fused_moe_merged_backward(
+        dout, x, sel, rw, w_gate_up, w_down, saved, ctx.swiglu_limit)
+    return dx, None, drw, dw_gate_up, dw_down, None
+
+
+fused_moe.register_autograd(_fused_moe_backward, setup_context=_setup_context)
+fused_moe_merged.register_autograd(_fused_moe_merged_backward, setup_context=_setup_context)

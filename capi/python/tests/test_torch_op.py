@@ -1,0 +1,279 @@
+"""CPU-side tests of the torch.library custom ops (no GPU needed): registration and schemas,
+the fake (meta) implementations' shapes and dtypes under FakeTensorMode for split and merged
+fc1, any leading shape, both routing dtypes and a symbolic (dynamic) T, the saved-size bound,
+and clear moejit.InvalidArgumentError messages for bad inputs, raised before the library is
+touched (fake tensors on "cuda" need no device)."""
+
+import pytest
+
+try:
+    import torch
+except ImportError:
+    pytest.skip("torch is not installed", allow_module_level=True)
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch.fx.experimental.symbolic_shapes import ShapeEnv  # noqa: E402
+
+import moejit  # noqa: E402
+import moejit.torch as mt  # noqa: E402
+from moejit import _op  # noqa: E402
+
+H, I, E, K = 512, 256, 16, 4
+BF16 = torch.bfloat16
+
+SCHEMAS = {
+    "fused_moe": "moejit::fused_moe(Tensor x, Tensor selected_experts, Tensor routing_weights, "
+                 "Tensor w_gate, Tensor w_up, Tensor w_down, float swiglu_limit) -> "
+                 "(Tensor, Tensor)",
+    "fused_moe_merged": "moejit::fused_moe_merged(Tensor x, Tensor selected_experts, "
+                        "Tensor routing_weights, Tensor w_gate_up, Tensor w_down, "
+                        "float swiglu_limit) -> (Tensor, Tensor)",
+    "fused_moe_backward": "moejit::fused_moe_backward(Tensor dout, Tensor x, "
+                          "Tensor selected_experts, Tensor routing_weights, Tensor w_gate, "
+                          "Tensor w_up, Tensor w_down, Tensor saved, float swiglu_limit) -> "
+                          "(Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "fused_moe_merged_backward": "moejit::fused_moe_merged_backward(Tensor dout, Tensor x, "
+                                 "Tensor selected_experts, Tensor routing_weights, "
+                                 "Tensor w_gate_up, Tensor w_down, Tensor saved, "
+                                 "float swiglu_limit) -> (Tensor, Tensor, Tensor, Tensor)",
+    "fused_moe_backward_main_grad": "moejit::fused_moe_backward_main_grad(Tensor dout, "
+                                    "Tensor x, Tensor selected_experts, "
+                                    "Tensor routing_weights, Tensor w_gate, Tensor w_up, "
+                                    "Tensor w_down, Tensor saved, float swiglu_limit, "
+                                    "Tensor(a9!) main_grad_gate, Tensor(a10!) main_grad_up, "
+                                    "Tensor(a11!) main_grad_down) -> (Tensor, Tensor)",
+    "fused_moe_merged_backward_main_grad": "moejit::fused_moe_merged_backward_main_grad("
+                                           "Tensor dout, Tensor x, Tensor selected_experts, "
+                                           "Tensor routing_weights, Tensor w_gate_up, "
+                                           "Tensor w_down, Tensor saved, float swiglu_limit, "
+                                           "Tensor(a8!) main_grad_gate_up, "
+                                           "Tensor(a9!) main_grad_down) -> (Tensor, Tensor)",
+}
+
+
+def test_every_op_is_registered_with_its_schema():
+    assert set(SCHEMAS) == set(_op.OPS)
+    for name, schema in SCHEMAS.items():
+        assert str(getattr(torch.ops.moejit, name).default._schema) == schema
+
+
+def test_only_the_forward_ops_are_differentiable_and_the_main_grad_ops_mutate():
+    for name in _op.OPS:
+        schema = getattr(torch.ops.moejit, name).default._schema
+        mutated = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+        if name.endswith("_main_grad"):
+            assert mutated and all(m.startswith("main_grad") for m in mutated), name
+        else:
+            assert not mutated, name
+
+
+def _layer(fake, lead=(300,), merged=False, rw_dtype=torch.float32, index=torch.int64,
+           dtype=BF16):
+    """Fake tensors (on "cuda") of one layer call."""
+    with fake:
+        x = torch.empty(*lead, H, dtype=dtype, device="cuda")
+        sel = torch.empty(*lead, K, dtype=index, device="cuda")
+        rw = torch.empty(*lead, K, dtype=rw_dtype, device="cuda")
+        if merged:
+            weights = (torch.empty(E, 2 * I, H, dtype=dtype, device="cuda"),)
+        else:
+            weights = (torch.empty(E, I, H, dtype=dtype, device="cuda"),
+                       torch.empty(E, I, H, dtype=dtype, device="cuda"))
+        weights += (torch.empty(E, H, I, dtype=dtype, device="cuda"),)
+    return x, sel, rw, weights
+
+
+def _tokens(lead):
+    t = 1
+    for d in lead:
+        t *= d
+    return t
+
+
+CASES = [(lead, merged, rw_dtype, index, dtype)
+         for lead in ((300,), (4, 75), (2, 3, 5), (0,))
+         for merged in (False, True)
+         for rw_dtype, index, dtype in ((torch.float32, torch.int64, BF16),
+                                        (BF16, torch.int32, BF16),
+                                        (torch.float16, torch.int64, torch.float16),
+                                        (torch.float32, torch.int32, torch.float16))]
+
+
+def _case_id(case):
+    lead, merged, rw_dtype, index, dtype = case
+    return (f"{'x'.join(map(str, lead))}-{'merged' if merged else 'split'}-"
+            f"{str(dtype)[6:]}-rw{str(rw_dtype)[6:]}-{str(index)[6:]}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_fake_forward_and_backward_shapes(case):
+    lead, merged, rw_dtype, index, dtype = case
+    fake = FakeTensorMode()
+    x, sel, rw, weights = _layer(fake, lead, merged, rw_dtype, index, dtype)
+    fwd = torch.ops.moejit.fused_moe_merged if merged else torch.ops.moejit.fused_moe
+    with fake:
+        out, saved = fwd(x, sel, rw, *weights, 0.5)
+        assert out.shape == x.shape and out.dtype == dtype and out.device == x.device
+        assert out.is_contiguous()
+        assert saved.dtype == torch.uint8 and saved.dim() == 1
+        assert saved.shape[0] == mt.saved_bytes_bound(_tokens(lead), H, I, E, K)
+        assert saved.device == x.device
+        # The public function: same shapes through the wrapper.
+        public = mt.fused_moe_merged if merged else mt.fused_moe
+        assert public(x, sel, rw, *weights).shape == x.shape
+        bwd = (torch.ops.moejit.fused_moe_merged_backward if merged else
+               torch.ops.moejit.fused_moe_backward)
+        grads = bwd(torch.empty_like(out), x, sel, rw, *weights, saved, 0.0)
+        assert len(grads) == 2 + len(weights)
+        for g, like in zip(grads, (x, rw) + weights):
+            assert g.shape == like.shape and g.dtype == like.dtype and g.device == like.device
+        main = (torch.ops.moejit.fused_moe_merged_backward_main_grad if merged else
+                torch.ops.moejit.fused_moe_backward_main_grad)
+        main_grads = [torch.empty(w.shape, dtype=torch.float32, device="cuda") for w in weights]
+        dx, drw = main(torch.empty_like(out), x, sel, rw, *weights, saved, 0.0, *main_grads)
+        assert dx.shape == x.shape and dx.dtype == x.dtype
+        assert drw.shape == rw.shape and drw.dtype == rw_dtype
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="the autograd engine needs a CUDA device for (fake) CUDA tensors")
+def test_fake_autograd_gives_every_gradient():
+    # The registered autograd formula, traced with fake tensors: the gradients' metadata.
+    fake = FakeTensorMode()
+    x, sel, rw, weights = _layer(fake, (4, 75))
+    with fake:
+        leaves = [t.requires_grad_() for t in (x, rw) + weights]
+        out = mt.fused_moe(x, sel, rw, *weights, swiglu_limit=1.0)
+        grads = torch.autograd.grad(out, leaves, torch.ones_like(out))
+    for g, like in zip(grads, leaves):
+        assert g.shape == like.shape and g.dtype == like.dtype
+
+
+def test_saved_size_is_affine_in_a_symbolic_token_count():
+    shape_env = ShapeEnv()
+    fake = FakeTensorMode(shape_env=shape_env)
+    from torch._dynamo.source import ConstantSource
+    t = shape_env.create_symintnode(shape_env.create_symbol(300, ConstantSource("T")), hint=300)
+    with fake:
+        x = torch.empty(t, H, dtype=BF16, device="cuda")
+        sel = torch.empty(t, K, dtype=torch.int64, device="cuda")
+        rw = torch.empty(t, K, dtype=torch.float32, device="cuda")
+        wg = torch.empty(E, I, H, dtype=BF16, device="cuda")
+        wd = torch.empty(E, H, I, dtype=BF16, device="cuda")
+        out, saved = torch.ops.moejit.fused_moe(x, sel, rw, wg, wg, wd, 0.0)
+    size = saved.shape[0]
+    assert isinstance(size, torch.SymInt), "the saved size should stay symbolic in T"
+    assert out.shape[0] is t or str(out.shape[0]) == str(t)
+    symbols = {str(s) for s in size.node.expr.free_symbols}
+    assert symbols == {str(t.node.expr)}
+    for tokens in (0, 1, 300, 4097):
+        assert size.node.expr.subs(t.node.expr, tokens) == \
+            mt.saved_bytes_bound(tokens, H, I, E, K)
+    # No guard pins T to its example value.
+    guards = [str(g.expr) for g in shape_env.guards]
+    assert not any(str(t.node.expr) in g and "300" in g for g in guards), guards
+
+
+def test_saved_bytes_bound_covers_the_saved_layout():
+    """The bound against the layout moejit's plan_layout.cpp describes (both with and without
+    row_token), replayed here: every region starts on a 256-byte boundary."""
+    def layout_end(tokens, gathered, el=2):
+        rows = tokens * K
+        end = 0
+        for size in [(E + 1) * 4, rows * 4] + ([rows * 4] if gathered else []) + \
+                [rows * 4, rows * 2 * I * el, rows * I * el]:
+            end = (end + 255) // 256 * 256 + size
+        return end
+    for tokens in (0, 1, 2, 3, 17, 255, 256, 300, 1000, 4096, 65537):
+        bound = mt.saved_bytes_bound(tokens, H, I, E, K)
+        assert bound >= layout_end(tokens, True) >= layout_end(tokens, False)
+        assert bound - layout_end(tokens, False) <= 12 * tokens * K + 7 * 256  # tight
+
+
+def _bad_calls(fake):
+    x, sel, rw, (wg, wu, wd) = _layer(fake)
+    with fake:
+        return {
+            "weight dtype": (lambda: mt.fused_moe(x, sel, rw, wg.half(), wu, wd),
+                             "w_gate must have x's dtype"),
+            "x dtype": (lambda: mt.fused_moe(x.float(), sel, rw, wg, wu, wd),
+                        "x must be bfloat16 or float16"),
+            "routing dtype": (lambda: mt.fused_moe(x, sel, rw.double(), wg, wu, wd),
+                              "routing_weights must be"),
+            "float index": (lambda: mt.fused_moe(x, sel.float(), rw, wg, wu, wd),
+                            "int32 or int64"),
+            "non-contiguous weight": (lambda: mt.fused_moe(
+                x, sel, rw, wg, wu, wd.transpose(1, 2).contiguous().transpose(1, 2)),
+                "w_down must be contiguous"),
+            "non-contiguous x": (lambda: mt.fused_moe(x.t().contiguous().t(), sel, rw, wg, wu,
+                                                      wd),
+                                 "x must be contiguous"),
+            "transposed w_down": (lambda: mt.fused_moe(x, sel, rw, wg, wu, wd.transpose(1, 2)),
+                                  r"w_down must be \[E, H, I\]"),
+            "hidden mismatch": (lambda: mt.fused_moe(x[:, :256].contiguous(), sel, rw, wg, wu,
+                                                     wd),
+                                "hidden size"),
+            "1-D x": (lambda: mt.fused_moe(x[0], sel[0], rw[0], wg, wu, wd), r"\[T, H\]"),
+            "top-k mismatch": (lambda: mt.fused_moe(x, sel, rw[:, :2].contiguous(), wg, wu, wd),
+                               "routing_weights must have selected_experts' shape"),
+            "lead mismatch": (lambda: mt.fused_moe(x, sel[:10], rw[:10], wg, wu, wd),
+                              "selected_experts must be"),
+            "odd merged": (lambda: mt.fused_moe_merged(x, sel, rw, wg[:, :255].contiguous(),
+                                                       wd), "even middle dim"),
+            "bad limit": (lambda: mt.fused_moe(x, sel, rw, wg, wu, wd, swiglu_limit=-1.0),
+                          "swiglu_limit"),
+            "tiny limit": (lambda: mt.fused_moe(x, sel, rw, wg, wu, wd, swiglu_limit=1e-50),
+                           "swiglu_limit"),
+            "string limit": (lambda: mt.fused_moe(x, sel, rw, wg, wu, wd, swiglu_limit="1"),
+                             "swiglu_limit"),
+            "not a tensor": (lambda: mt.fused_moe(x, sel, [1.0], wg,
+                                                  wu, wd), "torch.Tensor"),
+            "main_grads count": (lambda: mt.fused_moe(x, sel, rw, wg, wu, wd,
+                                                      main_grads=(wg,)), "main_grads"),
+        }
+
+
+BAD = ["weight dtype", "x dtype", "routing dtype", "float index", "non-contiguous weight",
+       "non-contiguous x", "transposed w_down", "hidden mismatch", "1-D x", "top-k mismatch",
+       "lead mismatch", "odd merged", "bad limit", "tiny limit", "string limit", "not a tensor",
+       "main_grads count"]
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_inputs_give_clear_errors(name):
+    call, message = _bad_calls(FakeTensorMode())[name]
+    with pytest.raises(moejit.InvalidArgumentError, match=message):
+        call()
+
+
+def test_bad_saved_buffer_is_rejected():
+    fake = FakeTensorMode()
+    x, sel, rw, weights = _layer(fake)
+    with fake:
+        out, saved = torch.ops.moejit.fused_moe(x, sel, rw, *weights, 0.0)
+        with pytest.raises(moejit.InvalidArgumentError, match="saved"):
+            torch.ops.moejit.fused_moe_backward(out, x, sel, rw, *weights, saved[:-1], 0.0)
+        with pytest.raises(moejit.InvalidArgumentError, match="output gradient"):
+            torch.ops.moejit.fused_moe_backward(out[:-1], x, sel, rw, *weights, saved, 0.0)
+
+
+def test_cpu_tensors_give_a_clear_error_not_a_crash():
+    x = torch.randn(8, H).to(BF16)
+    sel = torch.zeros(8, K, dtype=torch.int64)
+    rw = torch.full((8, K), 1.0 / K)
+    wg = torch.zeros(E, I, H, dtype=BF16)
+    wd = torch.zeros(E, H, I, dtype=BF16)
+    _op.clear_caches()
+    with pytest.raises(moejit.InvalidArgumentError, match="x must be a CUDA tensor"):
+        mt.fused_moe(x, sel, rw, wg, wg, wd)
+    with pytest.raises(moejit.InvalidArgumentError, match="x must be a CUDA tensor"):
+        torch.ops.moejit.fused_moe_merged(x, sel, rw, torch.cat([wg, wg], 1), wd, 0.0)
+    with pytest.raises(moejit.InvalidArgumentError, match="CUDA"):
+        mt.MoEExperts(E, H, I)(x, sel, rw)
+    assert not mt._plans
+
+
+def test_module_flags_and_repr():
+    layer = mt.MoEExperts(E, 64, 32, merged=True, accumulate_into_main_grad=True)
+    assert "accumulate_into_main_grad" in repr(layer)
+    assert [n for n, _ in layer.named_parameters()] == ["w_gate_up", "w_down"]
