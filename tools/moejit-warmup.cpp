@@ -83,8 +83,9 @@ Options:
 
 Output: one line per plan variant (a progress bar on a terminal), then
   summary: kernels: K  compiled: C  hits: H  rejected: R  failures: F  missing: M  wall: S s
-(K kernel lookups = C compiled now + H found in the cache + misses that failed; R corrupt
-entries removed and rebuilt; F plan variants that failed; M plan variants not covered (--check)).
+(K kernel lookups = C compiled now + H found in the cache + misses that failed; R entries that
+could not be used (corrupt, not a regular file, too large): recompiled and replaced, or with
+--check only reported; F plan variants that failed; M plan variants not covered (--check)).
 
 Exit status:
   0  success (--check: the cache covers everything)

@@ -86,7 +86,7 @@ bool write_file_atomic(const std::string &path, const std::vector<std::string_vi
     const std::string temp = path + ".tmp." + unique_temp_suffix();
     int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
-        why = fmt::format("cannot create {}: {}", temp, std::strerror(errno));
+        why = std::strerror(errno);
         return false;
     }
     bool ok = true;

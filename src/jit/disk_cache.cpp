@@ -128,8 +128,11 @@ bool DiskCache::store(const std::string &name, const Digest &key, const std::vec
     std::string why;
     // Another process publishing the same key first is fine: both entries are identical.
     if (!write_file_atomic(final_path, {header, std::string_view(payload.data(), payload.size())}, why)) {
-        log_(MOEJIT_LOG_WARNING,
-             fmt::format("moejit: publishing cache entry {} failed ({}); kept in memory only", final_path, why));
+        // Once per folder and reason: a full disk fails every publish the same way.
+        warn_once(log_, "store:" + folder_ + ":" + why,
+                  fmt::format("moejit: publishing cache entry {} failed ({}); kept in memory only (further "
+                              "publishes in this folder failing the same way are not logged)",
+                              final_path, why));
         return false;
     }
     return true;

@@ -39,7 +39,7 @@ expect_field() {  # expect_field NAME OP VALUE
     if [ -z "$v" ]; then fail "$LAST: no \"$1:\" on the summary line"; show; return; fi
     if ! [ "$v" "$2" "$3" ]; then fail "$LAST: $1 is $v, expected $2 $3"; show; fi
 }
-entries() { find "$1" -maxdepth 2 -name '*.cubin' -type f | wc -l | tr -d ' '; }
+entries() { find "$1" -maxdepth 2 -name '*.cubin' -type f 2>/dev/null | wc -l | tr -d ' '; }
 cache_folder() { "$TOOL" --info --cache-dir "$1" | sed -n 's/^cache folder: //p'; }
 # corrupt FILE flip|truncate: damages a cache entry the way a bad disk or a crash would.
 corrupt() {
