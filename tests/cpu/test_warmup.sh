@@ -8,7 +8,7 @@ MODE=${2:?usage: test_warmup.sh TOOL usage|cache}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 # The tool must not depend on (or write to) the caller's cache settings.
-unset MOEJIT_CACHE_DIR MOEJIT_COMPILE
+unset MOEJIT_CACHE_DIR MOEJIT_COMPILE MOEJIT_TUNE MOEJIT_GATHER MOEJIT_FUSE_SWIGLU MOEJIT_GEMM_TILE
 export HOME="$TMP/home" XDG_CACHE_HOME="$TMP/xdg"
 ARCH=sm_90a
 SPEC=256,128,4,2  # tiny layer: the kernels compile fast and sizes do not matter here
