@@ -36,6 +36,7 @@ enum ExitCode {
     exit_usage = 2,
     exit_missing = 3,
     exit_other = 4,
+    exit_not_stored = 5,
 };
 
 // A failure that ends the run with `code`; the message is printed to stderr.
@@ -70,8 +71,10 @@ Options:
   --dtype bf16|fp16      warm only this layer dtype (default: both)
   --tokens-hint N[,N..]  typical token counts per micro-batch (guide tile choice; default 0)
   --check                compile nothing (JIT off): exit 3 and list what is missing if the cache
-                         does not cover every plan variant
-  --info                 show the cache folder, its entries and size, library and NVRTC versions
+                         does not cover every plan variant; changes nothing on disk (a corrupt
+                         entry is reported, not removed)
+  --info                 show the cache folder, its entries and size, library and NVRTC versions;
+                         changes nothing on disk (a missing folder is not created)
   --clear                remove the cache entries (*.cubin) and stale temp files of this library
                          version's cache folder; other files are left alone
   --verbose              per-kernel compile times and library messages
@@ -80,8 +83,9 @@ Options:
 
 Output: one line per plan variant (a progress bar on a terminal), then
   summary: kernels: K  compiled: C  hits: H  rejected: R  failures: F  missing: M  wall: S s
-(K kernel lookups = C compiled now + H found in the cache + misses that failed; R corrupt
-entries removed and rebuilt; F plan variants that failed; M plan variants not covered (--check)).
+(K kernel lookups = C compiled now + H found in the cache + misses that failed; R entries that
+could not be used (corrupt, not a regular file, too large): recompiled and replaced, or with
+--check only reported; F plan variants that failed; M plan variants not covered (--check)).
 
 Exit status:
   0  success (--check: the cache covers everything)
@@ -89,6 +93,12 @@ Exit status:
   2  usage error: unknown option or preset, malformed spec, a shape the library rejects
   3  --check: kernels are missing from the cache (listed)
   4  other errors: no GPU and no --arch, unusable cache folder, unsupported configuration
+  5  some compiled kernels could not be stored in the cache folder (disk full, unwritable;
+     the library's warnings say why): the cache does not cover the model
+
+The cache folder is used only if nobody else can write it (owned by you, not writable by group
+or others; see the README's JIT cache section): otherwise the library refuses it with one
+warning, and a warmup exits 4.
 )";
 
 struct Args {
@@ -254,6 +264,8 @@ void validate_specs(const std::vector<WarmupJob> &jobs, RunOptions run, Reporter
         moejit_status_t st = moejit_plan_warmup(ctx.get(), &job.desc, nullptr);
         if (st == MOEJIT_ERROR_INVALID_ARGUMENT)
             throw Failure{exit_usage, fmt::format("the library rejects the layer {}: {}", job.label, moejit_last_error())};
+        if (st == MOEJIT_ERROR_UNSUPPORTED)  // e.g. a MOEJIT_GEMM_TILE that cannot run it
+            throw Failure{exit_other, fmt::format("the library cannot run the layer {}: {}", job.label, moejit_last_error())};
     }
 }
 
@@ -267,7 +279,7 @@ void print_info(const std::string &folder) {
         return;
     }
     FolderScan scan = scan_cache_folder(folder);
-    fmt::print("cache folder: {}\n", folder);
+    fmt::print("cache folder: {}{}\n", folder, scan.exists ? "" : " (does not exist yet)");
     fmt::print("entries: {}  size: {} bytes ({})  on disk: {}  temp files: {}\n", scan.entries, scan.entry_bytes,
                human_bytes(scan.entry_bytes), human_bytes(scan.disk_bytes), scan.temp_files);
     // Folders of other library versions are never used by this one; name them for cleanup.
@@ -295,6 +307,19 @@ void clear(const std::string &folder) {
         throw Failure{exit_other, fmt::format("{} files in {} could not be removed", r.failed, folder)};
 }
 
+// Plan variants a fresh JIT-off context cannot build from the disk cache alone.
+std::size_t count_not_stored(const std::vector<WarmupJob> &jobs, RunOptions run) {
+    run.check = true;
+    moejit_status_t st;
+    std::string message;
+    ContextPtr ctx(create_worker_context(run, nullptr, st, message));
+    if (!ctx) throw Failure{exit_other, fmt::format("cannot create a context to verify the cache: {}", message)};
+    std::size_t missing = 0;
+    for (const WarmupJob &job : jobs)
+        if (moejit_plan_warmup(ctx.get(), &job.desc, nullptr) != MOEJIT_SUCCESS) ++missing;
+    return missing;
+}
+
 int warm(const Args &args, const RunOptions &run, Reporter &reporter, const std::string &folder) {
     moejit_plan_desc_t defaults;
     if (moejit_plan_desc_init(&defaults) != MOEJIT_SUCCESS)
@@ -305,7 +330,9 @@ int warm(const Args &args, const RunOptions &run, Reporter &reporter, const std:
         if (folder.empty())
             throw Failure{exit_other, "the disk cache is disabled or its folder cannot be created (see the warning "
                                       "above); a warmup would be lost. Pass --cache-dir DIR"};
-        if (::access(folder.c_str(), W_OK) != 0)
+        // The library creates the folder (0700) with the first entry it stores.
+        std::error_code ec;
+        if (std::filesystem::exists(folder, ec) && ::access(folder.c_str(), W_OK) != 0)
             throw Failure{exit_other, fmt::format("the cache folder {} is not writable; a warmup would be lost", folder)};
     }
     int workers = std::max(1, args.jobs ? args.jobs : usable_cores());
@@ -326,7 +353,11 @@ int warm(const Args &args, const RunOptions &run, Reporter &reporter, const std:
         else ++other_failed;
     }
     if (missing) {
-        fmt::print(stderr, "missing: the cache {} does not cover these plan variants:\n", folder);
+        if (folder.empty())
+            fmt::print(stderr, "missing: there is no usable disk cache (see the warning above), so it covers none "
+                               "of these plan variants:\n");
+        else
+            fmt::print(stderr, "missing: the cache {} does not cover these plan variants:\n", folder);
         for (const JobResult &f : t.failures)
             if (f.status == MOEJIT_ERROR_JIT_DISABLED) fmt::print(stderr, "  {}: {}\n", f.label, f.message);
     }
@@ -335,6 +366,16 @@ int warm(const Args &args, const RunOptions &run, Reporter &reporter, const std:
         for (const JobResult &f : t.failures)
             if (f.status != MOEJIT_ERROR_JIT_DISABLED)
                 fmt::print(stderr, "  {}: {}\n", f.label, moejit_status_string(f.status));
+    }
+    // Every kernel compiled must now be on disk: a fresh JIT-off context reads each plan
+    // variant back (disk hits only). A store that failed (disk full, unwritable) shows here.
+    std::size_t not_stored = 0;
+    if (!run.check && t.failures.empty()) {
+        not_stored = count_not_stored(jobs, run);
+        if (not_stored)
+            fmt::print(stderr, "not stored: {} of {} plan variants are not covered by {} after the warmup: kernels "
+                               "compiled but could not be stored (see the warnings above: disk full? unwritable?)\n",
+                       not_stored, jobs.size(), folder);
     }
     std::fflush(stderr);
     FolderScan scan = scan_cache_folder(folder);
@@ -349,6 +390,7 @@ int warm(const Args &args, const RunOptions &run, Reporter &reporter, const std:
     if (other_failed) return exit_other;
     if (compile_failed) return exit_compile_failures;
     if (missing) return exit_missing;
+    if (not_stored) return exit_not_stored;
     return exit_ok;
 }
 

@@ -1,23 +1,14 @@
-// Boolean environment switches (MOEJIT_COMPILE, MOEJIT_TUNE): one spelling for every flag.
+// Boolean environment switches (MOEJIT_COMPILE, MOEJIT_TUNE, MOEJIT_GATHER, MOEJIT_FUSE_SWIGLU):
+// one strict spelling for every flag (core/config.hpp reads all variables at context creation).
 #pragma once
 
-#include <strings.h>
-
-#include <cstdlib>
 #include <optional>
 
 namespace moejit {
 
-// 1/on/true/yes -> true, 0/off/false/no -> false (case-insensitive); unset or anything else
-// -> nullopt, so each flag keeps its own default.
-inline std::optional<bool> env_flag(const char *name) {
-    const char *v = std::getenv(name);
-    if (!v) return std::nullopt;
-    for (const char *on : {"1", "on", "true", "yes"})
-        if (::strcasecmp(v, on) == 0) return true;
-    for (const char *off : {"0", "off", "false", "no"})
-        if (::strcasecmp(v, off) == 0) return false;
-    return std::nullopt;
-}
+// Unset or empty -> nullopt (the flag keeps its default); exactly 1/on/true/yes -> true,
+// 0/off/false/no -> false (case-insensitive, no surrounding spaces); anything else throws
+// MOEJIT_ERROR_INVALID_ARGUMENT naming the variable, its value and the accepted values.
+std::optional<bool> env_flag(const char *name);
 
 }  // namespace moejit

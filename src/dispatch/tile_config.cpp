@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 
 namespace moejit {
@@ -297,8 +298,18 @@ GemmTileConfig heuristic_tile_config(const GemmProblem &p, int cc) {
 }
 
 GemmTileConfig choose_tile_config(const GemmProblem &p, int cc) {
-    if (const char *env = std::getenv("MOEJIT_GEMM_TILE"); env && *env)
-        return parse_tile_config(env, "MOEJIT_GEMM_TILE");
+    if (std::optional<GemmTileConfig> forced = env_gemm_tile()) {
+        // A forced tile must fit the problem now (at plan creation), not fail in NVRTC or at
+        // launch later, nor let a warmup "succeed" with kernels that can never run.
+        try {
+            validate_tile_config(*forced, p, cc);
+        } catch (const Error &e) {
+            fail(MOEJIT_ERROR_UNSUPPORTED, "environment variable MOEJIT_GEMM_TILE={} cannot run this GEMM on "
+                 "compute capability {}.{}: {} (unset it to use the heuristic)",
+                 to_string(*forced), cc / 10, cc % 10, e.what());
+        }
+        return *forced;
+    }
     return heuristic_tile_config(p, cc);
 }
 

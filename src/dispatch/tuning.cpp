@@ -4,14 +4,16 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 
 #include <fmt/format.h>
 
 #include "core/dtype.hpp"
-#include "core/env.hpp"
+#include "core/atomic_file.hpp"
+#include "core/config.hpp"
+#include "jit/cache_paths.hpp"
 #include "core/error.hpp"
 #include "jit/sha256.hpp"
 
@@ -19,6 +21,9 @@ namespace moejit {
 namespace {
 
 constexpr const char *kMagic = "moejit-tuning 1";
+constexpr std::size_t kMaxTuningFileBytes = 64 * 1024;  // three short lines
+
+std::string fs_parent(const std::string &path) { return std::filesystem::path(path).parent_path().string(); }
 
 std::int64_t size_class(std::int64_t rows) {
     std::int64_t c = 1;
@@ -29,9 +34,11 @@ std::int64_t size_class(std::int64_t rows) {
 }  // namespace
 
 bool tuning_enabled() {
-    const char *tile = std::getenv("MOEJIT_GEMM_TILE");
-    if (tile && *tile) return false;
-    return env_flag("MOEJIT_TUNE").value_or(false);
+    // Reads (and strictly validates) every MOEJIT_* variable: a context calls this first when
+    // it is created, so a bad value fails context creation before any device work.
+    const EnvironmentConfig env = read_environment();
+    if (env.gemm_tile) return false;
+    return env.tune.value_or(false);
 }
 
 std::string tuning_key(const GemmProblem &p, std::int64_t rows, int cc) {
@@ -97,15 +104,22 @@ std::optional<GemmTileConfig> TuningStore::find(const std::string &key) {
     if (auto it = winners_.find(key); it != winners_.end()) return it->second;
     if (absent_.count(key)) return std::nullopt;  // looked for once: no file I/O per launch
     const std::string path = path_for(key);
-    std::ifstream in(path);
-    std::string magic, stored_key, config;
-    if (!path.empty() && in && std::getline(in, magic) && std::getline(in, stored_key) &&
-        std::getline(in, config) && magic == kMagic && stored_key == key) {
-        try {
-            const GemmTileConfig c = parse_tile_config(config, path.c_str());
-            winners_[key] = c;
-            return c;
-        } catch (const Error &) {
+    // The same rules as cache entries: a trusted folder, a regular file (O_NOFOLLOW |
+    // O_NONBLOCK, fstat) of bounded size; anything else is "no winner", never an error.
+    std::vector<char> bytes;
+    std::string why;
+    if (!path.empty() && !untrusted_cache_folder(fs_parent(path)) &&
+        read_regular_file(path, kMaxTuningFileBytes, bytes, why) == ReadStatus::ok) {
+        std::istringstream in(std::string(bytes.begin(), bytes.end()));
+        std::string magic, stored_key, config;
+        if (std::getline(in, magic) && std::getline(in, stored_key) && std::getline(in, config) &&
+            magic == kMagic && stored_key == key) {
+            try {
+                const GemmTileConfig c = parse_tile_config(config, path.c_str());
+                winners_[key] = c;
+                return c;
+            } catch (const Error &) {
+            }
         }
     }
     absent_.insert(key);
@@ -118,21 +132,14 @@ void TuningStore::save(const std::string &key, const GemmTileConfig &winner) {
     absent_.erase(key);
     const std::string path = path_for(key);
     if (path.empty()) return;
-    // Unique temp file, then rename: readers see the old file or the whole new one.
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), reinterpret_cast<std::uintptr_t>(this));
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        if (!out) return;  // an unwritable cache keeps the winner in memory only
-        out << kMagic << '\n' << key << '\n' << to_string(winner) << '\n';
-        if (!out.flush()) {
-            std::filesystem::remove(tmp, ec);
-            return;
-        }
-    }
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) std::filesystem::remove(tmp, ec);
+    // <cache>/tuning is created 0700 and must pass the cache's trust rules; the file is
+    // published through the same atomic helper as cubin entries (unique O_EXCL temp file,
+    // fsync, rename). An unwritable cache keeps the winner in memory only.
+    const std::string folder = fs_parent(path);
+    std::string why;
+    if (!make_folders(folder, kCacheFolderMode, why) || untrusted_cache_folder(folder)) return;
+    const std::string text = fmt::format("{}\n{}\n{}\n", kMagic, key, to_string(winner));
+    write_file_atomic(path, {text}, why);
 }
 
 TuningStore &tuning_store(const std::string &folder) {

@@ -18,6 +18,7 @@
 namespace moejit {
 
 // MOEJIT_TUNE is 1/on/true/yes (case-insensitive) and MOEJIT_GEMM_TILE does not force a tile.
+// Reads and validates every MOEJIT_* variable (core/config.hpp): throws on a bad value.
 // A Context reads it once, when it is created (Context::tuning()).
 bool tuning_enabled();
 

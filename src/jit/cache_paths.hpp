@@ -1,6 +1,19 @@
-// Where the disk cache lives (DESIGN.md §4).
+// Where the disk cache lives (DESIGN.md §4) and which folders moejit trusts with it.
+//
+// Trust boundary: whoever can write the cache folder can make every process that uses it run
+// their code on its GPU (an entry's checksum is not a secret; a forger writes a valid one). So
+// moejit only reads or writes a cache folder that nobody else can write:
+//  - the versioned folder (where entries live) must be a folder owned by the effective user and
+//    not writable by group or others;
+//  - its parent (the cache root) must be owned by the effective user or by root, and not
+//    writable by group or others unless it has the sticky bit (like /tmp, where others cannot
+//    rename or remove what is ours);
+//  - folders moejit creates are created 0700.
+// A folder that breaks a rule is refused for reading and writing: the context caches kernels
+// in memory only and logs one warning per folder and process.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace moejit {
@@ -10,5 +23,12 @@ namespace moejit {
 std::string cache_root(const char *configured);
 // The versioned folder inside a root: <root>/<library version> ("" stays "").
 std::string versioned_cache_dir(const std::string &root);
+
+// Why `folder` (holding cache files) or its parent breaks the rules above; nullopt when it is
+// trusted. A folder or parent that does not exist yet is fine (moejit creates it 0700).
+std::optional<std::string> untrusted_cache_folder(const std::string &folder);
+
+// The mode bits folders moejit creates get.
+inline constexpr unsigned kCacheFolderMode = 0700;
 
 }  // namespace moejit

@@ -1,16 +1,13 @@
 #include "jit/disk_cache.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <random>
-#include <thread>
+#include <set>
 
 #include <fmt/format.h>
+
+#include "core/atomic_file.hpp"
+#include "jit/cache_paths.hpp"
 
 namespace moejit {
 namespace {
@@ -34,68 +31,26 @@ std::uint64_t get_u64(const char *p) {
     return v;
 }
 
-// mkdir -p; true when the folder exists afterwards.
-bool make_dirs(const std::string &path) {
-    if (path.empty()) return false;
-    for (std::size_t pos = 1; pos <= path.size(); ++pos) {
-        if (pos != path.size() && path[pos] != '/') continue;
-        std::string prefix = path.substr(0, pos);
-        if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return false;
-    }
-    struct stat st;
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool read_file(const std::string &path, std::vector<char> &bytes) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    struct stat st;
-    bool ok = ::fstat(fd, &st) == 0;
-    if (ok) {
-        bytes.resize(static_cast<std::size_t>(st.st_size));
-        std::size_t done = 0;
-        while (ok && done < bytes.size()) {
-            ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) ok = false;
-            else done += static_cast<std::size_t>(n);
-        }
-    }
-    ::close(fd);
-    return ok;
-}
-
-bool write_all(int fd, const char *data, std::size_t size) {
-    while (size > 0) {
-        ssize_t n = ::write(fd, data, size);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return false;
-        data += n;
-        size -= static_cast<std::size_t>(n);
-    }
-    return true;
-}
-
-std::string unique_suffix() {
-    static std::atomic<std::uint64_t> counter{0};
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    return fmt::format("{}.{}.{:016x}", ::getpid(), counter.fetch_add(1), rng());
-}
-
 }  // namespace
+
+void warn_once(const Logger &log, const std::string &key, const std::string &message) {
+    static std::mutex mutex;
+    static std::set<std::string> seen;
+    {
+        std::lock_guard lock(mutex);
+        if (!seen.insert(key).second) return;
+    }
+    log(MOEJIT_LOG_WARNING, message);
+}
 
 DiskCache::DiskCache(std::string folder, Logger log) : folder_(std::move(folder)), log_(log) {
     if (folder_.empty()) return;
-    if (!make_dirs(folder_)) {
-        log_(MOEJIT_LOG_WARNING, fmt::format("moejit: cache folder {} cannot be created ({}); "
-                                             "caching kernels in memory only",
-                                             folder_, std::strerror(errno)));
+    if (std::optional<std::string> why = untrusted_cache_folder(folder_)) {
+        // Whoever can write a cache folder can run code on this GPU (DESIGN.md, cache trust).
+        warn_once(log_, "refused:" + folder_,
+                  fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
+                              folder_, *why));
         return;
-    }
-    if (::access(folder_.c_str(), W_OK) != 0) {
-        log_(MOEJIT_LOG_WARNING, fmt::format("moejit: cache folder {} is not writable; entries "
-                                             "already there are used, new kernels stay in memory",
-                                             folder_));
     }
     usable_ = true;
 }
@@ -106,10 +61,17 @@ std::string DiskCache::entry_path(const std::string &name, const Digest &key) co
 
 DiskCache::Lookup DiskCache::load(const std::string &name, const Digest &key,
                                   std::vector<char> &payload) const {
-    if (!usable_) return Lookup::miss;
-    std::string path = entry_path(name, key);
+    if (!usable()) return Lookup::miss;
+    const std::string path = entry_path(name, key);
     std::vector<char> bytes;
-    if (!read_file(path, bytes)) return Lookup::miss;
+    std::string why_read;
+    switch (read_regular_file(path, kMaxEntryBytes, bytes, why_read)) {
+    case ReadStatus::ok: break;
+    case ReadStatus::absent: return Lookup::miss;
+    default:
+        log_(MOEJIT_LOG_WARNING, fmt::format("moejit: cache entry {} not read ({}); recompiling", path, why_read));
+        return Lookup::rejected;
+    }
     const char *why = nullptr;
     if (bytes.size() < kHeaderSize) why = "truncated header";
     else if (std::memcmp(bytes.data(), kMagic, 8) != 0) why = "bad magic";
@@ -121,8 +83,8 @@ DiskCache::Lookup DiskCache::load(const std::string &name, const Digest &key,
         if (std::memcmp(sum.data(), bytes.data() + 56, 32) != 0) why = "checksum mismatch";
     }
     if (why) {
-        // Remove the bad entry so the rebuilt kernel can be published in its place.
-        ::unlink(path.c_str());
+        // Left in place: reading never changes the folder; the rebuilt kernel's publish
+        // replaces it (rename), which a read-only (JIT off) context never does.
         log_(MOEJIT_LOG_WARNING, fmt::format("moejit: cache entry {} rejected ({}); recompiling", path, why));
         return Lookup::rejected;
     }
@@ -130,9 +92,30 @@ DiskCache::Lookup DiskCache::load(const std::string &name, const Digest &key,
     return Lookup::hit;
 }
 
-void DiskCache::store(const std::string &name, const Digest &key,
-                      const std::vector<char> &payload) const {
-    if (!usable_) return;
+bool DiskCache::ensure_folder() const {
+    std::call_once(created_, [&] {
+        std::string why;
+        if (!make_folders(folder_, kCacheFolderMode, why)) {
+            warn_once(log_, "create:" + folder_,
+                      fmt::format("moejit: cache folder {} cannot be created ({}); caching kernels in memory only",
+                                  folder_, why));
+            return;
+        }
+        // Checked again now that it exists: another user may have created it first.
+        if (std::optional<std::string> bad = untrusted_cache_folder(folder_)) {
+            warn_once(log_, "refused:" + folder_,
+                      fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
+                                  folder_, *bad));
+            return;
+        }
+        created_ok_ = true;
+    });
+    if (!created_ok_) usable_ = false;
+    return created_ok_;
+}
+
+bool DiskCache::store(const std::string &name, const Digest &key, const std::vector<char> &payload) const {
+    if (!usable() || !ensure_folder()) return false;
     std::string header(kHeaderSize, '\0');
     std::memcpy(header.data(), kMagic, 8);
     put_u32(header.data() + 8, kCacheFormatVersion);
@@ -141,24 +124,18 @@ void DiskCache::store(const std::string &name, const Digest &key,
     Digest sum = sha256(std::string_view(payload.data(), payload.size()));
     std::memcpy(header.data() + 56, sum.data(), 32);
 
-    std::string final_path = entry_path(name, key);
-    std::string temp_path = final_path + ".tmp." + unique_suffix();
-    int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        log_(MOEJIT_LOG_WARNING, fmt::format("moejit: cannot write cache entry in {} ({}); kept in memory only",
-                                             folder_, std::strerror(errno)));
-        return;
-    }
-    bool ok = write_all(fd, header.data(), header.size()) &&
-              write_all(fd, payload.data(), payload.size()) && ::fsync(fd) == 0;
-    ok = (::close(fd) == 0) && ok;
-    // rename() is atomic: readers see the old state or a complete entry, never a partial one.
+    const std::string final_path = entry_path(name, key);
+    std::string why;
     // Another process publishing the same key first is fine: both entries are identical.
-    if (!ok || ::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-        log_(MOEJIT_LOG_WARNING, fmt::format("moejit: publishing cache entry {} failed ({}); kept in memory only",
-                                             final_path, std::strerror(errno)));
-        ::unlink(temp_path.c_str());
+    if (!write_file_atomic(final_path, {header, std::string_view(payload.data(), payload.size())}, why)) {
+        // Once per folder and reason: a full disk fails every publish the same way.
+        warn_once(log_, "store:" + folder_ + ":" + why,
+                  fmt::format("moejit: publishing cache entry {} failed ({}); kept in memory only (further "
+                              "publishes in this folder failing the same way are not logged)",
+                              final_path, why));
+        return false;
     }
+    return true;
 }
 
 }  // namespace moejit

@@ -1,8 +1,17 @@
 // One folder of self-checking cubin entries, shared safely by many processes: readers never
-// lock, writers publish with temp file + fsync + rename, and anything that does not validate
-// is removed and reported as a miss.
+// lock, writers publish with temp file + fsync + rename (core/atomic_file.hpp).
+//
+// Trust: the folder is used only when nobody else can write it (jit/cache_paths.hpp); an entry
+// is read only when it is a regular file of at most kMaxEntryBytes (opened O_NOFOLLOW |
+// O_NONBLOCK, checked with fstat before reading). Reading never changes the folder: an entry
+// that does not validate is a miss (counted as rejected, logged) and is replaced by the next
+// publish of the same key, so a context with JIT off (moejit-warmup --check) is read-only. The
+// folder is created (0700) when the first entry is published, not before.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,27 +24,40 @@ namespace moejit {
 // Bumped whenever the entry layout changes; part of every key.
 inline constexpr std::uint32_t kCacheFormatVersion = 1;
 
+// Entries larger than this are not read (cubins are tens to hundreds of KiB).
+inline constexpr std::size_t kMaxEntryBytes = std::size_t(256) << 20;
+
 class DiskCache {
 public:
-    // Creates `folder` if needed; when it cannot be created or written, logs a warning and
-    // behaves as an always-missing cache (memory-only caching).
+    // Checks that `folder` may be used (see above); when it may not, logs one warning (per
+    // folder and process) and behaves as an always-missing cache (memory-only caching).
     DiskCache(std::string folder, Logger log);
 
-    bool usable() const { return usable_; }
+    bool usable() const { return usable_.load(); }
     const std::string &folder() const { return folder_; }
     std::string entry_path(const std::string &name, const Digest &key) const;
 
     enum class Lookup { hit, miss, rejected };
-    // On hit, `payload` receives the cubin. A rejected entry (bad magic, version, key, size or
-    // checksum) has been removed.
+    // On hit, `payload` receives the cubin. `rejected`: an entry exists under the name but is
+    // not a valid one for `key` (bad magic, version, key, size, checksum, not a regular file,
+    // too large); it is left in place. Never throws for anything found on disk.
     Lookup load(const std::string &name, const Digest &key, std::vector<char> &payload) const;
-    // Atomic publish; losing a race to another writer is success. Failures only log.
-    void store(const std::string &name, const Digest &key, const std::vector<char> &payload) const;
+    // Atomic publish; losing a race to another writer is success. Returns false (and logs) when
+    // the entry could not be stored; the kernel then lives in memory only.
+    bool store(const std::string &name, const Digest &key, const std::vector<char> &payload) const;
 
 private:
+    bool ensure_folder() const;
+
     std::string folder_;
     Logger log_;
-    bool usable_ = false;
+    mutable std::atomic<bool> usable_{false};
+    mutable std::once_flag created_;
+    mutable bool created_ok_ = false;
 };
+
+// Logs `message` at warning level unless a warning with the same `key` was already logged by
+// this process (folder-level problems repeat for every context otherwise).
+void warn_once(const Logger &log, const std::string &key, const std::string &message);
 
 }  // namespace moejit

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "driver/driver.hpp"
+#include "jit/cuda_headers.hpp"  // cache-key line below (issue 16)
 #include "jit/nvrtc_compiler.hpp"
 #include "jit/templates.hpp"
 #include "moejit_version.h"
@@ -45,6 +46,7 @@ Digest JitEngine::key(const KernelSource &source) const {
     for (const std::string &o : options_sorted_) h.field(o);
     h.field(options_.arch);
     h.field(std::to_string(nvrtc_version()));
+    h.field(cuda_headers_digest());  // the toolkit headers NVRTC compiles against (jit/cuda_headers.hpp)
     h.field(MOEJIT_VERSION_STRING);
     return h.finish();
 }

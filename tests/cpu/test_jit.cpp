@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <dirent.h>
 #include <filesystem>
@@ -17,6 +18,8 @@
 #include "compile_only.hpp"
 #include "core/context.hpp"
 #include "jit/cache_paths.hpp"
+#include "jit/cuda_headers.hpp"
+#include "jit/nvrtc_archs.hpp"
 #include "jit/jit_engine.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "jit/sha256.hpp"
@@ -282,4 +285,35 @@ BOOST_AUTO_TEST_CASE(cache_folder_is_versioned) {
     BOOST_TEST(versioned_cache_dir("/x") == std::string("/x/") + MOEJIT_VERSION_STRING);
     BOOST_TEST(versioned_cache_dir("").empty());
     BOOST_TEST(cache_root("/explicit") == "/explicit");
+}
+
+BOOST_AUTO_TEST_CASE(arch_is_checked_against_nvrtcs_own_list) {
+    const std::vector<int> &archs = nvrtc_supported_archs();
+    BOOST_REQUIRE(!archs.empty());
+    BOOST_TEST((std::find(archs.begin(), archs.end(), 90) != archs.end()));
+    BOOST_CHECK_NO_THROW(require_nvrtc_arch("sm_90a"));
+    BOOST_CHECK_NO_THROW(require_nvrtc_arch("sm_80"));
+    // sm_99 passes valid_arch() (the form) but NVRTC cannot compile for it.
+    BOOST_TEST(valid_arch("sm_99"));
+    try {
+        require_nvrtc_arch("sm_99");
+        BOOST_FAIL("expected MOEJIT_ERROR_INVALID_ARGUMENT");
+    } catch (const Error &e) {
+        BOOST_TEST(e.status() == MOEJIT_ERROR_INVALID_ARGUMENT);
+        BOOST_TEST(std::string(e.what()).find("sm_99") != std::string::npos, e.what());
+        BOOST_TEST(std::string(e.what()).find("sm_90") != std::string::npos, e.what());
+    }
+}
+
+BOOST_AUTO_TEST_CASE(cuda_header_digest_covers_the_templates_toolkit_includes) {
+    const std::vector<std::string> &files = cuda_headers_hashed();
+    auto has = [&](const char *name) {
+        return std::any_of(files.begin(), files.end(), [&](const std::string &f) {
+            return fs::path(f).filename() == name;
+        });
+    };
+    if (cuda_include_dir().empty()) return;
+    for (const char *h : {"cuda_bf16.h", "cuda_bf16.hpp", "cuda_fp16.h", "cuda_fp16.hpp", "vector_types.h"})
+        BOOST_TEST(has(h), h);
+    BOOST_TEST(cuda_headers_digest().size() == 64u);
 }

@@ -8,7 +8,7 @@ MODE=${2:?usage: test_warmup.sh TOOL usage|cache}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 # The tool must not depend on (or write to) the caller's cache settings.
-unset MOEJIT_CACHE_DIR MOEJIT_COMPILE
+unset MOEJIT_CACHE_DIR MOEJIT_COMPILE MOEJIT_TUNE MOEJIT_GATHER MOEJIT_FUSE_SWIGLU MOEJIT_GEMM_TILE
 export HOME="$TMP/home" XDG_CACHE_HOME="$TMP/xdg"
 ARCH=sm_90a
 SPEC=256,128,4,2  # tiny layer: the kernels compile fast and sizes do not matter here
@@ -39,7 +39,7 @@ expect_field() {  # expect_field NAME OP VALUE
     if [ -z "$v" ]; then fail "$LAST: no \"$1:\" on the summary line"; show; return; fi
     if ! [ "$v" "$2" "$3" ]; then fail "$LAST: $1 is $v, expected $2 $3"; show; fi
 }
-entries() { find "$1" -maxdepth 2 -name '*.cubin' -type f | wc -l | tr -d ' '; }
+entries() { find "$1" -maxdepth 2 -name '*.cubin' -type f 2>/dev/null | wc -l | tr -d ' '; }
 cache_folder() { "$TOOL" --info --cache-dir "$1" | sed -n 's/^cache folder: //p'; }
 # corrupt FILE flip|truncate: damages a cache entry the way a bad disk or a crash would.
 corrupt() {
@@ -122,7 +122,8 @@ usage_tests() {
 
     run help --help
     expect_rc 0 "--help"
-    for code in '0  success' '1  some kernels failed' '2  usage error' '3  --check' '4  other errors'; do
+    for code in '0  success' '1  some kernels failed' '2  usage error' '3  --check' '4  other errors' \
+                '5  some compiled kernels could not be stored'; do
         expect_text out "$code"
     done
 
@@ -142,6 +143,9 @@ usage_tests() {
     expect_text out "cache folder: $TMP/c/"
     expect_text out 'entries: 0'
     expect_text out 'nvrtc: '
+    # --info changes nothing on disk: a missing folder is reported, not created.
+    expect_text out '(does not exist yet)'
+    [ -e "$TMP/c" ] && fail "--info created the missing cache folder $TMP/c"
     # Without --cache-dir the library's default applies ($XDG_CACHE_HOME/moejit here).
     run info_default --info
     expect_rc 0 "--info with the default folder"
@@ -151,6 +155,38 @@ usage_tests() {
     # the empty folder does not cover the spec (3).
     run no_arch --check --spec $SPEC --dtype bf16 --cache-dir "$TMP/e"
     if [ "$RC" = 4 ]; then expect_text err 'pass --arch'; else expect_rc 3 "--check without --arch on a GPU machine"; fi
+
+    # The trust boundary: a cache root writable by group or others is refused (one warning), so
+    # a warmup would be lost: exit 4 before anything compiles.
+    mkdir -m 775 "$TMP/gw"
+    run group_writable --spec $SPEC --dtype bf16 --arch $ARCH --cache-dir "$TMP/gw" --jobs 3
+    expect_rc 4 "warmup into a group-writable cache root"
+    expect_text err 'writable by group or others'
+    [ "$(grep -c 'cannot be used' "$TMP/$LAST.err")" = 1 ] || { fail "$LAST: the folder warning is not printed exactly once"; show; }
+    [ -z "$(ls -A "$TMP/gw")" ] || fail "something was created in the refused root $TMP/gw"
+
+    # --check on an unusable folder (below a regular file): one warning, a named reason, exit 3.
+    touch "$TMP/plainfile"
+    run check_unusable --check --spec $SPEC --dtype bf16 --arch $ARCH --cache-dir "$TMP/plainfile/c" --jobs 4
+    expect_rc 3 "--check on an unusable cache folder"
+    [ "$(grep -c 'cannot be used' "$TMP/$LAST.err")" = 1 ] || { fail "$LAST: the folder warning is not printed exactly once"; show; }
+    expect_text err 'no usable disk cache'
+    if grep -qF 'the cache  does not cover' "$TMP/$LAST.err"; then fail "$LAST: empty folder name in the message"; show; fi
+
+    # Strict environment: a value that is not an accepted spelling is a usage error (2), named.
+    MOEJIT_COMPILE=disabled run env_compile --check --spec $SPEC --dtype bf16 --arch $ARCH --cache-dir "$TMP/e"
+    expect_rc 2 "MOEJIT_COMPILE=disabled"
+    expect_text err 'MOEJIT_COMPILE'
+    expect_text err '"disabled"'
+    MOEJIT_GATHER=" 1" run env_gather --check --spec $SPEC --dtype bf16 --arch $ARCH --cache-dir "$TMP/e"
+    expect_rc 2 "MOEJIT_GATHER=\" 1\""
+    expect_text err 'MOEJIT_GATHER'
+    # A forced tile that can never run this layer: refused before anything compiles (4).
+    MOEJIT_GEMM_TILE=wgmma_128x256x64_s8_g8 run env_tile --spec $SPEC --dtype bf16 --arch $ARCH --cache-dir "$TMP/t"
+    expect_rc 4 "MOEJIT_GEMM_TILE that cannot run"
+    expect_text err 'MOEJIT_GEMM_TILE'
+    expect_text err 'shared memory'
+    [ -e "$TMP/t" ] && fail "the refused MOEJIT_GEMM_TILE warmup wrote to $TMP/t"
 
     # --check of presets and spec files on an empty folder: nothing compiles, all is missing.
     run check_preset --check --preset qwen3-30b-a3b --dtype bf16 --arch $ARCH --cache-dir "$TMP/e"
@@ -169,8 +205,8 @@ usage_tests() {
     expect_field failures -eq 0
 
     # --clear removes entries and stale temp files only.
-    local dir; dir=$(cache_folder "$TMP/k")
-    [ -d "$dir" ] || fail "cache folder $dir was not created"
+    local dir; dir=$(cache_folder "$TMP/k" | sed 's/ (does not exist yet)$//')
+    mkdir -p -m 700 "$TMP/k" "$dir"
     touch "$dir/a_h64.0123.cubin" "$dir/b_h64.4567.cubin" "$dir/keep.txt" "$dir/a_h64.0123.cubin.tmp.1.2.fresh"
     touch -d '2 hours ago' "$dir/a_h64.0123.cubin.tmp.1.3.stale"
     mkdir "$dir/sub.cubin"
@@ -237,14 +273,17 @@ cache_tests() {
     expect_field failures -eq 0
     expect_text err 'checksum mismatch'
     [ "$(entries "$d1")" = "$compiled" ] || fail "$(entries "$d1") entries after the rebuild, expected $compiled"
-    # A torn entry makes --check fail (and removes it); the next warmup rebuilds it.
+    # A torn entry makes --check fail, which changes nothing on disk (the entry stays, as it
+    # was); the next warmup rebuilds it.
     victim=$(find "$d1" -name 'group_gemm_*.cubin' | head -n 1)
     [ -n "$victim" ] || victim=$(find "$d1" -name '*.cubin' | tail -n 1)
     corrupt "$victim" truncate
+    cp "$victim" "$TMP/torn.copy"
     run check_torn --check --spec $SPEC --arch $ARCH --dtype bf16 --cache-dir "$d1"
     expect_rc 3 "--check over a torn entry"
     expect_field rejected -ge 1
     expect_text err "$(basename "$victim" | cut -d. -f1)"
+    cmp -s "$victim" "$TMP/torn.copy" || fail "--check removed or changed the torn entry $victim"
     run repair --spec $SPEC --arch $ARCH --dtype bf16 --cache-dir "$d1"
     expect_rc 0 "warmup after --check removed the torn entry"
     expect_field compiled -eq 1
@@ -270,6 +309,18 @@ cache_tests() {
     run check_race --check --spec $SPEC --arch $ARCH --dtype bf16 --cache-dir "$d3"
     expect_rc 0 "--check after the race"
     expect_field rejected -eq 0
+
+    # Storing fails (a file size limit: every write of more than 8 KiB fails with EFBIG, as on a
+    # full disk; output goes through a pipe, which the limit does not cover): exit 5, saying so.
+    local d4="$TMP/d4"
+    ( trap '' XFSZ; ulimit -f 8; "$TOOL" --spec $SPEC --arch $ARCH --dtype bf16 --cache-dir "$d4" --jobs 2; echo "rc=$?" ) 2>&1 | cat >"$TMP/full.out"
+    : >"$TMP/full.err"; LAST=full
+    RC=$(sed -n 's/^rc=//p' "$TMP/full.out")
+    expect_rc 5 "warmup whose entries could not be stored"
+    expect_text out 'not stored:'
+    expect_text out 'publishing cache entry'
+    run check_full --check --spec $SPEC --arch $ARCH --dtype bf16 --cache-dir "$d4"
+    expect_rc 3 "--check after the failed stores"
 
     # --info counts the entries; --clear empties the folder, after which --check fails again.
     run info_warm --info --cache-dir "$d1"

@@ -1,0 +1,45 @@
+#include "jit/nvrtc_archs.hpp"
+
+#include <nvrtc.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+
+namespace moejit {
+
+// Calls NVRTC directly (it is linked today). When NVRTC is dlopened, this must go through the
+// loader's function table like the other NVRTC calls.
+const std::vector<int> &nvrtc_supported_archs() {
+    static const std::vector<int> archs = [] {
+        std::vector<int> out;
+        int count = 0;
+        if (nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0) return out;
+        out.resize(static_cast<std::size_t>(count));
+        if (nvrtcGetSupportedArchs(out.data()) != NVRTC_SUCCESS) out.clear();
+        std::sort(out.begin(), out.end());
+        return out;
+    }();
+    return archs;
+}
+
+void require_nvrtc_arch(const std::string &arch) {
+    std::string digits = arch.size() > 3 ? arch.substr(3) : "";
+    if (!digits.empty() && digits.back() == 'a') digits.pop_back();
+    int number = 0;
+    try {
+        number = std::stoi(digits);
+    } catch (...) {
+        fail(MOEJIT_ERROR_INVALID_ARGUMENT, "arch \"{}\" is not of the form sm_XY or sm_XYa", arch);
+    }
+    const std::vector<int> &archs = nvrtc_supported_archs();
+    if (archs.empty()) return;  // NVRTC could not say: its own compile error will
+    if (std::find(archs.begin(), archs.end(), number) == archs.end())
+        fail(MOEJIT_ERROR_INVALID_ARGUMENT, "arch \"{}\" is not supported by this NVRTC, which compiles for sm_{}",
+             arch, fmt::join(archs, ", sm_"));
+}
+
+}  // namespace moejit
