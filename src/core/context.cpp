@@ -13,6 +13,7 @@
 #include "dispatch/tuning.hpp"
 #include "driver/driver.hpp"
 #include "jit/cache_paths.hpp"
+#include "jit/nvrtc_archs.hpp"
 #include "jit/nvrtc_compiler.hpp"
 
 namespace moejit {
@@ -41,6 +42,7 @@ Context::Context(const moejit_context_options_t &options)
     std::string arch = options.arch ? options.arch : "";
     if (!arch.empty())
         MOEJIT_REQUIRE(valid_arch(arch), "options->arch is \"{}\", expected sm_XY or sm_XYa with XY >= 80 (e.g. sm_90a, sm_80)", arch);
+    if (!arch.empty()) require_nvrtc_arch(arch);  // NVRTC's own list: a typo fails here, not in 48 compiles
     // Compute capability 9.0 always compiles for sm_90a (wgmma, setmaxnreg): its cubins run on
     // exactly the devices an sm_90 cubin runs on, and the tile heuristics may pick wgmma.
     if (arch == "sm_90") arch = "sm_90a";

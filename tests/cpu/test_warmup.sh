@@ -119,6 +119,9 @@ usage_tests() {
     run bad_arch --spec $SPEC --arch sm_75 --cache-dir "$TMP/u"
     expect_rc 2 "unsupported arch"
     expect_text err 'sm_75'
+    run nvrtc_arch --spec $SPEC --arch sm_99 --cache-dir "$TMP/u"
+    expect_rc 2 "an arch NVRTC does not support"
+    expect_text err 'not supported by this NVRTC'
 
     run help --help
     expect_rc 0 "--help"
