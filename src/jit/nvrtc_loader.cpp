@@ -69,6 +69,7 @@ const NvrtcApi &nvrtc() {
         if (!handle) {
             const char *e = dlerror();
             why = e ? e : "dlopen failed";
+            if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // dlerror repeats it
         } else if (auto api = resolve(handle, path, why)) {
             loaded = std::move(api);
             return *loaded;
@@ -81,10 +82,10 @@ const NvrtcApi &nvrtc() {
         fail(MOEJIT_ERROR_COMPILE, "NVRTC could not be loaded from $MOEJIT_NVRTC:{}", failures);
     fail(MOEJIT_ERROR_COMPILE,
          "NVRTC ({}) is needed to compile kernels and was not found; tried, in order:{}\n"
-         "Install the CUDA toolkit of that major version (and set CUDA_HOME to it), or the "
-         "nvidia-cuda-nvrtc and nvidia-cuda-runtime pip packages of that major version "
-         "(pip install 'moejit[cuda]'), or set MOEJIT_NVRTC to the library's path.",
-         MOEJIT_NVRTC_SONAME, failures);
+         "Install a CUDA {} toolkit (and set CUDA_HOME to it), or the CUDA {} pip packages "
+         "nvidia-cuda-nvrtc and nvidia-cuda-runtime (pip install 'moejit[cuda]'), or set "
+         "MOEJIT_NVRTC to the library's path.",
+         MOEJIT_NVRTC_SONAME, failures, MOEJIT_CUDA_MAJOR, MOEJIT_CUDA_MAJOR);
 }
 
 }  // namespace moejit
