@@ -9,13 +9,18 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/moejit-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+read -r prefix libdir includedir sanitize < <(meson introspect --buildoptions "$build" | python3 -c '
+import json, sys
+o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
+print(o["prefix"], o["libdir"], o["includedir"], o.get("b_sanitize", "none"))')
+if [ "$sanitize" != none ]; then
+    # Consumers would need the sanitizer runtime too; the plain build checks the install.
+    echo "skipped: a -Db_sanitize=$sanitize build is not what users install"
+    exit 77
+fi
 stage=$tmp/stage
 meson install -C "$build" --no-rebuild --quiet --destdir "$stage" >"$tmp/install.log" 2>&1 ||
     { cat "$tmp/install.log"; fail "meson install"; }
-read -r prefix libdir includedir < <(meson introspect --buildoptions "$build" | python3 -c '
-import json, sys
-o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
-print(o["prefix"], o["libdir"], o["includedir"])')
 root=$stage$prefix
 case $libdir in /*) lib=$stage$libdir ;; *) lib=$root/$libdir ;; esac
 case $includedir in /*) inc=$stage$includedir ;; *) inc=$root/$includedir ;; esac
