@@ -50,6 +50,20 @@ std::unique_ptr<NvrtcApi> resolve(void *handle, const std::string &path, std::st
     return api;
 }
 
+// NVRTC dlopens libnvrtc-builtins.so.<major>.<minor> by soname at its first compile, which
+// finds only the system loader's copy. Loading the one beside libnvrtc first makes that lookup
+// find it already mapped: the pip package's lib folder is on no search path.
+void load_builtins_beside(const NvrtcApi &api) {
+    int major = 0, minor = 0;
+    if (api.nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return;
+    const auto slash = api.path.find_last_of('/');
+    if (slash == std::string::npos) return;
+    const std::string builtins =
+        fmt::format("{}/libnvrtc-builtins.so.{}.{}", api.path.substr(0, slash), major, minor);
+    // Kept open for the process's life; a failure leaves NVRTC's own lookup and its message.
+    if (dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) (void)dlerror();
+}
+
 }  // namespace
 
 const NvrtcApi &nvrtc() {
@@ -71,6 +85,7 @@ const NvrtcApi &nvrtc() {
             why = e ? e : "dlopen failed";
             if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // dlerror repeats it
         } else if (auto api = resolve(handle, path, why)) {
+            load_builtins_beside(*api);
             loaded = std::move(api);
             return *loaded;
         } else {
