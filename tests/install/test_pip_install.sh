@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python route as a new user takes it, outside CI (it compiles the whole library: minutes):
-# a clean clone of this checkout's HEAD, a new venv, `pip wheel .` then `pip install` of that
+# a clean clone of this checkout's HEAD (or a copy of the tree without .git), a new venv, `pip wheel .` then `pip install` of that
 # wheel, and `import moejit` with no MOEJIT_* variable set. Prints the wall times and the wheel
 # size. Without a GPU, moejit.Context() must raise NoDriverError; with one, it must open.
 # Usage: test_pip_install.sh [pip options, e.g. --no-index --find-links DIR]
@@ -12,7 +12,13 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 unset MOEJIT_LIBRARY MOEJIT_NVRTC
 
-git clone --quiet "$src" "$tmp/clone"
+if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+    git clone --quiet "$src" "$tmp/clone"   # HEAD only: what a user's clone holds
+else  # a copy without .git (e.g. a device machine's working tree): its files minus builds
+    mkdir "$tmp/clone"
+    tar -C "$src" --exclude='./build*' --exclude=./.whl --exclude='./.mesonpy-*' --exclude=./out \
+        -cf - . | tar -C "$tmp/clone" -xf -
+fi
 "$python" -m venv "$tmp/venv"
 pip=("$tmp/venv/bin/python" -m pip --disable-pip-version-check)
 start=$(date +%s)
