@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Python route as a new user takes it, outside CI (it compiles the whole library: minutes):
-# a clean clone of this checkout's HEAD (or a copy of the tree without .git), a new venv, `pip wheel .` then `pip install` of that
-# wheel, and `import moejit` with no MOEJIT_* variable set. Prints the wall times and the wheel
-# size. Without a GPU, moejit.Context() must raise NoDriverError; with one, it must open.
+# a clean clone of this checkout's HEAD (or a copy of a tree without .git), a new venv,
+# `pip wheel .` then `pip install` of that wheel, and `import moejit` with no MOEJIT_* variable
+# set. Prints the wall times and the wheel size. Without a GPU, moejit.Context() must raise NoDriverError; with one, it must open.
 # Usage: test_pip_install.sh [pip options, e.g. --no-index --find-links DIR]
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
