@@ -1,6 +1,5 @@
 #include "jit/nvrtc_compiler.hpp"
 
-#include <nvrtc.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,24 +7,32 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "jit/nvrtc_loader.hpp"
 #include "jit/templates.hpp"
 #include "moejit_build_config.h"
 
 namespace moejit {
 namespace {
 
-void check_nvrtc(nvrtcResult result, const char *call, const std::string &name) {
+void check_nvrtc(const NvrtcApi &api, nvrtcResult result, const char *call,
+                 const std::string &name) {
     if (result != NVRTC_SUCCESS)
         fail(MOEJIT_ERROR_COMPILE, "{} failed for kernel {}: {}", call, name,
-             nvrtcGetErrorString(result));
+             api.nvrtcGetErrorString(result));
 }
 
 struct Program {
+    const NvrtcApi &api;
     nvrtcProgram handle = nullptr;
     ~Program() {
-        if (handle) nvrtcDestroyProgram(&handle);
+        if (handle) api.nvrtcDestroyProgram(&handle);
     }
 };
+
+std::string parent_dir(const std::string &path) {
+    const auto slash = path.find_last_of('/');
+    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
 
 bool file_exists(const std::string &path) {
     struct stat st;
@@ -46,22 +53,26 @@ bool valid_arch(const std::string &arch) {
 
 int nvrtc_version() {
     int major = 0, minor = 0;
-    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
+    if (nvrtc().nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
     return major * 100 + minor;
 }
 
-const std::string &cuda_include_dir() {
-    static const std::string dir = [] {
-        std::vector<std::string> roots;
-        for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
-            if (const char *v = std::getenv(var); v && *v) roots.emplace_back(v);
-        roots.emplace_back(MOEJIT_DEFAULT_CUDA_HOME);
-        roots.emplace_back("/usr/local/cuda");
-        for (const std::string &root : roots)
-            if (file_exists(root + "/include/cuda_bf16.h")) return root + "/include";
-        return std::string();
-    }();
-    return dir;
+std::vector<std::string> cuda_include_candidates() {
+    std::vector<std::string> dirs;
+    for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
+        if (const char *v = std::getenv(var); v && *v) dirs.push_back(std::string(v) + "/include");
+    // <root>/lib64/libnvrtc.so.N -> <root>/include: the toolkit and the nvidia pip packages
+    // (nvidia/cuNN/lib, nvidia/cuNN/include) both keep the headers there.
+    dirs.push_back(parent_dir(parent_dir(nvrtc().path)) + "/include");
+    dirs.push_back(std::string(MOEJIT_DEFAULT_CUDA_HOME) + "/include");
+    dirs.push_back("/usr/local/cuda/include");
+    return dirs;
+}
+
+std::string cuda_include_dir() {
+    for (const std::string &dir : cuda_include_candidates())
+        if (file_exists(dir + "/cuda_bf16.h")) return dir;
+    return std::string();
 }
 
 std::vector<std::string> default_nvrtc_options() {
@@ -88,42 +99,48 @@ CompiledKernel nvrtc_compile(const KernelSource &source, const std::string &arch
         header_sources.push_back(header_storage[2 * i].c_str());
         header_names.push_back(header_storage[2 * i + 1].c_str());
     }
-    Program program;
+    const NvrtcApi &api = nvrtc();
+    Program program{api};
     std::string file_name = source.name + ".cu";
-    check_nvrtc(nvrtcCreateProgram(&program.handle, source.source.c_str(), file_name.c_str(),
+    check_nvrtc(api, api.nvrtcCreateProgram(&program.handle, source.source.c_str(), file_name.c_str(),
                                    static_cast<int>(header_sources.size()), header_sources.data(),
                                    header_names.data()),
                 "nvrtcCreateProgram", source.name);
 
     std::vector<std::string> all = options;
     all.push_back("--gpu-architecture=" + arch);
-    const std::string &include = cuda_include_dir();
-    if (include.empty())
+    const std::string include = cuda_include_dir();
+    if (include.empty()) {
+        std::string looked;
+        for (const std::string &dir : cuda_include_candidates()) looked += "\n  " + dir;
         fail(MOEJIT_ERROR_COMPILE,
-             "cannot compile kernel {}: cuda_bf16.h not found (set CUDA_HOME to the CUDA toolkit)",
-             source.name);
+             "cannot compile kernel {}: the CUDA headers NVRTC needs (cuda_bf16.h) were not found "
+             "in:{}\nSet CUDA_HOME to a CUDA toolkit, or install the nvidia-cuda-runtime pip "
+             "package of NVRTC's major version (pip install 'moejit[cuda]').",
+             source.name, looked);
+    }
     all.push_back("-I" + include);
     std::vector<const char *> argv;
     for (const std::string &o : all) argv.push_back(o.c_str());
 
-    nvrtcResult result = nvrtcCompileProgram(program.handle, static_cast<int>(argv.size()), argv.data());
+    nvrtcResult result = api.nvrtcCompileProgram(program.handle, static_cast<int>(argv.size()), argv.data());
     CompiledKernel out;
     std::size_t log_size = 0;
-    if (nvrtcGetProgramLogSize(program.handle, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+    if (api.nvrtcGetProgramLogSize(program.handle, &log_size) == NVRTC_SUCCESS && log_size > 1) {
         out.log.resize(log_size);
-        if (nvrtcGetProgramLog(program.handle, out.log.data()) != NVRTC_SUCCESS) out.log.clear();
+        if (api.nvrtcGetProgramLog(program.handle, out.log.data()) != NVRTC_SUCCESS) out.log.clear();
         while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
     }
     if (result != NVRTC_SUCCESS) {
         std::string joined;
         for (const std::string &o : all) joined += (joined.empty() ? "" : " ") + o;
         fail(MOEJIT_ERROR_COMPILE, "NVRTC failed to compile kernel {} ({}) for {}: {}\noptions: {}\nlog:\n{}",
-             source.name, source.entry, arch, nvrtcGetErrorString(result), joined, out.log);
+             source.name, source.entry, arch, api.nvrtcGetErrorString(result), joined, out.log);
     }
     std::size_t size = 0;
-    check_nvrtc(nvrtcGetCUBINSize(program.handle, &size), "nvrtcGetCUBINSize", source.name);
+    check_nvrtc(api, api.nvrtcGetCUBINSize(program.handle, &size), "nvrtcGetCUBINSize", source.name);
     out.cubin.resize(size);
-    check_nvrtc(nvrtcGetCUBIN(program.handle, out.cubin.data()), "nvrtcGetCUBIN", source.name);
+    check_nvrtc(api, api.nvrtcGetCUBIN(program.handle, out.cubin.data()), "nvrtcGetCUBIN", source.name);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
 }

@@ -25,11 +25,14 @@ CompiledKernel nvrtc_compile(const KernelSource &source, const std::string &arch
 // "sm_90a" -> "compute_90a"-style validation: sm_XY or sm_XYa with XY >= 80.
 bool valid_arch(const std::string &arch);
 
-// major*100 + minor of the linked NVRTC.
+// major*100 + minor of the loaded NVRTC; throws MOEJIT_ERROR_COMPILE when there is none.
 int nvrtc_version();
 
-// The CUDA toolkit include folder holding cuda_bf16.h: $CUDA_HOME, $CUDA_PATH, the build-time
-// toolkit, /usr/local/cuda (first one that has the header).
-const std::string &cuda_include_dir();
+// Where NVRTC looks for cuda_bf16.h, in order: $CUDA_HOME/include, $CUDA_PATH/include, the
+// include/ next to the loaded NVRTC's lib folder, the build-time toolkit, /usr/local/cuda.
+std::vector<std::string> cuda_include_candidates();
+
+// The first of those holding cuda_bf16.h, or "" (the compile then fails naming them all).
+std::string cuda_include_dir();
 
 }  // namespace moejit

@@ -18,8 +18,8 @@ from .errors import (CacheError, CompileError, CudaError, InternalError, Invalid
                      JitDisabledError, LibraryNotFoundError, MoejitError, NoDeviceError,
                      NoDriverError, OutOfMemoryError, UnsupportedError)
 
-# The package version; tests check that it matches the library's moejit_version().
-__version__ = "0.3.0"
+# meson.build's version; the library loaded must report the same (_capi.load checks).
+from ._version import __version__
 
 __all__ = [
     "__version__", "library_version", "library_version_number", "nvrtc_version",

@@ -16,7 +16,9 @@ from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_double, c_float, c_int, c_in
                     c_size_t, c_uint64, c_void_p)
 from typing import Dict, List, Optional, Tuple, Type
 
-from . import errors
+from . import _cuda_pip, errors
+from ._version import __version__ as package_version
+from ._version import cuda_major
 
 # ---------------------------------------------------------------- enums (ABI values)
 
@@ -380,7 +382,8 @@ def candidate_paths() -> List[Tuple[str, str]]:
 
 
 def load(path: Optional[str] = None) -> Library:
-    """Loads libmoejit (once). `path` overrides the lookup."""
+    """Loads libmoejit (once). `path` overrides the lookup. A library whose moejit_version()
+    is not this package's version is skipped (and named in the error if nothing else fits)."""
     global _library
     with _library_lock:
         if _library is not None and path is None:
@@ -397,13 +400,40 @@ def load(path: Optional[str] = None) -> Library:
                 failures.append(f"  {candidate} ({how}): {e}")
                 continue
             lib = Library(cdll, _resolved_path(cdll, candidate))
+            mismatch = _version_mismatch(lib)
+            if mismatch:
+                failures.append(f"  {lib.path} ({how}): {mismatch}")
+                continue
+            _find_nvrtc(lib)
             if path is None:
                 _library = lib
             return lib
         raise errors.LibraryNotFoundError(
-            "libmoejit.so could not be loaded; tried, in order:\n" + "\n".join(failures) +
-            "\nSet MOEJIT_LIBRARY to the library's path (e.g. build/capi/libmoejit.so), put it "
-            "next to the moejit package, or install it where the system loader finds it.")
+            f"libmoejit.so {package_version} could not be loaded; tried, in order:\n" +
+            "\n".join(failures) +
+            "\nInstall the package with pip (pip install . at the repository root builds the "
+            "library into it), or set MOEJIT_LIBRARY to the path of a libmoejit.so of the same "
+            "version (e.g. build/capi/libmoejit.so).")
+
+
+def _version_mismatch(lib: Library) -> Optional[str]:
+    """Why this library does not fit the package, or None: the versions must be equal (the
+    ctypes structs and prototypes here describe exactly one moejit.h)."""
+    if not lib.has("moejit_version"):
+        return f"not a libmoejit (no moejit_version), expected version {package_version}"
+    found = lib.moejit_version()
+    found = found.decode("utf-8", "replace") if found else "?"
+    if found != package_version:
+        return f"version {found}, expected {package_version} (this Python package's)"
+    return None
+
+
+def _find_nvrtc(lib: Library) -> None:
+    """Where the library finds no NVRTC (no CUDA toolkit), loads the nvidia-cuda-nvrtc pip
+    package's, which the library then finds by soname. Errors surface at the first compile."""
+    version = c_int()
+    if lib.has("moejit_nvrtc_version") and lib.moejit_nvrtc_version(ctypes.byref(version)) != SUCCESS:
+        _cuda_pip.preload_nvrtc(cuda_major)
 
 
 def _resolved_path(cdll: ctypes.CDLL, candidate: str) -> str:

@@ -18,10 +18,17 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional
 
-import torch
-
 from . import core
-from .peers import eager_loop_layer, grouped_mm_layer, routing_all_to_expert0, routing_topk
+
+try:  # --help works without PyTorch; running the benchmark needs it
+    import torch
+
+    from .peers import eager_loop_layer, grouped_mm_layer, routing_all_to_expert0, routing_topk
+except ImportError as _torch_missing:
+    torch = None
+    _TORCH_IMPORT_ERROR: Optional[ImportError] = _torch_missing
+else:
+    _TORCH_IMPORT_ERROR = None
 
 # name: (T, E, H, I, k), PERF.md "Reference shapes"
 SHAPES = {
@@ -37,7 +44,7 @@ IMPLS = ("moejit", "grouped_mm", "eager")
 # Opt-in (--impls): moejit under torch.compile(fullgraph=True), and moejit through a plain
 # autograd.Function without the custom-op dispatch (the binding before torch.ops.moejit).
 EXTRA_IMPLS = ("moejit-compile", "moejit-direct")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
 
 
 def log(message: str) -> None:
@@ -89,8 +96,9 @@ def moejit_compile_layer(x, sel, rw, **kwargs):
     return _compiled["layer"](x, sel, rw, **kwargs)
 
 
-LAYERS = {"moejit": moejit_layer, "grouped_mm": grouped_mm_layer, "eager": eager_loop_layer,
-          "moejit-compile": moejit_compile_layer, "moejit-direct": moejit_direct_layer}
+LAYERS = ({"moejit": moejit_layer, "grouped_mm": grouped_mm_layer, "eager": eager_loop_layer,
+           "moejit-compile": moejit_compile_layer, "moejit-direct": moejit_direct_layer}
+          if torch is not None else {})
 
 
 def make_inputs(T, E, H, I, k, dtype, routing, merged, seed):
@@ -265,10 +273,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if torch is None:
+        log(f"moejit.bench needs PyTorch, which could not be imported ({_TORCH_IMPORT_ERROR})")
+        return 2
     if not torch.cuda.is_available():
         log("moejit.bench needs a CUDA device (torch.cuda.is_available() is False)")
         return 2
-    dtype = DTYPES[args.dtype]
+    dtype = getattr(torch, DTYPES[args.dtype])
     torch.backends.cuda.matmul.allow_tf32 = False
     device = torch.cuda.get_device_name()
     try:
