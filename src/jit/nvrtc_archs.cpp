@@ -8,18 +8,20 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "jit/nvrtc_loader.hpp"
 
 namespace moejit {
 
-// Calls NVRTC directly (it is linked today). When NVRTC is dlopened, this must go through the
-// loader's function table like the other NVRTC calls.
+// Asked once NVRTC is loaded (nvrtc() throws while it cannot be: the static is then initialised
+// by a later call).
 const std::vector<int> &nvrtc_supported_archs() {
     static const std::vector<int> archs = [] {
+        const NvrtcApi &api = nvrtc();
         std::vector<int> out;
         int count = 0;
-        if (nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0) return out;
+        if (api.nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0) return out;
         out.resize(static_cast<std::size_t>(count));
-        if (nvrtcGetSupportedArchs(out.data()) != NVRTC_SUCCESS) out.clear();
+        if (api.nvrtcGetSupportedArchs(out.data()) != NVRTC_SUCCESS) out.clear();
         std::sort(out.begin(), out.end());
         return out;
     }();
@@ -35,7 +37,13 @@ void require_nvrtc_arch(const std::string &arch) {
     } catch (...) {
         fail(MOEJIT_ERROR_INVALID_ARGUMENT, "arch \"{}\" is not of the form sm_XY or sm_XYa", arch);
     }
-    const std::vector<int> &archs = nvrtc_supported_archs();
+    const std::vector<int> *known = nullptr;
+    try {
+        known = &nvrtc_supported_archs();
+    } catch (const Error &) {
+        return;  // no NVRTC here (a warm cache needs none): a compile would say what is missing
+    }
+    const std::vector<int> &archs = *known;
     if (archs.empty()) return;  // NVRTC could not say: its own compile error will
     if (std::find(archs.begin(), archs.end(), number) == archs.end())
         fail(MOEJIT_ERROR_INVALID_ARGUMENT, "arch \"{}\" is not supported by this NVRTC, which compiles for sm_{}",

@@ -18,7 +18,9 @@ namespace moejit {
     X(nvrtcGetProgramLogSize)   \
     X(nvrtcGetProgramLog)       \
     X(nvrtcGetCUBINSize)        \
-    X(nvrtcGetCUBIN)
+    X(nvrtcGetCUBIN)            \
+    X(nvrtcGetNumSupportedArchs) \
+    X(nvrtcGetSupportedArchs)
 
 struct NvrtcApi {
 #define MOEJIT_NVRTC_MEMBER(name) decltype(&::name) name = nullptr;
