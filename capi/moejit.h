@@ -6,11 +6,44 @@
  *  - every fallible call returns moejit_status_t (0 = success) and writes results
  *    through out-pointers; on failure moejit_last_error() holds the calling thread's message;
  *  - status and enum values are ABI: explicit, append-only;
- *  - every argument struct starts with `size_t struct_size` and only grows; initialise it with
- *    the matching *_init() function (a struct_size larger than the library knows is rejected);
+ *  - every argument struct starts with `size_t struct_size` and only grows (see "Argument
+ *    structs" below); initialise it with the matching *_init() macro;
  *  - tensors are device pointers laid out row-major and contiguous, shaped as documented;
  *    the caller owns all memory; streams are CUstream passed as void*;
  *  - destroy functions accept NULL.
+ *
+ * Argument structs (the ABI rules; docs/abi.md has the reasoning):
+ *  - Fields are only ever appended, never removed, reordered or retyped. A field added later
+ *    takes its default when all its bytes are zero.
+ *  - struct_size says which header the caller was built against. The library accepts the size
+ *    of that struct in any released header, from the first (0.1.0) to its own; the fields past
+ *    the caller's struct_size take their defaults (what *_init sets). 0 and any other size at or
+ *    below the library's own are MOEJIT_ERROR_INVALID_ARGUMENT naming `<arg>->struct_size`.
+ *  - A struct_size larger than the library's (a header newer than the library) is accepted only
+ *    when every byte past the library's struct is zero, i.e. every newer field is at its default;
+ *    otherwise it is MOEJIT_ERROR_INVALID_ARGUMENT naming `<arg>->struct_size` and the first set
+ *    byte. Sizes above 4096 are rejected as uninitialised.
+ *  - Output structs (moejit_cache_stats_t) follow the same size rules; the library writes only
+ *    the fields inside the caller's struct_size.
+ *  - moejit_X_init(p) is a macro for moejit_X_init_sized(p, sizeof(moejit_X_t)): sizeof is taken
+ *    in the caller's compilation unit, so the library never writes past the caller's struct.
+ *    moejit_X_init_sized writes exactly struct_size bytes (defaults, then zero for fields the
+ *    library does not know) and sets struct_size; a size that no header has writes nothing.
+ *    The functions named moejit_X_init remain exported (take their address, or call
+ *    (moejit_X_init)(p)) for binaries built against 0.1-0.3 headers: they write the struct as
+ *    of 0.3.0, forever. A 0.1-built caller of moejit_backward_args_init is overrun by 8 bytes
+ *    (its struct predates x): rebuild it; the library cannot tell.
+ *  - moejit_backward_args_t grew in 0.2.0 (x). A 0.1 struct_size is accepted, but backward with
+ *    T > 0 needs x, so it is MOEJIT_ERROR_INVALID_ARGUMENT naming args->x.
+ *
+ * Binary compatibility: the soname is libmoejit.so.<ABI major> (libmoejit.so.0 today). Every
+ * exported symbol is versioned (capi/moejit.map): MOEJIT_0.1 holds the 0.1 entry points,
+ * MOEJIT_0.4 the *_init_sized functions; a release that adds functions adds a node. The ABI
+ * major (and soname) is bumped, and the version nodes restart, when a binary built against an
+ * earlier header of the same major could stop working: a removed or retyped function, a changed
+ * enum or status value, a field removed, moved or retyped, a released struct_size no longer
+ * accepted, or a call that valid older arguments can no longer satisfy. Adding functions, enum
+ * values, statuses and trailing struct fields (defaulting to zero) keeps the soname.
  */
 #ifndef MOEJIT_H
 #define MOEJIT_H
@@ -108,7 +141,9 @@ typedef struct moejit_context_options {
     void *log_user_data;
 } moejit_context_options_t;
 
-MOEJIT_API moejit_status_t moejit_context_options_init(moejit_context_options_t *options);
+MOEJIT_API moejit_status_t moejit_context_options_init_sized(moejit_context_options_t *options, size_t struct_size);
+MOEJIT_API moejit_status_t(moejit_context_options_init)(moejit_context_options_t *options);
+#define moejit_context_options_init(options) moejit_context_options_init_sized((options), sizeof(moejit_context_options_t))
 /* options may be NULL (all defaults). Without compile_only, needs a driver and a device: the
  * device's primary context is retained and used by every call made with this moejit context. */
 MOEJIT_API moejit_status_t moejit_context_create(const moejit_context_options_t *options,
@@ -132,7 +167,9 @@ typedef struct moejit_cache_stats {
     double disk_load_seconds;  /* total time reading + validating disk hits */
 } moejit_cache_stats_t;
 
-MOEJIT_API moejit_status_t moejit_cache_stats_init(moejit_cache_stats_t *stats);
+MOEJIT_API moejit_status_t moejit_cache_stats_init_sized(moejit_cache_stats_t *stats, size_t struct_size);
+MOEJIT_API moejit_status_t(moejit_cache_stats_init)(moejit_cache_stats_t *stats);
+#define moejit_cache_stats_init(stats) moejit_cache_stats_init_sized((stats), sizeof(moejit_cache_stats_t))
 MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
                                                       moejit_cache_stats_t *stats);
 
@@ -223,8 +260,12 @@ typedef struct moejit_group_gemm_mn_args {
     void *stream;
 } moejit_group_gemm_mn_args_t;
 
-MOEJIT_API moejit_status_t moejit_group_gemm_nk_args_init(moejit_group_gemm_nk_args_t *args);
-MOEJIT_API moejit_status_t moejit_group_gemm_mn_args_init(moejit_group_gemm_mn_args_t *args);
+MOEJIT_API moejit_status_t moejit_group_gemm_nk_args_init_sized(moejit_group_gemm_nk_args_t *args, size_t struct_size);
+MOEJIT_API moejit_status_t(moejit_group_gemm_nk_args_init)(moejit_group_gemm_nk_args_t *args);
+#define moejit_group_gemm_nk_args_init(args) moejit_group_gemm_nk_args_init_sized((args), sizeof(moejit_group_gemm_nk_args_t))
+MOEJIT_API moejit_status_t moejit_group_gemm_mn_args_init_sized(moejit_group_gemm_mn_args_t *args, size_t struct_size);
+MOEJIT_API moejit_status_t(moejit_group_gemm_mn_args_init)(moejit_group_gemm_mn_args_t *args);
+#define moejit_group_gemm_mn_args_init(args) moejit_group_gemm_mn_args_init_sized((args), sizeof(moejit_group_gemm_mn_args_t))
 MOEJIT_API moejit_status_t moejit_group_gemm_same_nk(moejit_context_t context,
                                                      const moejit_group_gemm_nk_args_t *args);
 MOEJIT_API moejit_status_t moejit_group_gemm_same_mn(moejit_context_t context,
@@ -257,7 +298,9 @@ typedef struct moejit_swiglu_args {
     void *stream;
 } moejit_swiglu_args_t;
 
-MOEJIT_API moejit_status_t moejit_swiglu_args_init(moejit_swiglu_args_t *args);
+MOEJIT_API moejit_status_t moejit_swiglu_args_init_sized(moejit_swiglu_args_t *args, size_t struct_size);
+MOEJIT_API moejit_status_t(moejit_swiglu_args_init)(moejit_swiglu_args_t *args);
+#define moejit_swiglu_args_init(args) moejit_swiglu_args_init_sized((args), sizeof(moejit_swiglu_args_t))
 MOEJIT_API moejit_status_t moejit_swiglu_forward(moejit_context_t context,
                                                  const moejit_swiglu_args_t *args);
 MOEJIT_API moejit_status_t moejit_swiglu_backward(moejit_context_t context,
@@ -333,9 +376,15 @@ typedef struct moejit_backward_args {
                                      x's rows instead of saving their [S,H] scatter) */
 } moejit_backward_args_t;
 
-MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc);
-MOEJIT_API moejit_status_t moejit_forward_args_init(moejit_forward_args_t *args);
-MOEJIT_API moejit_status_t moejit_backward_args_init(moejit_backward_args_t *args);
+MOEJIT_API moejit_status_t moejit_plan_desc_init_sized(moejit_plan_desc_t *desc, size_t struct_size);
+MOEJIT_API moejit_status_t(moejit_plan_desc_init)(moejit_plan_desc_t *desc);
+#define moejit_plan_desc_init(desc) moejit_plan_desc_init_sized((desc), sizeof(moejit_plan_desc_t))
+MOEJIT_API moejit_status_t moejit_forward_args_init_sized(moejit_forward_args_t *args, size_t struct_size);
+MOEJIT_API moejit_status_t(moejit_forward_args_init)(moejit_forward_args_t *args);
+#define moejit_forward_args_init(args) moejit_forward_args_init_sized((args), sizeof(moejit_forward_args_t))
+MOEJIT_API moejit_status_t moejit_backward_args_init_sized(moejit_backward_args_t *args, size_t struct_size);
+MOEJIT_API moejit_status_t(moejit_backward_args_init)(moejit_backward_args_t *args);
+#define moejit_backward_args_init(args) moejit_backward_args_init_sized((args), sizeof(moejit_backward_args_t))
 
 /* Selects and JIT-compiles (or loads) every kernel the layer needs. */
 MOEJIT_API moejit_status_t moejit_plan_create(moejit_context_t context,
@@ -346,6 +395,9 @@ MOEJIT_API void moejit_plan_destroy(moejit_plan_t plan);
  * works on a compile-only context. *kernels (may be NULL) receives how many it needed. */
 MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context,
                                               const moejit_plan_desc_t *desc, int *kernels);
+/* Sizes for T = num_tokens, validated as forward and backward validate args->num_tokens
+ * (T >= 0, T * top_k <= 2^31-1, no size overflows): else MOEJIT_ERROR_INVALID_ARGUMENT naming
+ * num_tokens. */
 MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t num_tokens,
                                                   size_t *bytes);
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens,
