@@ -6,6 +6,13 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 [ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=release
 ninja -C "$build"
+# The CPU suite again under AddressSanitizer + UndefinedBehaviorSanitizer (issue 16 item 7): a
+# second build folder with only what that suite runs (no GPU tests); any report fails it.
+# MOEJIT_SANITIZE=0 skips it. Runs before the main suite, so the output still ends with the
+# main run's summary.
+if [ "${MOEJIT_SANITIZE:-1}" != 0 ]; then
+    scripts/sanitize_cpu.sh "${SAN_BUILD_DIR:-build-san}"
+fi
 meson test -C "$build" --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" --no-suite experimental "$@"
 if python3 -c 'import pytest' 2>/dev/null && [ -d capi/python/tests ]; then
     MOEJIT_LIBRARY="$PWD/$build/capi/libmoejit.so" PYTHONPATH="$PWD/capi/python" \
