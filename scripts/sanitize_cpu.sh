@@ -24,7 +24,8 @@ for t in intro('--tests'):
     if 'cpu' not in t['suite'] and not any(s.endswith(':cpu') for s in t['suite']):
         continue
     files = [f for d in t.get('depends', []) if d in by_id for f in by_id[d]['filename']]
-    files += [c for c in t['cmd'] + t.get('args', []) if isinstance(c, str) and c.startswith(b + '/')]
+    files += [c for c in t['cmd'] + (t.get('args') or []) if isinstance(c, str)]
+    files = [os.path.normpath(f) for f in files]
     out.update(os.path.relpath(f, b) for f in files if f.startswith(b + '/'))
 print(' '.join(sorted(out)))
 PY

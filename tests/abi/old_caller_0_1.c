@@ -3,7 +3,9 @@
  * current library (versioned references), and linked against an unversioned stand-in with the
  * same soname (tests/abi/stub_0_1.c), as a binary built before 0.4 is, then run against the
  * current library: its unversioned references must bind to the MOEJIT_0.1 node.
- * Needs no GPU. On 0.3.0 the backward-args checks fail ("args->struct_size is 152, expected 160").
+ * Needs no GPU; on a GPU host it also runs a real plan's backward with the 0.1 struct (T = 0).
+ * On 0.3.0: the T > 0 check fails (no args->x message) and, on a GPU, the backward fails with
+ * "args->struct_size is 152, expected 160 (... a header newer than the library ...)".
  */
 #include "moejit.h" /* the 0.1.0 header: include path tests/abi/moejit_0_1 */
 
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "../c_check.h"
+#include "../c_cuda.h"
 
 #if MOEJIT_VERSION_MINOR != 1 || MOEJIT_VERSION_MAJOR != 0
 #error "built against the wrong header: expected moejit 0.1.0's"
@@ -35,6 +38,59 @@ static int guard_intact(const unsigned char *g, size_t n) {
     for (i = 0; i < n; ++i)
         if (g[i] != GUARD) return 0;
     return 1;
+}
+
+/* On a GPU: a real plan's backward with the 0.1 struct, T = 0 (weight gradients only: zeros). */
+static void backward_on_gpu(void) {
+    moejit_context_t context = NULL;
+    moejit_plan_desc_t desc;
+    moejit_plan_t plan = NULL;
+    moejit_backward_args_t b;
+    size_t saved = 0, work = 0;
+    const size_t wb = 4 * 64 * 64 * 2;
+    void *w[3], *dw[3], *dsaved, *dwork;
+    int i;
+    if (moejit_context_create(NULL, &context) != MOEJIT_SUCCESS || !c_cuda_open()) {
+        printf("no usable GPU: the plan part is skipped (%s)\n", moejit_last_error());
+        moejit_context_destroy(context);
+        return;
+    }
+    moejit_plan_desc_init(&desc);
+    desc.hidden_size = 64;
+    desc.intermediate_size = 64;
+    desc.num_experts = 4;
+    desc.top_k = 2;
+    CHECK_STATUS(moejit_plan_create(context, &desc, &plan), MOEJIT_SUCCESS, NULL);
+    CHECK_STATUS(moejit_plan_saved_size(plan, 0, &saved), MOEJIT_SUCCESS, NULL);
+    CHECK_STATUS(moejit_plan_workspace_size(plan, 0, &work), MOEJIT_SUCCESS, NULL);
+    for (i = 0; i < 3; ++i) {
+        w[i] = c_cuda_alloc(wb);
+        dw[i] = c_cuda_alloc(wb);
+    }
+    dsaved = c_cuda_alloc(saved);
+    dwork = c_cuda_alloc(work);
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b; /* 152: 0.1's */
+    b.num_tokens = 0;
+    b.w_gate = w[0];
+    b.w_up = w[1];
+    b.w_down = w[2];
+    b.dw_gate = dw[0];
+    b.dw_up = dw[1];
+    b.dw_down = dw[2];
+    b.saved = dsaved;
+    b.saved_size = saved;
+    b.workspace = dwork;
+    b.workspace_size = work;
+    CHECK_STATUS(moejit_plan_backward(plan, &b), MOEJIT_SUCCESS, NULL);
+    moejit_plan_destroy(plan);
+    for (i = 0; i < 3; ++i) {
+        c_cuda_free(w[i]);
+        c_cuda_free(dw[i]);
+    }
+    c_cuda_free(dsaved);
+    c_cuda_free(dwork);
+    moejit_context_destroy(context);
 }
 
 int main(void) {
@@ -108,5 +164,6 @@ int main(void) {
         CHECK(((moejit_backward_args_t *)(void *)buf)->struct_size == 160);
         CHECK(guard_intact(buf + 160, sizeof buf - 160));
     }
+    backward_on_gpu();
     return c_check_result("old_caller_0_1");
 }

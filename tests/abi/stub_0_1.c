@@ -20,3 +20,7 @@ moejit_status_t moejit_forward_args_init(moejit_forward_args_t *a) { (void)a; ne
 moejit_status_t moejit_backward_args_init(moejit_backward_args_t *a) { (void)a; never(); return 0; }
 moejit_status_t moejit_plan_forward(moejit_plan_t p, const moejit_forward_args_t *a) { (void)p; (void)a; never(); return 0; }
 moejit_status_t moejit_plan_backward(moejit_plan_t p, const moejit_backward_args_t *a) { (void)p; (void)a; never(); return 0; }
+moejit_status_t moejit_plan_create(moejit_context_t c, const moejit_plan_desc_t *d, moejit_plan_t *p) { (void)c; (void)d; (void)p; never(); return 0; }
+void moejit_plan_destroy(moejit_plan_t p) { (void)p; never(); }
+moejit_status_t moejit_plan_saved_size(moejit_plan_t p, int64_t t, size_t *b) { (void)p; (void)t; (void)b; never(); return 0; }
+moejit_status_t moejit_plan_workspace_size(moejit_plan_t p, int64_t t, size_t *b) { (void)p; (void)t; (void)b; never(); return 0; }
