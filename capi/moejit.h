@@ -17,8 +17,9 @@
  *    takes its default when all its bytes are zero.
  *  - struct_size says which header the caller was built against. The library accepts the size
  *    of that struct in any released header, from the first (0.1.0) to its own; the fields past
- *    the caller's struct_size take their defaults (what *_init sets). 0 and any other size at or
- *    below the library's own are MOEJIT_ERROR_INVALID_ARGUMENT naming `<arg>->struct_size`.
+ *    the caller's struct_size take their defaults (what *_init sets). 0, and a size up to the
+ *    library's own that no header has, are MOEJIT_ERROR_INVALID_ARGUMENT naming
+ *    `<arg>->struct_size`.
  *  - A struct_size larger than the library's (a header newer than the library) is accepted only
  *    when every byte past the library's struct is zero, i.e. every newer field is at its default;
  *    otherwise it is MOEJIT_ERROR_INVALID_ARGUMENT naming `<arg>->struct_size` and the first set
@@ -29,10 +30,11 @@
  *    in the caller's compilation unit, so the library never writes past the caller's struct.
  *    moejit_X_init_sized writes exactly struct_size bytes (defaults, then zero for fields the
  *    library does not know) and sets struct_size; a size that no header has writes nothing.
- *    The functions named moejit_X_init remain exported (take their address, or call
- *    (moejit_X_init)(p)) for binaries built against 0.1-0.3 headers: they write the struct as
- *    of 0.3.0, forever. A 0.1-built caller of moejit_backward_args_init is overrun by 8 bytes
- *    (its struct predates x): rebuild it; the library cannot tell.
+ *    The functions named moejit_X_init (declared before their macro) remain exported for
+ *    binaries built against 0.1-0.3 headers and for bindings that cannot pass a size (take
+ *    their address, or call (moejit_X_init)(p)): they write the struct as of 0.3.0, forever.
+ *    A 0.1-built caller of moejit_backward_args_init is overrun by 8 bytes (its struct
+ *    predates x): rebuild it; the library cannot tell.
  *  - moejit_backward_args_t grew in 0.2.0 (x). A 0.1 struct_size is accepted, but backward with
  *    T > 0 needs x, so it is MOEJIT_ERROR_INVALID_ARGUMENT naming args->x.
  *
@@ -141,8 +143,8 @@ typedef struct moejit_context_options {
     void *log_user_data;
 } moejit_context_options_t;
 
+MOEJIT_API moejit_status_t moejit_context_options_init(moejit_context_options_t *options);
 MOEJIT_API moejit_status_t moejit_context_options_init_sized(moejit_context_options_t *options, size_t struct_size);
-MOEJIT_API moejit_status_t(moejit_context_options_init)(moejit_context_options_t *options);
 #define moejit_context_options_init(options) moejit_context_options_init_sized((options), sizeof(moejit_context_options_t))
 /* options may be NULL (all defaults). Without compile_only, needs a driver and a device: the
  * device's primary context is retained and used by every call made with this moejit context. */
@@ -167,8 +169,8 @@ typedef struct moejit_cache_stats {
     double disk_load_seconds;  /* total time reading + validating disk hits */
 } moejit_cache_stats_t;
 
+MOEJIT_API moejit_status_t moejit_cache_stats_init(moejit_cache_stats_t *stats);
 MOEJIT_API moejit_status_t moejit_cache_stats_init_sized(moejit_cache_stats_t *stats, size_t struct_size);
-MOEJIT_API moejit_status_t(moejit_cache_stats_init)(moejit_cache_stats_t *stats);
 #define moejit_cache_stats_init(stats) moejit_cache_stats_init_sized((stats), sizeof(moejit_cache_stats_t))
 MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
                                                       moejit_cache_stats_t *stats);
@@ -260,11 +262,11 @@ typedef struct moejit_group_gemm_mn_args {
     void *stream;
 } moejit_group_gemm_mn_args_t;
 
+MOEJIT_API moejit_status_t moejit_group_gemm_nk_args_init(moejit_group_gemm_nk_args_t *args);
 MOEJIT_API moejit_status_t moejit_group_gemm_nk_args_init_sized(moejit_group_gemm_nk_args_t *args, size_t struct_size);
-MOEJIT_API moejit_status_t(moejit_group_gemm_nk_args_init)(moejit_group_gemm_nk_args_t *args);
 #define moejit_group_gemm_nk_args_init(args) moejit_group_gemm_nk_args_init_sized((args), sizeof(moejit_group_gemm_nk_args_t))
+MOEJIT_API moejit_status_t moejit_group_gemm_mn_args_init(moejit_group_gemm_mn_args_t *args);
 MOEJIT_API moejit_status_t moejit_group_gemm_mn_args_init_sized(moejit_group_gemm_mn_args_t *args, size_t struct_size);
-MOEJIT_API moejit_status_t(moejit_group_gemm_mn_args_init)(moejit_group_gemm_mn_args_t *args);
 #define moejit_group_gemm_mn_args_init(args) moejit_group_gemm_mn_args_init_sized((args), sizeof(moejit_group_gemm_mn_args_t))
 MOEJIT_API moejit_status_t moejit_group_gemm_same_nk(moejit_context_t context,
                                                      const moejit_group_gemm_nk_args_t *args);
@@ -298,8 +300,8 @@ typedef struct moejit_swiglu_args {
     void *stream;
 } moejit_swiglu_args_t;
 
+MOEJIT_API moejit_status_t moejit_swiglu_args_init(moejit_swiglu_args_t *args);
 MOEJIT_API moejit_status_t moejit_swiglu_args_init_sized(moejit_swiglu_args_t *args, size_t struct_size);
-MOEJIT_API moejit_status_t(moejit_swiglu_args_init)(moejit_swiglu_args_t *args);
 #define moejit_swiglu_args_init(args) moejit_swiglu_args_init_sized((args), sizeof(moejit_swiglu_args_t))
 MOEJIT_API moejit_status_t moejit_swiglu_forward(moejit_context_t context,
                                                  const moejit_swiglu_args_t *args);
@@ -376,14 +378,14 @@ typedef struct moejit_backward_args {
                                      x's rows instead of saving their [S,H] scatter) */
 } moejit_backward_args_t;
 
+MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc);
 MOEJIT_API moejit_status_t moejit_plan_desc_init_sized(moejit_plan_desc_t *desc, size_t struct_size);
-MOEJIT_API moejit_status_t(moejit_plan_desc_init)(moejit_plan_desc_t *desc);
 #define moejit_plan_desc_init(desc) moejit_plan_desc_init_sized((desc), sizeof(moejit_plan_desc_t))
+MOEJIT_API moejit_status_t moejit_forward_args_init(moejit_forward_args_t *args);
 MOEJIT_API moejit_status_t moejit_forward_args_init_sized(moejit_forward_args_t *args, size_t struct_size);
-MOEJIT_API moejit_status_t(moejit_forward_args_init)(moejit_forward_args_t *args);
 #define moejit_forward_args_init(args) moejit_forward_args_init_sized((args), sizeof(moejit_forward_args_t))
+MOEJIT_API moejit_status_t moejit_backward_args_init(moejit_backward_args_t *args);
 MOEJIT_API moejit_status_t moejit_backward_args_init_sized(moejit_backward_args_t *args, size_t struct_size);
-MOEJIT_API moejit_status_t(moejit_backward_args_init)(moejit_backward_args_t *args);
 #define moejit_backward_args_init(args) moejit_backward_args_init_sized((args), sizeof(moejit_backward_args_t))
 
 /* Selects and JIT-compiles (or loads) every kernel the layer needs. */
