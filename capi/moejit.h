@@ -63,13 +63,23 @@
 #define MOEJIT_API
 #endif
 
+/* The enums' underlying type is int in C++ too (as in C, where an enum object holds any int):
+ * a C caller may pass any value, and the library rejects unknown ones as
+ * MOEJIT_ERROR_INVALID_ARGUMENT; without a fixed type such values would be undefined behaviour
+ * in C++. Needs C++11 or later. */
+#ifdef __cplusplus
+#define MOEJIT_ENUM(name) enum name : int
+#else
+#define MOEJIT_ENUM(name) enum name
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ---------------------------------------------------------------- status */
 
-typedef enum moejit_status {
+typedef MOEJIT_ENUM(moejit_status) {
     MOEJIT_SUCCESS = 0,
     MOEJIT_ERROR_INVALID_ARGUMENT = 1, /* a bad value; the message names the argument */
     MOEJIT_ERROR_UNSUPPORTED = 2,      /* valid but not implemented (shape, dtype, arch) */
@@ -95,7 +105,7 @@ MOEJIT_API int moejit_version_number(void);
 
 /* ---------------------------------------------------------------- types */
 
-typedef enum moejit_dtype {
+typedef MOEJIT_ENUM(moejit_dtype) {
     MOEJIT_DTYPE_BF16 = 1,
     MOEJIT_DTYPE_FP16 = 2,
     MOEJIT_DTYPE_FP32 = 3,
@@ -106,7 +116,7 @@ typedef enum moejit_dtype {
 typedef struct moejit_context_s *moejit_context_t;
 typedef struct moejit_plan_s *moejit_plan_t;
 
-typedef enum moejit_log_level {
+typedef MOEJIT_ENUM(moejit_log_level) {
     MOEJIT_LOG_DEBUG = 0,
     MOEJIT_LOG_INFO = 1,
     MOEJIT_LOG_WARNING = 2,
@@ -115,7 +125,7 @@ typedef enum moejit_log_level {
 
 typedef void (*moejit_log_fn)(moejit_log_level_t level, const char *message, void *user_data);
 
-typedef enum moejit_jit_mode {
+typedef MOEJIT_ENUM(moejit_jit_mode) {
     MOEJIT_JIT_FROM_ENV = 0, /* on, unless MOEJIT_COMPILE=off (or 0/false/no) */
     MOEJIT_JIT_ON = 1,
     MOEJIT_JIT_OFF = 2       /* a cache miss returns MOEJIT_ERROR_JIT_DISABLED */
@@ -310,12 +320,12 @@ MOEJIT_API moejit_status_t moejit_swiglu_backward(moejit_context_t context,
 
 /* ---------------------------------------------------------------- the MoE layer */
 
-typedef enum moejit_fc1_layout {
+typedef MOEJIT_ENUM(moejit_fc1_layout) {
     MOEJIT_FC1_SPLIT = 0, /* W_gate [E,I,H], W_up [E,I,H] */
     MOEJIT_FC1_MERGED = 1 /* W_gate_up [E,2I,H], gate rows first */
 } moejit_fc1_layout_t;
 
-typedef enum moejit_activation {
+typedef MOEJIT_ENUM(moejit_activation) {
     MOEJIT_ACTIVATION_SWIGLU = 0
 } moejit_activation_t;
 
