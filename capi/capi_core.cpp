@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi_guard.hpp"
+#include "capi_struct.hpp"
 #include "core/context.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "moejit.h"
@@ -13,6 +14,10 @@ thread_local std::string last_error;
 }
 void set_last_error(std::string message) { last_error = std::move(message); }
 void clear_last_error() { last_error.clear(); }
+
+// Every field's default is zero (NULL cache_dir and arch, device 0, MOEJIT_JIT_FROM_ENV).
+void StructAbi<moejit_context_options_t>::defaults(moejit_context_options_t &) {}
+void StructAbi<moejit_cache_stats_t>::defaults(moejit_cache_stats_t &) {}
 }  // namespace moejit
 
 using namespace moejit;
@@ -44,12 +49,13 @@ MOEJIT_API int moejit_version_number(void) {
     return MOEJIT_VERSION_MAJOR * 10000 + MOEJIT_VERSION_MINOR * 100 + MOEJIT_VERSION_PATCH;
 }
 
-MOEJIT_API moejit_status_t moejit_context_options_init(moejit_context_options_t *options) {
-    return capi_guard([&] {
-        MOEJIT_REQUIRE(options, "options is NULL");
-        std::memset(options, 0, sizeof *options);
-        options->struct_size = sizeof *options;
-    });
+MOEJIT_API moejit_status_t moejit_context_options_init_sized(moejit_context_options_t *options,
+                                                             size_t struct_size) {
+    return capi_guard([&] { init_struct(options, struct_size, "options"); });
+}
+
+MOEJIT_API moejit_status_t(moejit_context_options_init)(moejit_context_options_t *options) {
+    return capi_guard([&] { init_struct(options, kLegacyInitSize<moejit_context_options_t>, "options"); });
 }
 
 MOEJIT_API moejit_status_t moejit_context_create(const moejit_context_options_t *options,
@@ -57,10 +63,13 @@ MOEJIT_API moejit_status_t moejit_context_create(const moejit_context_options_t 
     return capi_guard([&] {
         MOEJIT_REQUIRE(context, "context (the out-pointer) is NULL");
         *context = nullptr;
-        moejit_context_options_t defaults;
-        moejit_context_options_init(&defaults);
-        if (options) check_struct_size(options->struct_size, sizeof *options, "options");
-        *context = new moejit_context_s(options ? *options : defaults);
+        moejit_context_options_t o;
+        if (options) {
+            o = read_struct(options, "options");
+        } else {
+            init_struct(&o, sizeof o, "options");
+        }
+        *context = new moejit_context_s(o);
     });
 }
 
@@ -82,12 +91,12 @@ MOEJIT_API moejit_status_t moejit_context_cache_dir(moejit_context_t context, co
     });
 }
 
-MOEJIT_API moejit_status_t moejit_cache_stats_init(moejit_cache_stats_t *stats) {
-    return capi_guard([&] {
-        MOEJIT_REQUIRE(stats, "stats is NULL");
-        std::memset(stats, 0, sizeof *stats);
-        stats->struct_size = sizeof *stats;
-    });
+MOEJIT_API moejit_status_t moejit_cache_stats_init_sized(moejit_cache_stats_t *stats, size_t struct_size) {
+    return capi_guard([&] { init_struct(stats, struct_size, "stats"); });
+}
+
+MOEJIT_API moejit_status_t(moejit_cache_stats_init)(moejit_cache_stats_t *stats) {
+    return capi_guard([&] { init_struct(stats, kLegacyInitSize<moejit_cache_stats_t>, "stats"); });
 }
 
 MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
@@ -95,16 +104,18 @@ MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
     return capi_guard([&] {
         Context &ctx = require_handle(context, "context").impl;
         MOEJIT_REQUIRE(stats, "stats is NULL");
-        check_struct_size(stats->struct_size, sizeof *stats, "stats");
         CacheCounters c = ctx.jit().counters();
-        stats->memory_hits = c.memory_hits;
-        stats->disk_hits = c.disk_hits;
-        stats->misses = c.misses;
-        stats->compiles = c.compiles;
-        stats->compile_failures = c.compile_failures;
-        stats->disk_rejects = c.disk_rejects;
-        stats->compile_seconds = c.compile_seconds;
-        stats->disk_load_seconds = c.disk_load_seconds;
+        moejit_cache_stats_t s;
+        init_struct(&s, sizeof s, "stats");
+        s.memory_hits = c.memory_hits;
+        s.disk_hits = c.disk_hits;
+        s.misses = c.misses;
+        s.compiles = c.compiles;
+        s.compile_failures = c.compile_failures;
+        s.disk_rejects = c.disk_rejects;
+        s.compile_seconds = c.compile_seconds;
+        s.disk_load_seconds = c.disk_load_seconds;
+        write_struct(stats, s, "stats");
     });
 }
 

@@ -33,15 +33,6 @@ template <class F> moejit_status_t capi_guard(F &&body) noexcept {
     }
 }
 
-// Extensible structs: a size we do not know (from a newer header) or a truncated one is
-// rejected with a message naming the struct.
-inline void check_struct_size(std::size_t given, std::size_t known, const char *name) {
-    MOEJIT_REQUIRE(given == known,
-                   "{}->struct_size is {}, expected {} (initialise it with the matching _init() "
-                   "function; a header newer than the library is not supported)",
-                   name, given, known);
-}
-
 template <class T> T &require_handle(T *handle, const char *name) {
     MOEJIT_REQUIRE(handle != nullptr, "{} is NULL", name);
     return *handle;

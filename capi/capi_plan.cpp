@@ -1,49 +1,50 @@
 // C entry points of the MoE layer plan.
+#include <cstddef>
 #include <cstring>
 
 #include "capi_guard.hpp"
+#include "capi_struct.hpp"
 #include "core/context.hpp"
 #include "moe/plan.hpp"
 #include "moejit.h"
 
 using namespace moejit;
 
-namespace {
-
-template <class T> void init_struct(T *s, const char *name) {
-    MOEJIT_REQUIRE(s, "{} is NULL", name);
-    std::memset(s, 0, sizeof *s);
-    s->struct_size = sizeof *s;
+void moejit::StructAbi<moejit_plan_desc_t>::defaults(moejit_plan_desc_t &desc) {
+    desc.dtype = MOEJIT_DTYPE_BF16;
+    desc.fc1_layout = MOEJIT_FC1_SPLIT;
+    desc.activation = MOEJIT_ACTIVATION_SWIGLU;
+    desc.weight_grad_dtype = MOEJIT_DTYPE_BF16;
+    desc.index_dtype = MOEJIT_DTYPE_INT64;  // what torch.topk returns
+    desc.routing_dtype = MOEJIT_DTYPE_BF16;
 }
-
-const moejit_plan_desc_t &checked_desc(const moejit_plan_desc_t *desc) {
-    MOEJIT_REQUIRE(desc, "desc is NULL");
-    check_struct_size(desc->struct_size, sizeof *desc, "desc");
-    return *desc;
-}
-
-}  // namespace
+void moejit::StructAbi<moejit_forward_args_t>::defaults(moejit_forward_args_t &) {}
+void moejit::StructAbi<moejit_backward_args_t>::defaults(moejit_backward_args_t &) {}
 
 extern "C" {
 
-MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc) {
-    return capi_guard([&] {
-        init_struct(desc, "desc");
-        desc->dtype = MOEJIT_DTYPE_BF16;
-        desc->fc1_layout = MOEJIT_FC1_SPLIT;
-        desc->activation = MOEJIT_ACTIVATION_SWIGLU;
-        desc->weight_grad_dtype = MOEJIT_DTYPE_BF16;
-        desc->index_dtype = MOEJIT_DTYPE_INT64;  // what torch.topk returns
-        desc->routing_dtype = MOEJIT_DTYPE_BF16;
-    });
+MOEJIT_API moejit_status_t moejit_plan_desc_init_sized(moejit_plan_desc_t *desc, size_t struct_size) {
+    return capi_guard([&] { init_struct(desc, struct_size, "desc"); });
 }
 
-MOEJIT_API moejit_status_t moejit_forward_args_init(moejit_forward_args_t *args) {
-    return capi_guard([&] { init_struct(args, "args"); });
+MOEJIT_API moejit_status_t(moejit_plan_desc_init)(moejit_plan_desc_t *desc) {
+    return capi_guard([&] { init_struct(desc, kLegacyInitSize<moejit_plan_desc_t>, "desc"); });
 }
 
-MOEJIT_API moejit_status_t moejit_backward_args_init(moejit_backward_args_t *args) {
-    return capi_guard([&] { init_struct(args, "args"); });
+MOEJIT_API moejit_status_t moejit_forward_args_init_sized(moejit_forward_args_t *args, size_t struct_size) {
+    return capi_guard([&] { init_struct(args, struct_size, "args"); });
+}
+
+MOEJIT_API moejit_status_t(moejit_forward_args_init)(moejit_forward_args_t *args) {
+    return capi_guard([&] { init_struct(args, kLegacyInitSize<moejit_forward_args_t>, "args"); });
+}
+
+MOEJIT_API moejit_status_t moejit_backward_args_init_sized(moejit_backward_args_t *args, size_t struct_size) {
+    return capi_guard([&] { init_struct(args, struct_size, "args"); });
+}
+
+MOEJIT_API moejit_status_t(moejit_backward_args_init)(moejit_backward_args_t *args) {
+    return capi_guard([&] { init_struct(args, kLegacyInitSize<moejit_backward_args_t>, "args"); });
 }
 
 MOEJIT_API moejit_status_t moejit_plan_create(moejit_context_t context, const moejit_plan_desc_t *desc,
@@ -52,7 +53,7 @@ MOEJIT_API moejit_status_t moejit_plan_create(moejit_context_t context, const mo
         MOEJIT_REQUIRE(plan, "plan (the out-pointer) is NULL");
         *plan = nullptr;
         Context &ctx = require_handle(context, "context").impl;
-        const moejit_plan_desc_t &d = checked_desc(desc);
+        const moejit_plan_desc_t d = read_struct(desc, "desc");
         ctx.require_device("moejit_plan_create (use moejit_plan_warmup on a compile-only context)");
         *plan = new moejit_plan_s(ctx, d);
     });
@@ -64,7 +65,7 @@ MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context, const mo
                                               int *kernels) {
     return capi_guard([&] {
         Context &ctx = require_handle(context, "context").impl;
-        const moejit_plan_desc_t &d = checked_desc(desc);
+        const moejit_plan_desc_t d = read_struct(desc, "desc");
         std::vector<KernelSource> sources = plan_kernel_sources(d, ctx.compute_capability());
         for (const KernelSource &s : sources) ctx.kernel(s);
         if (kernels) *kernels = static_cast<int>(sources.size());
@@ -75,7 +76,8 @@ MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t nu
     return capi_guard([&] {
         Plan &p = require_handle(plan, "plan").impl;
         MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
-        MOEJIT_REQUIRE(num_tokens >= 0, "num_tokens is {}, expected >= 0", num_tokens);
+        // Validated as forward and backward validate args->num_tokens (T >= 0, T·k <= 2^31-1,
+        // every size a checked product): INVALID_ARGUMENT naming num_tokens.
         *bytes = p.layout(num_tokens).saved_bytes;
     });
 }
@@ -84,26 +86,34 @@ MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_
     return capi_guard([&] {
         Plan &p = require_handle(plan, "plan").impl;
         MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
-        MOEJIT_REQUIRE(num_tokens >= 0, "num_tokens is {}, expected >= 0", num_tokens);
+        // Validated as forward and backward validate args->num_tokens (T >= 0, T·k <= 2^31-1,
+        // every size a checked product): INVALID_ARGUMENT naming num_tokens.
         *bytes = p.layout(num_tokens).workspace_bytes;
     });
 }
 
+// The argument struct is read before the plan handle is checked, so its struct_size rules are
+// the same with or without a device.
 MOEJIT_API moejit_status_t moejit_plan_forward(moejit_plan_t plan, const moejit_forward_args_t *args) {
     return capi_guard([&] {
+        const moejit_forward_args_t a = read_struct(args, "args");
         Plan &p = require_handle(plan, "plan").impl;
-        MOEJIT_REQUIRE(args, "args is NULL");
-        check_struct_size(args->struct_size, sizeof *args, "args");
-        p.forward(*args);
+        p.forward(a);
     });
 }
 
 MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan, const moejit_backward_args_t *args) {
     return capi_guard([&] {
+        const moejit_backward_args_t a = read_struct(args, "args");
+        // A 0.1 header's struct ends before x, which backward re-reads since 0.2 (its saved
+        // buffer no longer holds x's scatter): with rows to process there is no way to honour it.
+        MOEJIT_REQUIRE(args->struct_size > offsetof(moejit_backward_args_t, x) || a.num_tokens <= 0,
+                       "args->x is missing: args->struct_size {} is a moejit 0.1 header's moejit_backward_args_t, "
+                       "which has no x, and since 0.2 the backward needs the forward's input x for T > 0 "
+                       "(rebuild against a newer moejit.h and set args->x)",
+                       args->struct_size);
         Plan &p = require_handle(plan, "plan").impl;
-        MOEJIT_REQUIRE(args, "args is NULL");
-        check_struct_size(args->struct_size, sizeof *args, "args");
-        p.backward(*args);
+        p.backward(a);
     });
 }
 

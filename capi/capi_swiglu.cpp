@@ -1,35 +1,28 @@
 // C entry points of the SwiGLU activation: translate moejit_swiglu_args_t to the C++ launchers.
 #include "capi_guard.hpp"
+#include "capi_struct.hpp"
 #include "core/context.hpp"
 #include "moejit.h"
 #include "ops/swiglu.hpp"
 
-namespace {
-
-const moejit_swiglu_args_t &checked_args(const moejit_swiglu_args_t *args) {
-    const auto &a = moejit::require_handle(args, "args");
-    moejit::check_struct_size(a.struct_size, sizeof(moejit_swiglu_args_t), "args");
-    return a;
-}
-
-}  // namespace
+void moejit::StructAbi<moejit_swiglu_args_t>::defaults(moejit_swiglu_args_t &args) { args.dtype = MOEJIT_DTYPE_BF16; }
 
 extern "C" {
 
-MOEJIT_API moejit_status_t moejit_swiglu_args_init(moejit_swiglu_args_t *args) {
-    return moejit::capi_guard([&] {
-        MOEJIT_REQUIRE(args != nullptr, "args is NULL");
-        *args = moejit_swiglu_args_t{};
-        args->struct_size = sizeof(moejit_swiglu_args_t);
-        args->dtype = MOEJIT_DTYPE_BF16;
-    });
+MOEJIT_API moejit_status_t moejit_swiglu_args_init_sized(moejit_swiglu_args_t *args, size_t struct_size) {
+    return moejit::capi_guard([&] { moejit::init_struct(args, struct_size, "args"); });
+}
+
+MOEJIT_API moejit_status_t(moejit_swiglu_args_init)(moejit_swiglu_args_t *args) {
+    return moejit::capi_guard(
+        [&] { moejit::init_struct(args, moejit::kLegacyInitSize<moejit_swiglu_args_t>, "args"); });
 }
 
 MOEJIT_API moejit_status_t moejit_swiglu_forward(moejit_context_t context,
                                                  const moejit_swiglu_args_t *args) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context").impl;
-        const auto &c = checked_args(args);
+        const moejit_swiglu_args_t c = moejit::read_struct(args, "args");
         moejit::SwigluForwardArgs f;
         f.dtype = c.dtype;
         f.rows = c.rows;
@@ -51,7 +44,7 @@ MOEJIT_API moejit_status_t moejit_swiglu_backward(moejit_context_t context,
                                                   const moejit_swiglu_args_t *args) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context").impl;
-        const auto &c = checked_args(args);
+        const moejit_swiglu_args_t c = moejit::read_struct(args, "args");
         moejit::SwigluBackwardArgs b;
         b.dtype = c.dtype;
         b.rows = c.rows;

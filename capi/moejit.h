@@ -6,11 +6,46 @@
  *  - every fallible call returns moejit_status_t (0 = success) and writes results
  *    through out-pointers; on failure moejit_last_error() holds the calling thread's message;
  *  - status and enum values are ABI: explicit, append-only;
- *  - every argument struct starts with `size_t struct_size` and only grows; initialise it with
- *    the matching *_init() function (a struct_size larger than the library knows is rejected);
+ *  - every argument struct starts with `size_t struct_size` and only grows (see "Argument
+ *    structs" below); initialise it with the matching *_init() macro;
  *  - tensors are device pointers laid out row-major and contiguous, shaped as documented;
  *    the caller owns all memory; streams are CUstream passed as void*;
  *  - destroy functions accept NULL.
+ *
+ * Argument structs (the ABI rules; docs/abi.md has the reasoning):
+ *  - Fields are only ever appended, never removed, reordered or retyped. A field added later
+ *    takes its default when all its bytes are zero.
+ *  - struct_size says which header the caller was built against. The library accepts the size
+ *    of that struct in any released header, from the first (0.1.0) to its own; the fields past
+ *    the caller's struct_size take their defaults (what *_init sets). 0, and a size up to the
+ *    library's own that no header has, are MOEJIT_ERROR_INVALID_ARGUMENT naming
+ *    `<arg>->struct_size`.
+ *  - A struct_size larger than the library's (a header newer than the library) is accepted only
+ *    when every byte past the library's struct is zero, i.e. every newer field is at its default;
+ *    otherwise it is MOEJIT_ERROR_INVALID_ARGUMENT naming `<arg>->struct_size` and the first set
+ *    byte. Sizes above 4096 are rejected as uninitialised.
+ *  - Output structs (moejit_cache_stats_t) follow the same size rules; the library writes only
+ *    the fields inside the caller's struct_size.
+ *  - moejit_X_init(p) is a macro for moejit_X_init_sized(p, sizeof(moejit_X_t)): sizeof is taken
+ *    in the caller's compilation unit, so the library never writes past the caller's struct.
+ *    moejit_X_init_sized writes exactly struct_size bytes (defaults, then zero for fields the
+ *    library does not know) and sets struct_size; a size that no header has writes nothing.
+ *    The functions named moejit_X_init (declared before their macro) remain exported for
+ *    binaries built against 0.1-0.3 headers and for bindings that cannot pass a size (take
+ *    their address, or call (moejit_X_init)(p)): they write the struct as of 0.3.0, forever.
+ *    A 0.1-built caller of moejit_backward_args_init is overrun by 8 bytes (its struct
+ *    predates x): rebuild it; the library cannot tell.
+ *  - moejit_backward_args_t grew in 0.2.0 (x). A 0.1 struct_size is accepted, but backward with
+ *    T > 0 needs x, so it is MOEJIT_ERROR_INVALID_ARGUMENT naming args->x.
+ *
+ * Binary compatibility: the soname is libmoejit.so.<ABI major> (libmoejit.so.0 today). Every
+ * exported symbol is versioned (capi/moejit.map): MOEJIT_0.1 holds the 0.1 entry points,
+ * MOEJIT_0.4 the *_init_sized functions; a release that adds functions adds a node. The ABI
+ * major (and soname) is bumped, and the version nodes restart, when a binary built against an
+ * earlier header of the same major could stop working: a removed or retyped function, a changed
+ * enum or status value, a field removed, moved or retyped, a released struct_size no longer
+ * accepted, or a call that valid older arguments can no longer satisfy. Adding functions, enum
+ * values, statuses and trailing struct fields (defaulting to zero) keeps the soname.
  */
 #ifndef MOEJIT_H
 #define MOEJIT_H
@@ -28,13 +63,23 @@
 #define MOEJIT_API
 #endif
 
+/* The enums' underlying type is int in C++ too (as in C, where an enum object holds any int):
+ * a C caller may pass any value, and the library rejects unknown ones as
+ * MOEJIT_ERROR_INVALID_ARGUMENT; without a fixed type such values would be undefined behaviour
+ * in C++. Needs C++11 or later. */
+#ifdef __cplusplus
+#define MOEJIT_ENUM(name) enum name : int
+#else
+#define MOEJIT_ENUM(name) enum name
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ---------------------------------------------------------------- status */
 
-typedef enum moejit_status {
+typedef MOEJIT_ENUM(moejit_status) {
     MOEJIT_SUCCESS = 0,
     MOEJIT_ERROR_INVALID_ARGUMENT = 1, /* a bad value; the message names the argument */
     MOEJIT_ERROR_UNSUPPORTED = 2,      /* valid but not implemented (shape, dtype, arch) */
@@ -60,7 +105,7 @@ MOEJIT_API int moejit_version_number(void);
 
 /* ---------------------------------------------------------------- types */
 
-typedef enum moejit_dtype {
+typedef MOEJIT_ENUM(moejit_dtype) {
     MOEJIT_DTYPE_BF16 = 1,
     MOEJIT_DTYPE_FP16 = 2,
     MOEJIT_DTYPE_FP32 = 3,
@@ -71,7 +116,7 @@ typedef enum moejit_dtype {
 typedef struct moejit_context_s *moejit_context_t;
 typedef struct moejit_plan_s *moejit_plan_t;
 
-typedef enum moejit_log_level {
+typedef MOEJIT_ENUM(moejit_log_level) {
     MOEJIT_LOG_DEBUG = 0,
     MOEJIT_LOG_INFO = 1,
     MOEJIT_LOG_WARNING = 2,
@@ -80,7 +125,7 @@ typedef enum moejit_log_level {
 
 typedef void (*moejit_log_fn)(moejit_log_level_t level, const char *message, void *user_data);
 
-typedef enum moejit_jit_mode {
+typedef MOEJIT_ENUM(moejit_jit_mode) {
     MOEJIT_JIT_FROM_ENV = 0, /* on, unless MOEJIT_COMPILE=off (or 0/false/no) */
     MOEJIT_JIT_ON = 1,
     MOEJIT_JIT_OFF = 2       /* a cache miss returns MOEJIT_ERROR_JIT_DISABLED */
@@ -109,6 +154,8 @@ typedef struct moejit_context_options {
 } moejit_context_options_t;
 
 MOEJIT_API moejit_status_t moejit_context_options_init(moejit_context_options_t *options);
+MOEJIT_API moejit_status_t moejit_context_options_init_sized(moejit_context_options_t *options, size_t struct_size);
+#define moejit_context_options_init(options) moejit_context_options_init_sized((options), sizeof(moejit_context_options_t))
 /* options may be NULL (all defaults). Without compile_only, needs a driver and a device: the
  * device's primary context is retained and used by every call made with this moejit context. */
 MOEJIT_API moejit_status_t moejit_context_create(const moejit_context_options_t *options,
@@ -133,6 +180,8 @@ typedef struct moejit_cache_stats {
 } moejit_cache_stats_t;
 
 MOEJIT_API moejit_status_t moejit_cache_stats_init(moejit_cache_stats_t *stats);
+MOEJIT_API moejit_status_t moejit_cache_stats_init_sized(moejit_cache_stats_t *stats, size_t struct_size);
+#define moejit_cache_stats_init(stats) moejit_cache_stats_init_sized((stats), sizeof(moejit_cache_stats_t))
 MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
                                                       moejit_cache_stats_t *stats);
 
@@ -224,7 +273,11 @@ typedef struct moejit_group_gemm_mn_args {
 } moejit_group_gemm_mn_args_t;
 
 MOEJIT_API moejit_status_t moejit_group_gemm_nk_args_init(moejit_group_gemm_nk_args_t *args);
+MOEJIT_API moejit_status_t moejit_group_gemm_nk_args_init_sized(moejit_group_gemm_nk_args_t *args, size_t struct_size);
+#define moejit_group_gemm_nk_args_init(args) moejit_group_gemm_nk_args_init_sized((args), sizeof(moejit_group_gemm_nk_args_t))
 MOEJIT_API moejit_status_t moejit_group_gemm_mn_args_init(moejit_group_gemm_mn_args_t *args);
+MOEJIT_API moejit_status_t moejit_group_gemm_mn_args_init_sized(moejit_group_gemm_mn_args_t *args, size_t struct_size);
+#define moejit_group_gemm_mn_args_init(args) moejit_group_gemm_mn_args_init_sized((args), sizeof(moejit_group_gemm_mn_args_t))
 MOEJIT_API moejit_status_t moejit_group_gemm_same_nk(moejit_context_t context,
                                                      const moejit_group_gemm_nk_args_t *args);
 MOEJIT_API moejit_status_t moejit_group_gemm_same_mn(moejit_context_t context,
@@ -258,6 +311,8 @@ typedef struct moejit_swiglu_args {
 } moejit_swiglu_args_t;
 
 MOEJIT_API moejit_status_t moejit_swiglu_args_init(moejit_swiglu_args_t *args);
+MOEJIT_API moejit_status_t moejit_swiglu_args_init_sized(moejit_swiglu_args_t *args, size_t struct_size);
+#define moejit_swiglu_args_init(args) moejit_swiglu_args_init_sized((args), sizeof(moejit_swiglu_args_t))
 MOEJIT_API moejit_status_t moejit_swiglu_forward(moejit_context_t context,
                                                  const moejit_swiglu_args_t *args);
 MOEJIT_API moejit_status_t moejit_swiglu_backward(moejit_context_t context,
@@ -265,12 +320,12 @@ MOEJIT_API moejit_status_t moejit_swiglu_backward(moejit_context_t context,
 
 /* ---------------------------------------------------------------- the MoE layer */
 
-typedef enum moejit_fc1_layout {
+typedef MOEJIT_ENUM(moejit_fc1_layout) {
     MOEJIT_FC1_SPLIT = 0, /* W_gate [E,I,H], W_up [E,I,H] */
     MOEJIT_FC1_MERGED = 1 /* W_gate_up [E,2I,H], gate rows first */
 } moejit_fc1_layout_t;
 
-typedef enum moejit_activation {
+typedef MOEJIT_ENUM(moejit_activation) {
     MOEJIT_ACTIVATION_SWIGLU = 0
 } moejit_activation_t;
 
@@ -334,8 +389,14 @@ typedef struct moejit_backward_args {
 } moejit_backward_args_t;
 
 MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc);
+MOEJIT_API moejit_status_t moejit_plan_desc_init_sized(moejit_plan_desc_t *desc, size_t struct_size);
+#define moejit_plan_desc_init(desc) moejit_plan_desc_init_sized((desc), sizeof(moejit_plan_desc_t))
 MOEJIT_API moejit_status_t moejit_forward_args_init(moejit_forward_args_t *args);
+MOEJIT_API moejit_status_t moejit_forward_args_init_sized(moejit_forward_args_t *args, size_t struct_size);
+#define moejit_forward_args_init(args) moejit_forward_args_init_sized((args), sizeof(moejit_forward_args_t))
 MOEJIT_API moejit_status_t moejit_backward_args_init(moejit_backward_args_t *args);
+MOEJIT_API moejit_status_t moejit_backward_args_init_sized(moejit_backward_args_t *args, size_t struct_size);
+#define moejit_backward_args_init(args) moejit_backward_args_init_sized((args), sizeof(moejit_backward_args_t))
 
 /* Selects and JIT-compiles (or loads) every kernel the layer needs. */
 MOEJIT_API moejit_status_t moejit_plan_create(moejit_context_t context,
@@ -346,6 +407,9 @@ MOEJIT_API void moejit_plan_destroy(moejit_plan_t plan);
  * works on a compile-only context. *kernels (may be NULL) receives how many it needed. */
 MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context,
                                               const moejit_plan_desc_t *desc, int *kernels);
+/* Sizes for T = num_tokens, validated as forward and backward validate args->num_tokens
+ * (T >= 0, T * top_k <= 2^31-1, no size overflows): else MOEJIT_ERROR_INVALID_ARGUMENT naming
+ * num_tokens. */
 MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t num_tokens,
                                                   size_t *bytes);
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens,

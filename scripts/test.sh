@@ -6,6 +6,15 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 [ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=release
 ninja -C "$build"
+# The CPU suite again under AddressSanitizer + UndefinedBehaviorSanitizer (issue 16 item 7): a
+# second build folder with only what that suite runs (no GPU tests); any report fails it.
+# MOEJIT_SANITIZE=0 skips it. Runs before the main suite, so the output still ends with the
+# main run's summary. To fit CI's time budget the tests whose time is NVRTC (not instrumented)
+# or the tools are left out by default (MOEJIT_SANITIZE_SKIP; set it empty for the whole suite).
+if [ "${MOEJIT_SANITIZE:-1}" != 0 ]; then
+    MOEJIT_SANITIZE_SKIP=${MOEJIT_SANITIZE_SKIP-gemm gemm_sm90 routing swiglu warmup_cache warmup_usage bench_usage} \
+        scripts/sanitize_cpu.sh "${SAN_BUILD_DIR:-build-san}"
+fi
 meson test -C "$build" --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" --no-suite experimental "$@"
 # The Python tests run when pytest is importable; otherwise say so (and why) instead of passing
 # silently.

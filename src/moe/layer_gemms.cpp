@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/checked_math.hpp"
 #include "core/env.hpp"
 #include "dispatch/tile_schedule.hpp"
 
@@ -12,7 +13,7 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size, E = d.num_experts;
     const std::int64_t fc1_n = merged ? 2 * I : I;
     // Typical scattered rows, for the tile heuristic (4096 tokens when the caller gives no hint).
-    const std::int64_t rows_hint = (d.tokens_hint > 0 ? d.tokens_hint : 4096) * d.top_k;
+    const std::int64_t rows_hint = checked_rows(d.tokens_hint > 0 ? d.tokens_hint : 4096, d.top_k, "desc->tokens_hint");
     const moejit_dtype_t t = d.dtype, wg = d.weight_grad_dtype;
     const bool acc = d.weight_grad_accumulate != 0;
     LayerSpecs s;

@@ -26,9 +26,8 @@ void require_tensor(const void *p, const char *name, bool needed) {
 }
 
 PlanLayout checked_layout(const moejit_plan_desc_t &d, std::int64_t num_tokens, bool gathered) {
-    MOEJIT_REQUIRE(num_tokens >= 0, "args->num_tokens is {}, expected >= 0", num_tokens);
-    MOEJIT_REQUIRE(num_tokens * d.top_k <= INT32_MAX, "args->num_tokens is {}: T·k exceeds 2^31-1", num_tokens);
-    return PlanLayout(d, num_tokens, gathered);
+    // PlanLayout validates T (>= 0, T·k <= 2^31-1) and every size with checked arithmetic.
+    return PlanLayout(d, num_tokens, gathered, "args->num_tokens");
 }
 
 // The caller's saved and workspace buffers, against the sizes the queries return for this T.

@@ -1,5 +1,6 @@
 #include "moe/plan_layout.hpp"
 
+#include "core/checked_math.hpp"
 #include "core/dtype.hpp"
 #include "moe/layer_gemms.hpp"
 #include "ops/routing.hpp"
@@ -8,45 +9,49 @@ namespace moejit {
 namespace {
 
 struct Allocator {
+    const char *arg;  // the argument an overflow is blamed on
     std::size_t end = 0;
     Region take(std::size_t bytes) {
-        Region r{(end + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment, bytes};
-        end = r.offset + bytes;
+        const std::size_t start = checked_add(end, kRegionAlignment - 1, arg) / kRegionAlignment * kRegionAlignment;
+        Region r{start, bytes};
+        end = checked_add(start, bytes, arg);
         return r;
     }
 };
 
 }  // namespace
 
-PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered_rows)
-    : tokens(num_tokens), rows(num_tokens * desc.top_k), gathered(gathered_rows) {
-    const std::size_t S = static_cast<std::size_t>(rows);
-    const std::size_t H = static_cast<std::size_t>(desc.hidden_size);
-    const std::size_t I = static_cast<std::size_t>(desc.intermediate_size);
-    const std::size_t E = static_cast<std::size_t>(desc.num_experts);
-    const std::size_t el = dtype_size(desc.dtype);
+PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered_rows,
+                       const char *tokens_arg)
+    : tokens(num_tokens), rows(checked_rows(num_tokens, desc.top_k, tokens_arg)), gathered(gathered_rows) {
+    // S <= 2^31-1 now; H, I and E come from a validated desc but have no upper bound, so every
+    // byte count is still a checked product (blamed on T, the value that varies per call).
+    const std::int64_t S = rows, H = desc.hidden_size, I = desc.intermediate_size, E = desc.num_experts;
+    const std::int64_t el = static_cast<std::int64_t>(dtype_size(desc.dtype));
+    const char *arg = tokens_arg;
+    auto bytes = [arg](std::initializer_list<std::int64_t> f) { return checked_bytes(f, arg); };
 
-    Allocator saved;
-    offsets = saved.take((E + 1) * 4);
-    scatter_index = saved.take(S * 4);
-    if (gathered) row_token = saved.take(S * 4);
-    w_s = saved.take(S * 4);
-    gate_up = saved.take(S * 2 * I * el);
-    aw = saved.take(S * I * el);
+    Allocator saved{arg};
+    offsets = saved.take(bytes({E + 1, 4}));
+    scatter_index = saved.take(bytes({S, 4}));
+    if (gathered) row_token = saved.take(bytes({S, 4}));
+    w_s = saved.take(bytes({S, 4}));
+    gate_up = saved.take(bytes({S, 2, I, el}));
+    aw = saved.take(bytes({S, I, el}));
     saved_bytes = saved.end;
 
-    Allocator fwd, bwd;
-    xs = bwd.take(S * H * el);
+    Allocator fwd{arg}, bwd{arg};
+    xs = bwd.take(bytes({S, H, el}));
     if (!gathered) fwd = bwd;  // forward scatters x to the same place
-    counts = fwd.take(E * 4);
+    counts = fwd.take(bytes({E, 4}));
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
-    y = fwd.take(S * H * el);
+    y = fwd.take(bytes({S, H, el}));
 
-    dy = bwd.take(S * H * el);
-    daw = bwd.take(S * I * el);
-    d_gate_up = bwd.take(S * 2 * I * el);
-    d_w_s = bwd.take(S * 4);
-    dxs = bwd.take(S * H * el);
+    dy = bwd.take(bytes({S, H, el}));
+    daw = bwd.take(bytes({S, I, el}));
+    d_gate_up = bwd.take(bytes({S, 2, I, el}));
+    d_w_s = bwd.take(bytes({S, 4}));
+    dxs = bwd.take(bytes({S, H, el}));
     wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
     workspace_bytes = std::max(fwd.end, bwd.end);
 }

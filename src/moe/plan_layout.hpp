@@ -29,7 +29,11 @@ struct Region {
 // its workspace. gathered: fc1 reads x's rows by row_token (layer_specs(...).gathered), so
 // forward's workspace has no xs; otherwise forward scatters x to the same place (offset 0).
 struct PlanLayout {
-    PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered);
+    // Validates T as every call taking it does (T >= 0, T·k <= 2^31-1) and computes every size
+    // with checked arithmetic: a bad or overflowing T is MOEJIT_ERROR_INVALID_ARGUMENT naming
+    // `tokens_arg` ("num_tokens" for the size queries, "args->num_tokens" for the calls).
+    PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered,
+               const char *tokens_arg = "num_tokens");
 
     std::int64_t tokens = 0, rows = 0;  // T and S = T·k
     bool gathered = false;

@@ -49,14 +49,39 @@ BOOST_AUTO_TEST_CASE(null_arguments_name_themselves) {
     moejit_plan_destroy(nullptr);
 }
 
-BOOST_AUTO_TEST_CASE(struct_size_from_a_newer_header_is_rejected) {
-    moejit_context_options_t options;
-    BOOST_TEST(moejit_context_options_init(&options) == MOEJIT_SUCCESS);
-    options.struct_size += 8;
+// A newer header's struct (larger struct_size) is accepted only while every field this library
+// does not know is zero (its default); the caller's buffer really is that large here.
+BOOST_AUTO_TEST_CASE(struct_size_from_a_newer_header_needs_a_zero_tail) {
+    struct {
+        moejit_context_options_t options;
+        unsigned char newer_fields[8];
+    } newer{};
+    BOOST_TEST(moejit_context_options_init_sized(&newer.options, sizeof newer) == MOEJIT_SUCCESS);
+    BOOST_TEST(newer.options.struct_size == sizeof newer);
+    newer.options.compile_only = 1;
+    newer.options.arch = "sm_90a";
+    newer.options.cache_dir = "";
     moejit_context_t context = nullptr;
-    BOOST_TEST(moejit_context_create(&options, &context) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(moejit_context_create(&newer.options, &context) == MOEJIT_SUCCESS);
+    moejit_context_destroy(context);
+    context = nullptr;
+    newer.newer_fields[3] = 1;
+    BOOST_TEST(moejit_context_create(&newer.options, &context) == MOEJIT_ERROR_INVALID_ARGUMENT);
     BOOST_TEST(context == nullptr);
-    BOOST_TEST(std::string(moejit_last_error()).find("struct_size") != std::string::npos);
+    BOOST_TEST(std::string(moejit_last_error()).find("options->struct_size") != std::string::npos);
+}
+
+// The C++ wrappers go through the *_init macros, so they get the caller's sizeof too.
+BOOST_AUTO_TEST_CASE(init_macro_passes_the_callers_size) {
+    unsigned char buf[sizeof(moejit_backward_args_t) + 32];
+    std::memset(buf, 0xA5, sizeof buf);
+    auto *args = reinterpret_cast<moejit_backward_args_t *>(buf);
+    BOOST_TEST(moejit_backward_args_init(args) == MOEJIT_SUCCESS);
+    BOOST_TEST(args->struct_size == sizeof(moejit_backward_args_t));
+    for (std::size_t i = sizeof(moejit_backward_args_t); i < sizeof buf; ++i) BOOST_TEST(buf[i] == 0xA5);
+    // The unsized exported function (binaries built against 0.1-0.3) is still there.
+    moejit_status_t (*legacy)(moejit_backward_args_t *) = &moejit_backward_args_init;
+    BOOST_TEST(legacy(args) == MOEJIT_SUCCESS);
 }
 
 BOOST_AUTO_TEST_CASE(compile_only_context_needs_no_gpu) {

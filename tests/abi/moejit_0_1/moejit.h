@@ -1,0 +1,361 @@
+/* moejit 0.1.0's public header, verbatim from the 0.1.0 release (git show b42aa19:capi/moejit.h),
+ * for tests/abi: callers built against it must keep working with the current library. Do not edit. */
+/*
+ * moejit — JIT code-generating fused Mixture-of-Experts kernels.
+ * The stable C ABI. Compiles on its own as C99 and as C++.
+ *
+ * Rules (see README.md, "C ABI"):
+ *  - every fallible call returns moejit_status_t (0 = success) and writes results
+ *    through out-pointers; on failure moejit_last_error() holds the calling thread's message;
+ *  - status and enum values are ABI: explicit, append-only;
+ *  - every argument struct starts with `size_t struct_size` and only grows; initialise it with
+ *    the matching *_init() function (a struct_size larger than the library knows is rejected);
+ *  - tensors are device pointers laid out row-major and contiguous, shaped as documented;
+ *    the caller owns all memory; streams are CUstream passed as void*;
+ *  - destroy functions accept NULL.
+ */
+#ifndef MOEJIT_H
+#define MOEJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moejit_version.h"
+
+#if defined(_WIN32)
+#define MOEJIT_API __declspec(dllimport)
+#elif defined(MOEJIT_BUILDING_LIBRARY)
+#define MOEJIT_API __attribute__((visibility("default")))
+#else
+#define MOEJIT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum moejit_status {
+    MOEJIT_SUCCESS = 0,
+    MOEJIT_ERROR_INVALID_ARGUMENT = 1, /* a bad value; the message names the argument */
+    MOEJIT_ERROR_UNSUPPORTED = 2,      /* valid but not implemented (shape, dtype, arch) */
+    MOEJIT_ERROR_OUT_OF_MEMORY = 3,    /* host allocation failed */
+    MOEJIT_ERROR_NO_DRIVER = 4,        /* libcuda.so.1 could not be loaded */
+    MOEJIT_ERROR_NO_DEVICE = 5,        /* driver present, no (such) CUDA device */
+    MOEJIT_ERROR_CUDA = 6,             /* a driver call failed; the message names it */
+    MOEJIT_ERROR_COMPILE = 7,          /* NVRTC failed; the message holds its log */
+    MOEJIT_ERROR_JIT_DISABLED = 8,     /* cache miss with compilation switched off */
+    MOEJIT_ERROR_CACHE = 9,            /* reserved: cache problems degrade, they do not fail */
+    MOEJIT_ERROR_INTERNAL = 10         /* a bug in moejit; please report */
+} moejit_status_t;
+
+/* Static, never NULL ("unknown status" for values this version does not know). */
+MOEJIT_API const char *moejit_status_string(moejit_status_t status);
+/* The calling thread's last error message ("" if none). Valid until the next moejit call. */
+MOEJIT_API const char *moejit_last_error(void);
+
+/* Run-time version, to detect a header/library mismatch. */
+MOEJIT_API const char *moejit_version(void);
+/* MOEJIT_VERSION_MAJOR * 10000 + MINOR * 100 + PATCH */
+MOEJIT_API int moejit_version_number(void);
+
+/* ---------------------------------------------------------------- types */
+
+typedef enum moejit_dtype {
+    MOEJIT_DTYPE_BF16 = 1,
+    MOEJIT_DTYPE_FP16 = 2,
+    MOEJIT_DTYPE_FP32 = 3,
+    MOEJIT_DTYPE_INT32 = 4,
+    MOEJIT_DTYPE_INT64 = 5
+} moejit_dtype_t;
+
+typedef struct moejit_context_s *moejit_context_t;
+typedef struct moejit_plan_s *moejit_plan_t;
+
+typedef enum moejit_log_level {
+    MOEJIT_LOG_DEBUG = 0,
+    MOEJIT_LOG_INFO = 1,
+    MOEJIT_LOG_WARNING = 2,
+    MOEJIT_LOG_ERROR = 3
+} moejit_log_level_t;
+
+typedef void (*moejit_log_fn)(moejit_log_level_t level, const char *message, void *user_data);
+
+typedef enum moejit_jit_mode {
+    MOEJIT_JIT_FROM_ENV = 0, /* on, unless MOEJIT_COMPILE=off (or 0/false/no) */
+    MOEJIT_JIT_ON = 1,
+    MOEJIT_JIT_OFF = 2       /* a cache miss returns MOEJIT_ERROR_JIT_DISABLED */
+} moejit_jit_mode_t;
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct moejit_context_options {
+    size_t struct_size;
+    /* Disk cache root. NULL: $MOEJIT_CACHE_DIR, else $XDG_CACHE_HOME/moejit, else ~/.cache/moejit.
+     * "" disables the disk cache (memory only). The library version is appended as a sub-folder. */
+    const char *cache_dir;
+    /* Target arch, e.g. "sm_90a", "sm_80". NULL: the device's own (sm_90a on Hopper). */
+    const char *arch;
+    /* CUDA device ordinal (ignored by compile-only contexts). */
+    int device_ordinal;
+    /* A moejit_jit_mode_t. */
+    int jit_mode;
+    /* Non-zero: never touch the driver; kernels are compiled and cached but not loaded, so it
+     * works on a machine without a GPU. Requires `arch`. Launching ops on it is an error. */
+    int compile_only;
+    /* Receives warnings (e.g. an unwritable cache folder) and compile logs. NULL: silent. */
+    moejit_log_fn log_fn;
+    void *log_user_data;
+} moejit_context_options_t;
+
+MOEJIT_API moejit_status_t moejit_context_options_init(moejit_context_options_t *options);
+/* options may be NULL (all defaults). Without compile_only, needs a driver and a device: the
+ * device's primary context is retained and used by every call made with this moejit context. */
+MOEJIT_API moejit_status_t moejit_context_create(const moejit_context_options_t *options,
+                                                 moejit_context_t *context);
+MOEJIT_API void moejit_context_destroy(moejit_context_t context);
+
+/* The arch kernels are compiled for (e.g. "sm_90a"); owned by the context. */
+MOEJIT_API moejit_status_t moejit_context_arch(moejit_context_t context, const char **arch);
+/* The disk cache folder in use ("" when memory only); owned by the context. */
+MOEJIT_API moejit_status_t moejit_context_cache_dir(moejit_context_t context, const char **dir);
+
+typedef struct moejit_cache_stats {
+    size_t struct_size;
+    uint64_t memory_hits;      /* served from this context's loaded kernels */
+    uint64_t disk_hits;        /* loaded from a valid disk entry */
+    uint64_t misses;           /* not found in memory or on disk */
+    uint64_t compiles;         /* successful NVRTC compilations */
+    uint64_t compile_failures; /* NVRTC failures */
+    uint64_t disk_rejects;     /* disk entries found invalid, removed and rebuilt */
+    double compile_seconds;    /* total NVRTC wall time */
+    double disk_load_seconds;  /* total time reading + validating disk hits */
+} moejit_cache_stats_t;
+
+MOEJIT_API moejit_status_t moejit_cache_stats_init(moejit_cache_stats_t *stats);
+MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
+                                                      moejit_cache_stats_t *stats);
+
+/* NVRTC version as major * 100 + minor. */
+MOEJIT_API moejit_status_t moejit_nvrtc_version(int *version);
+
+/* ---------------------------------------------------------------- routing ops
+ * S = T * k scattered rows. Expert ids: int32 or int64, values in [0, E).
+ * counts [E] int32, offsets [E+1] int32 (exclusive prefix sum, offsets[E] = S),
+ * scatter_index [T,k] int32: offsets[e] + stable rank of (t,j) among routes to e in row-major
+ * order. Duplicate routes are legal. No host synchronisation.
+ * An id outside [0, E) (e.g. -1 for a dropped route) is not counted: its scatter_index is -1,
+ * which scatter and scatter_weights skip and gather and gather_weights treat as zero, and
+ * offsets[E] is then the number of valid routes. The workspace needs no initialisation.
+ * T = 0 writes zero counts and offsets; tensors with no elements may be NULL.
+ */
+MOEJIT_API moejit_status_t moejit_routing_index_workspace_size(int64_t num_tokens, int32_t top_k,
+                                                               int32_t num_experts,
+                                                               size_t *bytes);
+MOEJIT_API moejit_status_t moejit_routing_index(moejit_context_t context,
+                                                moejit_dtype_t index_dtype,
+                                                const void *selected_experts, int64_t num_tokens,
+                                                int32_t top_k, int32_t num_experts,
+                                                int32_t *counts, int32_t *offsets,
+                                                int32_t *scatter_index, void *workspace,
+                                                size_t workspace_size, void *stream);
+
+/* xs[scatter_index[t,j], :] = x[t, :]; x [T,H], xs [S,H], dtype bf16 or fp16. */
+MOEJIT_API moejit_status_t moejit_scatter(moejit_context_t context, moejit_dtype_t dtype,
+                                          const void *x, const int32_t *scatter_index,
+                                          int64_t num_tokens, int32_t top_k,
+                                          int64_t hidden_size, void *xs, void *stream);
+
+/* out[t, :] = sum_j w[t,j] * ys[scatter_index[t,j], :], fp32 accumulation in j order.
+ * ys [S,H], out [T,H] in dtype; weights [T,k] in weight_dtype (dtype or FP32), or NULL for 1. */
+MOEJIT_API moejit_status_t moejit_gather(moejit_context_t context, moejit_dtype_t dtype,
+                                         const void *ys, const int32_t *scatter_index,
+                                         const void *weights, moejit_dtype_t weight_dtype,
+                                         int64_t num_tokens, int32_t top_k, int64_t hidden_size,
+                                         void *out, void *stream);
+
+/* w_s[scatter_index[t,j]] = weights[t,j] as fp32; weights [T,k] in weight_dtype (bf16/fp16/fp32). */
+MOEJIT_API moejit_status_t moejit_scatter_weights(moejit_context_t context,
+                                                  moejit_dtype_t weight_dtype, const void *weights,
+                                                  const int32_t *scatter_index, int64_t num_tokens,
+                                                  int32_t top_k, float *w_s, void *stream);
+/* d_weights[t,j] = d_w_s[scatter_index[t,j]], written in weight_dtype. */
+MOEJIT_API moejit_status_t moejit_gather_weights(moejit_context_t context,
+                                                 moejit_dtype_t weight_dtype, const float *d_w_s,
+                                                 const int32_t *scatter_index, int64_t num_tokens,
+                                                 int32_t top_k, void *d_weights, void *stream);
+
+/* ---------------------------------------------------------------- grouped GEMMs
+ * Expert e owns rows [offsets[e], offsets[e+1]) of the scattered operands. The number of rows
+ * (`rows`, = S) is the scattered tensor's size: launch bounds come from it, never from T.
+ */
+typedef struct moejit_group_gemm_nk_args {
+    size_t struct_size;
+    moejit_dtype_t dtype;   /* A and B: bf16 or fp16 */
+    moejit_dtype_t c_dtype; /* dtype or FP32 */
+    int64_t rows;           /* S, rows of A and C */
+    int64_t n;
+    int64_t k;
+    int32_t num_experts;
+    /* 1: B is [E,N,K] and C_e = A_e · B_eᵀ (forward); 0: B is [E,K,N] and C_e = A_e · B_e. */
+    int32_t b_transposed;
+    int32_t accumulate; /* 1: C += result (C read in c_dtype) */
+    const void *a;      /* [S,K] */
+    const void *b;
+    void *c;            /* [S,N] */
+    const int32_t *offsets; /* [E+1] */
+    void *stream;
+} moejit_group_gemm_nk_args_t;
+
+typedef struct moejit_group_gemm_mn_args {
+    size_t struct_size;
+    moejit_dtype_t dtype;   /* A and B: bf16 or fp16 */
+    moejit_dtype_t c_dtype; /* dtype or FP32 */
+    int64_t rows;           /* S */
+    int64_t m;
+    int64_t n;
+    int32_t num_experts;
+    int32_t accumulate; /* 1: C += result, requires c_dtype FP32; empty experts left untouched */
+    const void *a;      /* [S,M] */
+    const void *b;      /* [S,N] */
+    void *c;            /* [E,M,N]: C_e = A_eᵀ · B_e; an expert with no rows gets exactly 0 */
+    const int32_t *offsets; /* [E+1] */
+    void *stream;
+} moejit_group_gemm_mn_args_t;
+
+MOEJIT_API moejit_status_t moejit_group_gemm_nk_args_init(moejit_group_gemm_nk_args_t *args);
+MOEJIT_API moejit_status_t moejit_group_gemm_mn_args_init(moejit_group_gemm_mn_args_t *args);
+MOEJIT_API moejit_status_t moejit_group_gemm_same_nk(moejit_context_t context,
+                                                     const moejit_group_gemm_nk_args_t *args);
+MOEJIT_API moejit_status_t moejit_group_gemm_same_mn(moejit_context_t context,
+                                                     const moejit_group_gemm_mn_args_t *args);
+
+/* ---------------------------------------------------------------- SwiGLU
+ * Split layout: gate and up are separate [S,I] tensors. Merged: one [S,2I] tensor, gate in
+ * columns [0,I), up in [I,2I). limit > 0 enables g' = min(g,L), u' = clamp(u,-L,L).
+ */
+typedef struct moejit_swiglu_args {
+    size_t struct_size;
+    moejit_dtype_t dtype;
+    int64_t rows;         /* S */
+    int64_t intermediate; /* I */
+    int32_t merged;
+    float limit;          /* <= 0: no limit */
+    const void *gate;     /* split: [S,I] */
+    const void *up;       /* split: [S,I] */
+    const void *gate_up;  /* merged: [S,2I] */
+    const float *w_s;     /* [S] per-row routing weight, or NULL for 1 */
+    /* forward */
+    void *a;              /* [S,I] silu(g')·u' (may be NULL) */
+    void *aw;             /* [S,I] a·w_s (may be NULL) */
+    /* backward */
+    const void *daw;      /* [S,I] */
+    void *d_gate;         /* split: [S,I] */
+    void *d_up;           /* split: [S,I] */
+    void *d_gate_up;      /* merged: [S,2I] */
+    float *d_w_s;         /* [S] sum_i a·daw (may be NULL) */
+    void *stream;
+} moejit_swiglu_args_t;
+
+MOEJIT_API moejit_status_t moejit_swiglu_args_init(moejit_swiglu_args_t *args);
+MOEJIT_API moejit_status_t moejit_swiglu_forward(moejit_context_t context,
+                                                 const moejit_swiglu_args_t *args);
+MOEJIT_API moejit_status_t moejit_swiglu_backward(moejit_context_t context,
+                                                  const moejit_swiglu_args_t *args);
+
+/* ---------------------------------------------------------------- the MoE layer */
+
+typedef enum moejit_fc1_layout {
+    MOEJIT_FC1_SPLIT = 0, /* W_gate [E,I,H], W_up [E,I,H] */
+    MOEJIT_FC1_MERGED = 1 /* W_gate_up [E,2I,H], gate rows first */
+} moejit_fc1_layout_t;
+
+typedef enum moejit_activation {
+    MOEJIT_ACTIVATION_SWIGLU = 0
+} moejit_activation_t;
+
+typedef struct moejit_plan_desc {
+    size_t struct_size;
+    moejit_dtype_t dtype;           /* x, weights, out: bf16 or fp16 */
+    int64_t hidden_size;            /* H */
+    int64_t intermediate_size;      /* I */
+    int32_t num_experts;            /* E */
+    int32_t top_k;                  /* k */
+    moejit_fc1_layout_t fc1_layout;
+    moejit_activation_t activation;
+    float swiglu_limit;             /* <= 0: none */
+    moejit_dtype_t weight_grad_dtype; /* dtype or FP32 */
+    int32_t weight_grad_accumulate; /* 1: dW += grad (requires FP32) */
+    moejit_dtype_t index_dtype;     /* selected_experts: INT32 or INT64 */
+    moejit_dtype_t routing_dtype;   /* routing_weights and d_routing_weights: dtype or FP32 */
+    int64_t tokens_hint;            /* typical T, guides tile choice; 0: default */
+} moejit_plan_desc_t;
+
+typedef struct moejit_forward_args {
+    size_t struct_size;
+    int64_t num_tokens; /* T >= 0 */
+    const void *x;                /* [T,H] */
+    const void *selected_experts; /* [T,k] */
+    const void *routing_weights;  /* [T,k] */
+    const void *w_gate;           /* split */
+    const void *w_up;             /* split */
+    const void *w_gate_up;        /* merged */
+    const void *w_down;           /* [E,H,I] */
+    void *out;                    /* [T,H] */
+    void *saved;                  /* moejit_plan_saved_size bytes, kept for backward */
+    size_t saved_size;
+    void *workspace;              /* moejit_plan_workspace_size bytes, scratch */
+    size_t workspace_size;
+    void *stream;
+} moejit_forward_args_t;
+
+typedef struct moejit_backward_args {
+    size_t struct_size;
+    int64_t num_tokens;
+    const void *dout;             /* [T,H] */
+    const void *routing_weights;  /* [T,k], as in forward */
+    const void *w_gate;
+    const void *w_up;
+    const void *w_gate_up;
+    const void *w_down;
+    const void *saved;            /* written by the forward call */
+    size_t saved_size;
+    void *dx;                     /* [T,H] */
+    void *d_routing_weights;      /* [T,k] in routing_dtype */
+    void *dw_gate;                /* split, [E,I,H] in weight_grad_dtype */
+    void *dw_up;
+    void *dw_gate_up;             /* merged, [E,2I,H] */
+    void *dw_down;                /* [E,H,I] */
+    void *workspace;
+    size_t workspace_size;
+    void *stream;
+} moejit_backward_args_t;
+
+MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc);
+MOEJIT_API moejit_status_t moejit_forward_args_init(moejit_forward_args_t *args);
+MOEJIT_API moejit_status_t moejit_backward_args_init(moejit_backward_args_t *args);
+
+/* Selects and JIT-compiles (or loads) every kernel the layer needs. */
+MOEJIT_API moejit_status_t moejit_plan_create(moejit_context_t context,
+                                              const moejit_plan_desc_t *desc,
+                                              moejit_plan_t *plan);
+MOEJIT_API void moejit_plan_destroy(moejit_plan_t plan);
+/* Compiles every kernel of the plan into the cache without loading or launching anything;
+ * works on a compile-only context. *kernels (may be NULL) receives how many it needed. */
+MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context,
+                                              const moejit_plan_desc_t *desc, int *kernels);
+MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t num_tokens,
+                                                  size_t *bytes);
+MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens,
+                                                      size_t *bytes);
+MOEJIT_API moejit_status_t moejit_plan_forward(moejit_plan_t plan,
+                                               const moejit_forward_args_t *args);
+MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan,
+                                                const moejit_backward_args_t *args);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOEJIT_H */
