@@ -1,4 +1,4 @@
-// The extensible argument structs' ABI (moejit.h, "Argument structs"; docs/abi.md): which
+// The extensible argument structs' ABI (moejit.h, "Argument structs"; docs/DESIGN.md §5.2): which
 // struct_size values each struct accepts, how a caller's struct is read (fields past its
 // struct_size take their defaults), how output structs are written and how *_init fills one
 // without writing past the caller's size.

@@ -2,7 +2,7 @@
  * moejit — JIT code-generating fused Mixture-of-Experts kernels.
  * The stable C ABI. Compiles on its own as C99 and as C++.
  *
- * Rules (see README.md, "C ABI"):
+ * Rules (see docs/DESIGN.md §5):
  *  - every fallible call returns moejit_status_t (0 = success) and writes results
  *    through out-pointers; on failure moejit_last_error() holds the calling thread's message;
  *  - status and enum values are ABI: explicit, append-only;
@@ -12,7 +12,7 @@
  *    the caller owns all memory; streams are CUstream passed as void*;
  *  - destroy functions accept NULL.
  *
- * Argument structs (the ABI rules; docs/abi.md has the reasoning):
+ * Argument structs (the ABI rules; docs/DESIGN.md §5.2 has the reasoning):
  *  - Fields are only ever appended, never removed, reordered or retyped. A field added later
  *    takes its default when all its bytes are zero.
  *  - struct_size says which header the caller was built against. The library accepts the size

@@ -1,4 +1,4 @@
-// Grouped GEMMs over expert row groups (DESIGN.md §2-3), tensor cores through mma.sync
+// Grouped GEMMs over expert row groups (docs/DESIGN.md §2-3), tensor cores through mma.sync
 // m16n8k16 (bf16/fp16 in, fp32 accumulate), ldmatrix, and a cp.async multi-stage shared-memory
 // pipeline with XOR-swizzled tiles. Runs on sm_80 and later (sm_90a included); a Hopper
 // wgmma/TMA variant is a separate template that the dispatcher can pick instead.

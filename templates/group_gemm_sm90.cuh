@@ -469,7 +469,7 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
 
 // ---------------------------------------------------------------- the SwiGLU epilogue
 
-// fc1 fused with SwiGLU (DESIGN.md §2): a same_nk over N = 2I columns whose every BN-wide tile
+// fc1 fused with SwiGLU (docs/DESIGN.md §2): a same_nk over N = 2I columns whose every BN-wide tile
 // is [gate | up] of the same BN/2 intermediate columns j0 = n0/2..: B's first BN/2 rows are
 // W_gate's rows j0.. (tma_b), the other BN/2 W_up's (tma_b2 from row UP_ROW + j0: 0 for a
 // separate W_up, I for merged W_gate_up, where tma_b2 is tma_b). So each thread holds g and u of

@@ -1,5 +1,5 @@
 // Shared device helpers for every moejit template. Keep includes minimal: NVRTC compile time
-// is dominated by headers (shared/PERF.md), and every specialization pays it at cold start.
+// is dominated by headers (docs/DESIGN.md §6), and every specialization pays it at cold start.
 #pragma once
 
 #include <cuda_bf16.h>

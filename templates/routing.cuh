@@ -1,4 +1,4 @@
-// Routing index: a stable counting sort of the S = T·k routes by expert (DESIGN.md §2).
+// Routing index: a stable counting sort of the S = T·k routes by expert (docs/DESIGN.md §2).
 //
 // Three launches, no atomics on global memory and no host synchronisation, so the result is
 // bitwise deterministic and the sequence is CUDA-graph capturable. The S routes, flattened

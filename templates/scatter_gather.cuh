@@ -1,5 +1,5 @@
 // Scatter and gather between token order [T,·] and expert-sorted order [S,·] (S = T·k) through
-// scatter_index (DESIGN.md §2). Rows move as 16-byte vectors; H is a compile-time constant.
+// scatter_index (docs/DESIGN.md §2). Rows move as 16-byte vectors; H is a compile-time constant.
 //
 // Row geometry (rendered by the host): kThreadsPerRow threads share a row; thread c of a row
 // handles vectors c, c + kThreadsPerRow, ... (at most kVecsPerThread), so neighbouring threads

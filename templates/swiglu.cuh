@@ -1,4 +1,4 @@
-// SwiGLU activation, forward and backward (DESIGN.md §2), for the scattered rows [S, I].
+// SwiGLU activation, forward and backward (docs/DESIGN.md §2), for the scattered rows [S, I].
 //
 // One warp owns one row: lanes stride over the row's 16-byte vectors in a fixed order, so the
 // backward's per-row reduction d_w_s[s] = Σ_i a·daw is bitwise deterministic (a fixed per-lane
@@ -11,7 +11,7 @@
 // Limit semantics (gpt-oss / DeepSeek-V4): g' = min(g, L), u' = clamp(u, -L, L). The gradient
 // masks are inclusive: [g <= L] and [-L <= u <= L], so at g == L (or u == ±L) the gradient
 // passes (as torch.clamp's backward does). Comparisons are written so that NaN inputs propagate
-// to the outputs instead of being clamped away (a NaN must stay visible, DESIGN.md §3).
+// to the outputs instead of being clamped away (a NaN must stay visible, docs/DESIGN.md §3).
 #pragma once
 
 #include "moejit_common.cuh"

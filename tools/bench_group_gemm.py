@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark moejit's grouped GEMMs against torch._grouped_mm on shared/PERF.md's shapes.
+"""Benchmark moejit's grouped GEMMs against torch._grouped_mm on docs/DESIGN.md §6's shapes.
 
 Standalone: torch for data and the peer, ctypes on the built libmoejit.so (no moejit Python
 package). For each shape: fc1 fprop (S=T*k rows, N=2I, K=H), fc2 fprop (N=H, K=I), fc2 dgrad

@@ -35,7 +35,7 @@ struct Shape {
     int64_t H, I;
     int32_t k;
 };
-// PERF.md "Reference shapes", as in capi/python/moejit/bench.py.
+// docs/DESIGN.md §6 "Reference shapes", as in capi/python/moejit/bench.py.
 constexpr Shape kShapes[] = {
     {"qwen3-30b-a3b", 16384, 128, 2048, 768, 8},  {"deepseek-v3", 8192, 256, 7168, 2048, 8},
     {"mixtral-8x7b", 8192, 8, 4096, 14336, 2},    {"gpt-oss-120b", 8192, 128, 2880, 2880, 4},

@@ -13,7 +13,7 @@ namespace moejit {
 // counts that sum to S = rows is at most ceil(S / BM) + min(E, S) (each non-empty expert wastes
 // less than one tile, and at most S experts are non-empty). Computed from the scattered
 // tensor's rows: with duplicate top-k routes one expert can own all S = T*k rows, so a bound
-// from T misses rows (DESIGN.md §3).
+// from T misses rows (docs/DESIGN.md §3).
 std::int64_t m_tile_bound(std::int64_t rows, std::int32_t num_experts, int block_m);
 
 // Linear tiles of a same_nk launch: m_tile_bound * ceil(N / BN).

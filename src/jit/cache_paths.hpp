@@ -1,4 +1,4 @@
-// Where the disk cache lives (DESIGN.md §4) and which folders moejit trusts with it.
+// Where the disk cache lives (docs/DESIGN.md §4) and which folders moejit trusts with it.
 //
 // Trust boundary: whoever can write the cache folder can make every process that uses it run
 // their code on its GPU (an entry's checksum is not a secret; a forger writes a valid one). So

@@ -46,7 +46,7 @@ void warn_once(const Logger &log, const std::string &key, const std::string &mes
 DiskCache::DiskCache(std::string folder, Logger log) : folder_(std::move(folder)), log_(log) {
     if (folder_.empty()) return;
     if (std::optional<std::string> why = untrusted_cache_folder(folder_)) {
-        // Whoever can write a cache folder can run code on this GPU (DESIGN.md, cache trust).
+        // Whoever can write a cache folder can run code on this GPU (docs/DESIGN.md, cache trust).
         warn_once(log_, "refused:" + folder_,
                   fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
                               folder_, *why));

@@ -30,7 +30,7 @@ const std::string &JitEngine::cache_dir() const {
 }
 
 Digest JitEngine::key(const KernelSource &source) const {
-    // Canonical, length-prefixed record (DESIGN.md §4). Any field change changes the key.
+    // Canonical, length-prefixed record (docs/DESIGN.md §4). Any field change changes the key.
     Sha256 h;
     h.field("moejit-kernel-key");
     h.field(std::to_string(kCacheFormatVersion));

@@ -58,7 +58,7 @@ public:
     // the log callback (messages are delivered after the key's resolution, LogBuffer).
     Kernel &get(const KernelSource &source);
 
-    // The canonical cache key (sha256 of the length-prefixed record of DESIGN.md §4).
+    // The canonical cache key (sha256 of the length-prefixed record of docs/DESIGN.md §4).
     Digest key(const KernelSource &source) const;
     // NVRTC options, sorted, without the arch.
     const std::vector<std::string> &nvrtc_options() const { return options_sorted_; }

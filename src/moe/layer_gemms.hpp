@@ -1,4 +1,4 @@
-// The grouped GEMMs of one MoE layer, named by their role (DESIGN.md §2), with the operand
+// The grouped GEMMs of one MoE layer, named by their role (docs/DESIGN.md §2), with the operand
 // shapes, B layouts and output dtypes of the plan's descriptor decided in one place.
 #pragma once
 

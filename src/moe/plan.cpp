@@ -273,7 +273,7 @@ void Plan::backward(const moejit_backward_args_t &a) {
 
     // Weight gradients of every expert are written even at T = 0 (zeros, or untouched when
     // accumulating), so the GEMMs run whatever T is; the row ops are skipped when T = 0.
-    // The launch bound is S, the scattered tensors' rows (DESIGN.md §3). The test hook passes
+    // The launch bound is S, the scattered tensors' rows (docs/DESIGN.md §3). The test hook passes
     // T instead — the historical bug — so the regression suite can prove it catches it.
     const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : S;
     LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, bound, offsets, nullptr /* backward gathers nothing */,

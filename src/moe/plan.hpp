@@ -1,4 +1,4 @@
-// The fused MoE layer (DESIGN.md §2): one plan per layer shape; forward and backward compose
+// The fused MoE layer (docs/DESIGN.md §2): one plan per layer shape; forward and backward compose
 // the routing, scatter/gather, grouped-GEMM and SwiGLU ops on the caller's stream, with every
 // buffer caller-provided (saved activations and scratch workspace), no allocation and no host
 // synchronisation, so a whole training step can be captured in a CUDA graph.

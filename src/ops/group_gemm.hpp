@@ -1,4 +1,4 @@
-// Grouped GEMMs over expert row groups (DESIGN.md §2-3): pure render functions (spec ->
+// Grouped GEMMs over expert row groups (docs/DESIGN.md §2-3): pure render functions (spec ->
 // KernelSource, usable on a compile-only context for warmup) and launchers taking device
 // pointers (used by the C ABI and by the layer plan).
 //

@@ -1,4 +1,4 @@
-// The routing index (DESIGN.md §2): counts, offsets and scatter_index from selected_experts, as
+// The routing index (docs/DESIGN.md §2): counts, offsets and scatter_index from selected_experts, as
 // a deterministic stable counting sort with no host synchronisation (CUDA-graph capturable).
 // Pure render functions (usable on a compile-only context for warmup) and a launcher.
 //

@@ -1,4 +1,4 @@
-// Scatter and gather between token order and expert-sorted order (DESIGN.md §2), and the same
+// Scatter and gather between token order and expert-sorted order (docs/DESIGN.md §2), and the same
 // for per-route weights. Pure render functions (usable on a compile-only context for warmup)
 // and launchers taking device pointers (used by the C ABI and by the layer plan).
 //

@@ -1,4 +1,4 @@
-// SwiGLU activation ops (DESIGN.md §2): pure render functions (spec -> KernelSource, usable on
+// SwiGLU activation ops (docs/DESIGN.md §2): pure render functions (spec -> KernelSource, usable on
 // a compile-only context for warmup) and launchers taking device pointers (used by the C ABI
 // and by the layer plan).
 //

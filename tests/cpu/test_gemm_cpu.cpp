@@ -1,5 +1,5 @@
 // Grouped GEMMs without a GPU: the tile heuristic gives valid configs for every reference
-// shape (shared/PERF.md) and arch; every GEMM specialization of every reference shape (fc1/fc2
+// shape (docs/DESIGN.md §6) and arch; every GEMM specialization of every reference shape (fc1/fc2
 // fprop, fc1/fc2 dgrad, fc1/fc2 wgrad) renders and compiles for sm_90a with NVRTC through a
 // compile-only context, within the cold-start budget; argument validation messages through the
 // C ABI name the argument and the expected value.
@@ -39,7 +39,7 @@ struct Shape {
     std::int32_t top_k;
 };
 
-// shared/PERF.md's reference shapes.
+// docs/DESIGN.md §6's reference shapes.
 const Shape kShapes[] = {
     {"qwen3-30b-a3b", 16384, 128, 2048, 768, 8},   {"deepseek-v3", 8192, 256, 7168, 2048, 8},
     {"mixtral-8x7b", 8192, 8, 4096, 14336, 2},     {"gpt-oss-120b", 8192, 128, 2880, 2880, 4},

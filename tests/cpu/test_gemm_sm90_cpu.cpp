@@ -1,5 +1,5 @@
 // The sm_90a (wgmma/TMA) same_nk grouped GEMM engine without a GPU: every forward specialization
-// of every reference shape (shared/PERF.md) renders and compiles for sm_90a with NVRTC through a
+// of every reference shape (docs/DESIGN.md §6) renders and compiles for sm_90a with NVRTC through a
 // compile-only context, each within the 2 s cold-start budget; the PTX really uses wgmma,
 // cp.async.bulk.tensor, mbarriers and setmaxnreg (so the kernel is on the Hopper path, not a
 // fallback); argument validation names the field and the expected value.
@@ -41,7 +41,7 @@ struct Shape {
     std::int64_t intermediate;
 };
 
-// shared/PERF.md's reference shapes (tokens and top-k do not change a forward specialization).
+// docs/DESIGN.md §6's reference shapes (tokens and top-k do not change a forward specialization).
 const Shape kShapes[] = {
     {"qwen3-30b-a3b", 128, 2048, 768},  {"deepseek-v3", 256, 7168, 2048},
     {"mixtral-8x7b", 8, 4096, 14336},   {"gpt-oss-120b", 128, 2880, 2880},

@@ -1,4 +1,4 @@
-// The launch-bound invariant of DESIGN.md §3, checked on the CPU with the device scheduler's own
+// The launch-bound invariant of docs/DESIGN.md §3, checked on the CPU with the device scheduler's own
 // code (templates/group_gemm_schedule.cuh): for random and adversarial count vectors the
 // schedule sized from S covers every (row, column block) exactly once, and a bound taken from T
 // provably misses rows when duplicate routes send all T*k rows to one expert.
@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(adversarial_counts_are_covered_exactly) {
     check_exact({100, 100, 100, 100}, 32, 3, "k = E: every token to every expert");
 }
 
-// DESIGN.md §3's seed bug: T = 128, k = 2, every route to expert 0, BM = 128. Expert 0 owns
+// docs/DESIGN.md §3's seed bug: T = 128, k = 2, every route to expert 0, BM = 128. Expert 0 owns
 // S = 256 rows. A bound from T (ceil(T/BM) = 1 tile, per expert or in total) computes rows
 // 0..127 only; rows 128..255 stay stale. The bound from S covers them.
 BOOST_AUTO_TEST_CASE(bound_from_tokens_misses_duplicate_rows) {

@@ -1,5 +1,5 @@
 // The float64 MoE layer reference (tests/support/reference_moe.hpp) checked against an
-// independent, token-major float64 implementation of DESIGN.md §2 and against central finite
+// independent, token-major float64 implementation of docs/DESIGN.md §2 and against central finite
 // differences of it, so the GPU layer tests compare against the right math: routing index,
 // duplicate routes, empty experts, SwiGLU with and without a limit, every gradient.
 #define BOOST_TEST_MODULE reference_moe_cpu

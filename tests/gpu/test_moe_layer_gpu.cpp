@@ -1,4 +1,4 @@
-// The fused MoE layer's regression suite (DESIGN.md §2-3), through the public C ABI
+// The fused MoE layer's regression suite (docs/DESIGN.md §2-3), through the public C ABI
 // (moejit_plan_create / forward / backward, saved and workspace buffers from the size queries),
 // against the float64 reference of tests/support/reference_moe.hpp.
 //

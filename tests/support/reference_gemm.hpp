@@ -1,4 +1,4 @@
-// Float64 CPU reference of the grouped GEMMs (DESIGN.md §2), straight from the definition,
+// Float64 CPU reference of the grouped GEMMs (docs/DESIGN.md §2), straight from the definition,
 // split over host threads by rows so layer-sized shapes stay quick. Header-only; shared by the
 // GEMM op tests and the layer tests.
 //

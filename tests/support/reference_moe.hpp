@@ -1,4 +1,4 @@
-// Float64 CPU reference of the whole MoE layer, forward and backward (DESIGN.md §2), for the
+// Float64 CPU reference of the whole MoE layer, forward and backward (docs/DESIGN.md §2), for the
 // layer's regression tests. Header-only, multi-threaded with std::thread.
 //
 // What it models. Every sum and product is computed in float64 from the exact values of the

@@ -1,4 +1,4 @@
-// CPU reference of the routing index, scatter and gather (DESIGN.md §2), in float64, written
+// CPU reference of the routing index, scatter and gather (docs/DESIGN.md §2), in float64, written
 // for clarity rather than speed. Header-only; shared by the op tests and the layer tests.
 //
 // Conventions match the library: selected [T,k] row-major (any integer type); an expert id

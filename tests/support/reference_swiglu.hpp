@@ -1,4 +1,4 @@
-// Float64 reference of the SwiGLU activation and its backward (DESIGN.md §2), header-only, for
+// Float64 reference of the SwiGLU activation and its backward (docs/DESIGN.md §2), header-only, for
 // the op tests and the layer tests. Tensors are split-layout [S,I] row-major vectors of doubles
 // (merge_gate_up / split_gate_up convert to and from the merged [S,2I] layout).
 //

@@ -1,4 +1,4 @@
-// What the tool knows about the library's disk cache layout (DESIGN.md §4): the versioned
+// What the tool knows about the library's disk cache layout (docs/DESIGN.md §4): the versioned
 // folder holds `<kernel>.<sha256 hex>.cubin` entries, and writers publish through
 // `<entry>.tmp.<unique>` files that a crash can leave behind. Everything else is left alone.
 #pragma once

@@ -279,11 +279,13 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
     "moejit_version_number": (c_int, []),
     # context
     "moejit_context_options_init": (status_t, [_P(ContextOptions)]),
+    "moejit_context_options_init_sized": (status_t, [_P(ContextOptions), c_size_t]),
     "moejit_context_create": (status_t, [_P(ContextOptions), _P(c_void_p)]),
     "moejit_context_destroy": (None, [c_void_p]),
     "moejit_context_arch": (status_t, [c_void_p, _P(c_char_p)]),
     "moejit_context_cache_dir": (status_t, [c_void_p, _P(c_char_p)]),
     "moejit_cache_stats_init": (status_t, [_P(CacheStats)]),
+    "moejit_cache_stats_init_sized": (status_t, [_P(CacheStats), c_size_t]),
     "moejit_context_cache_stats": (status_t, [c_void_p, _P(CacheStats)]),
     "moejit_nvrtc_version": (status_t, [_P(c_int)]),
     # routing ops
@@ -301,17 +303,23 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
                                          c_void_p, c_void_p]),
     # grouped GEMMs
     "moejit_group_gemm_nk_args_init": (status_t, [_P(GroupGemmNkArgs)]),
+    "moejit_group_gemm_nk_args_init_sized": (status_t, [_P(GroupGemmNkArgs), c_size_t]),
     "moejit_group_gemm_mn_args_init": (status_t, [_P(GroupGemmMnArgs)]),
+    "moejit_group_gemm_mn_args_init_sized": (status_t, [_P(GroupGemmMnArgs), c_size_t]),
     "moejit_group_gemm_same_nk": (status_t, [c_void_p, _P(GroupGemmNkArgs)]),
     "moejit_group_gemm_same_mn": (status_t, [c_void_p, _P(GroupGemmMnArgs)]),
     # SwiGLU
     "moejit_swiglu_args_init": (status_t, [_P(SwigluArgs)]),
+    "moejit_swiglu_args_init_sized": (status_t, [_P(SwigluArgs), c_size_t]),
     "moejit_swiglu_forward": (status_t, [c_void_p, _P(SwigluArgs)]),
     "moejit_swiglu_backward": (status_t, [c_void_p, _P(SwigluArgs)]),
     # the layer
     "moejit_plan_desc_init": (status_t, [_P(PlanDesc)]),
+    "moejit_plan_desc_init_sized": (status_t, [_P(PlanDesc), c_size_t]),
     "moejit_forward_args_init": (status_t, [_P(ForwardArgs)]),
+    "moejit_forward_args_init_sized": (status_t, [_P(ForwardArgs), c_size_t]),
     "moejit_backward_args_init": (status_t, [_P(BackwardArgs)]),
+    "moejit_backward_args_init_sized": (status_t, [_P(BackwardArgs), c_size_t]),
     "moejit_plan_create": (status_t, [c_void_p, _P(PlanDesc), _P(c_void_p)]),
     "moejit_plan_destroy": (None, [c_void_p]),
     "moejit_plan_warmup": (status_t, [c_void_p, _P(PlanDesc), _P(c_int)]),
@@ -495,7 +503,9 @@ def c_init_struct(cls: Type[_Struct]) -> _Struct:
     c_name, init_name = STRUCTS[cls]
     size = ctypes.sizeof(cls)
     buffer = (ctypes.c_char * (size + 512))()
-    check(getattr(lib(), init_name)(ctypes.cast(buffer, POINTER(cls))))
+    # The sized init (moejit.h: *_init is a macro passing the caller's sizeof) writes no more
+    # than this binding's struct, and says whether the library accepts its size.
+    check(getattr(lib(), init_name + "_sized")(ctypes.cast(buffer, POINTER(cls)), size))
     written = c_size_t.from_buffer(buffer).value
     if written != size:
         raise errors.InternalError(

@@ -1,4 +1,4 @@
-"""python -m moejit.bench: the MoE layer against its peers on the reference shapes (PERF.md).
+"""python -m moejit.bench: the MoE layer against its peers on the reference shapes (docs/DESIGN.md §6).
 
 For every shape: moejit.torch vs a torch._grouped_mm layer with autograd vs a per-expert eager
 loop, forward and forward+backward, on the same inputs (routing from a softmax top-k of random
@@ -30,7 +30,7 @@ except ImportError as _torch_missing:
 else:
     _TORCH_IMPORT_ERROR = None
 
-# name: (T, E, H, I, k), PERF.md "Reference shapes"
+# name: (T, E, H, I, k), docs/DESIGN.md §6 "Reference shapes"
 SHAPES = {
     "qwen3-30b-a3b": (16384, 128, 2048, 768, 8),
     "deepseek-v3": (8192, 256, 7168, 2048, 8),

@@ -1,6 +1,6 @@
 """PyTorch implementations of the same MoE layer, for tests and benchmarks.
 
-Both compute DESIGN.md section 2 exactly (routing weight applied before fc2, optional SwiGLU
+Both compute docs/DESIGN.md section 2 exactly (routing weight applied before fc2, optional SwiGLU
 limit) and are differentiable through autograd:
 - eager_loop_layer: one slice per expert, plain matmuls (run it in float64 for a reference);
 - grouped_mm_layer: torch._grouped_mm (CUTLASS grouped GEMM), no host synchronisation.

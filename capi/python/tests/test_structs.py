@@ -112,11 +112,17 @@ def test_struct_layouts_match_a_c_compiler(header_text, tmp_path):
 
 def test_library_rejects_a_wrong_struct_size(compile_only_context):
     lib = _capi.lib()
-    stats = _capi.CacheStats()
-    stats.struct_size = ctypes.sizeof(stats) + 8  # "from a newer header"
+    # "From a newer header": a larger struct is accepted only while every byte the library does
+    # not know is zero (docs/DESIGN.md §5.2).
+    size = ctypes.sizeof(_capi.CacheStats)
+    buffer = (ctypes.c_char * (size + 8))()
+    ctypes.c_size_t.from_buffer(buffer).value = size + 8
+    _capi.check(lib.moejit_context_cache_stats(compile_only_context.handle,
+                                               ctypes.cast(buffer, ctypes.POINTER(_capi.CacheStats))))
+    buffer[size + 3] = b"\x01"
     with pytest.raises(moejit.InvalidArgumentError, match="struct_size"):
-        _capi.check(lib.moejit_context_cache_stats(compile_only_context.handle,
-                                                   ctypes.byref(stats)))
+        _capi.check(lib.moejit_context_cache_stats(
+            compile_only_context.handle, ctypes.cast(buffer, ctypes.POINTER(_capi.CacheStats))))
     stats = _capi.CacheStats(struct_size=8)
     with pytest.raises(moejit.InvalidArgumentError, match="struct_size"):
         _capi.check(lib.moejit_context_cache_stats(compile_only_context.handle,

@@ -25,7 +25,7 @@ from moejit.peers import (eager_loop_layer, grouped_mm_layer, routing_all_to_exp
 
 T, H, I, E, K = 300, 512, 256, 16, 4
 LIMIT = 0.75  # g ~ N(0, 1) here: clamps about 23 % of g and 45 % of u
-# ‖out − ref‖ / ‖ref‖ bounds; bf16 lands near 1e-2 (DESIGN.md), fp16 about 8x lower.
+# ‖out − ref‖ / ‖ref‖ bounds; bf16 lands near 1e-2 (docs/DESIGN.md), fp16 about 8x lower.
 TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 GRAD_NAMES = ("x", "routing_weights", "w_gate", "w_up", "w_gate_up", "w_down")
 
@@ -262,7 +262,7 @@ def test_bitwise_deterministic(merged):
 
 
 def test_split_and_merged_agree():
-    # DESIGN.md: split and merged fc1 give the same forward and weight gradients; dx may
+    # docs/DESIGN.md: split and merged fc1 give the same forward and weight gradients; dx may
     # differ by rounding.
     split = Case(torch.bfloat16, False, "topk", LIMIT)
     merged = Case(torch.bfloat16, True, "topk", LIMIT)
