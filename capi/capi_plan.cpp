@@ -67,7 +67,7 @@ MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context, const mo
         Context &ctx = require_handle(context, "context").impl;
         const moejit_plan_desc_t d = read_struct(desc, "desc");
         std::vector<KernelSource> sources = plan_kernel_sources(d, ctx.compute_capability());
-        for (const KernelSource &s : sources) ctx.kernel(s);
+        ctx.kernels(sources);  // the missing ones in parallel, as moejit_plan_create does
         if (kernels) *kernels = static_cast<int>(sources.size());
     });
 }

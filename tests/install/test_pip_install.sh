@@ -12,9 +12,9 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 unset MOEJIT_LIBRARY MOEJIT_NVRTC
 
-if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+if git -C "$src" cat-file -e HEAD:pyproject.toml 2>/dev/null; then
     git clone --quiet "$src" "$tmp/clone"   # HEAD only: what a user's clone holds
-else  # a copy without .git (e.g. a device machine's working tree): its files minus builds
+else  # a copy without a usable .git (e.g. a device machine's working tree): its files minus builds
     mkdir "$tmp/clone"
     tar -C "$src" --exclude='./build*' --exclude=./.whl --exclude='./.mesonpy-*' --exclude=./out \
         -cf - . | tar -C "$tmp/clone" -xf -

@@ -112,17 +112,21 @@ def test_struct_layouts_match_a_c_compiler(header_text, tmp_path):
 
 def test_library_rejects_a_wrong_struct_size(compile_only_context):
     lib = _capi.lib()
-    # "From a newer header": a larger struct is accepted only while every byte the library does
-    # not know is zero (docs/DESIGN.md §5.2).
-    size = ctypes.sizeof(_capi.CacheStats)
+    # "From a newer header": a larger input struct is accepted only while every byte the
+    # library does not know is zero (docs/DESIGN.md §5.2).
+    size = ctypes.sizeof(_capi.ContextOptions)
     buffer = (ctypes.c_char * (size + 8))()
+    ctypes.memmove(buffer, ctypes.byref(_capi.init_struct(_capi.ContextOptions, compile_only=1,
+                                                          arch=b"sm_90a")), size)
     ctypes.c_size_t.from_buffer(buffer).value = size + 8
-    _capi.check(lib.moejit_context_cache_stats(compile_only_context.handle,
-                                               ctypes.cast(buffer, ctypes.POINTER(_capi.CacheStats))))
+    options = ctypes.cast(buffer, ctypes.POINTER(_capi.ContextOptions))
+    handle = ctypes.c_void_p()
+    _capi.check(lib.moejit_context_create(options, ctypes.byref(handle)))
+    lib.moejit_context_destroy(handle)
     buffer[size + 3] = b"\x01"
     with pytest.raises(moejit.InvalidArgumentError, match="struct_size"):
-        _capi.check(lib.moejit_context_cache_stats(
-            compile_only_context.handle, ctypes.cast(buffer, ctypes.POINTER(_capi.CacheStats))))
+        _capi.check(lib.moejit_context_create(options, ctypes.byref(handle)))
+    lib = _capi.lib()
     stats = _capi.CacheStats(struct_size=8)
     with pytest.raises(moejit.InvalidArgumentError, match="struct_size"):
         _capi.check(lib.moejit_context_cache_stats(compile_only_context.handle,

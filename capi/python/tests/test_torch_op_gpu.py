@@ -86,6 +86,10 @@ def reference(x, sel, rw, weights, swiglu_limit=None):
             continue
         xe = x[t_idx]
         g, u = xe @ w_gate[e].t(), xe @ w_up[e].t()
+        # The layer keeps g and u in the layer dtype and applies the limit's masks to those
+        # values (docs/DESIGN.md §2.2): round here too, or a value within one bf16 ulp of ±L
+        # takes the other side of a mask (with L = 0.75, ~5 % of dx).
+        g, u = g.to(BF16).double(), u.to(BF16).double()
         if swiglu_limit is not None:
             g, u = g.clamp(max=swiglu_limit), u.clamp(-swiglu_limit, swiglu_limit)
         out = out.index_add(0, t_idx, (F.silu(g) * u * rw[t_idx, j_idx].unsqueeze(1))
