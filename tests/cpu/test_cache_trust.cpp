@@ -144,7 +144,7 @@ BOOST_AUTO_TEST_CASE(created_cache_folders_are_0700) {
 }
 
 namespace {
-// `prepare` makes tmp/root/v untrustworthy; the engine must use neither what is there nor
+// `prepare` makes the temp root and its version folder untrustworthy; the engine must use neither what is there nor
 // write anything, and say so once.
 void expect_refused(const std::function<void(const fs::path &root, const fs::path &folder)> &prepare) {
     TempDir tmp;
