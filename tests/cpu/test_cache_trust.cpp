@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "compile_only.hpp"
+#include "jit_test_kernels.hpp"
 #include "core/error.hpp"
 #include "dispatch/tuning.hpp"
 #include "jit/jit_engine.hpp"
@@ -31,28 +32,9 @@ using moejit::test::TempDir;
 
 namespace {
 
-KernelSource tiny_kernel(int variant = 0) {
-    KernelSource s;
-    s.name = "trust_axpy_" + std::to_string(variant);
-    s.template_name = "moejit_common.cuh";
-    s.entry = "moejit_trust_axpy";
-    s.source = fmt::format(R"(#include "moejit_common.cuh"
-constexpr float kAlpha = {}.0f;
-extern "C" __global__ void moejit_trust_axpy(const __nv_bfloat16 *x, float *y, int n) {{
-    long long i = moejit::global_thread_id();
-    if (i < n) y[i] += kAlpha * moejit::to_float(x[i]);
-}}
-)", variant + 2);
-    return s;
-}
+using moejit::test::LogCapture;
 
-struct LogCapture {
-    std::vector<std::string> warnings;
-    static void callback(moejit_log_level_t level, const char *msg, void *user) {
-        if (level >= MOEJIT_LOG_WARNING) static_cast<LogCapture *>(user)->warnings.emplace_back(msg);
-    }
-    Logger logger() { return Logger{&LogCapture::callback, this}; }
-};
+KernelSource tiny_kernel(int variant = 0) { return moejit::test::tiny_kernel(variant, "trust_axpy"); }
 
 JitOptions options(const std::string &dir, Logger log = {}, bool jit = true) {
     JitOptions o;

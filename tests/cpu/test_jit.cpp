@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "compile_only.hpp"
+#include "jit_test_kernels.hpp"
 #include "core/context.hpp"
 #include "jit/cache_paths.hpp"
 #include "jit/cuda_headers.hpp"
@@ -32,28 +33,8 @@ namespace {
 
 using moejit::test::TempDir;
 
-KernelSource tiny_kernel(int variant = 0) {
-    KernelSource s;
-    s.name = "test_axpy_" + std::to_string(variant);
-    s.template_name = "moejit_common.cuh";
-    s.entry = "moejit_test_axpy";
-    s.source = fmt::format(R"(#include "moejit_common.cuh"
-constexpr float kAlpha = {}.0f;
-extern "C" __global__ void moejit_test_axpy(const __nv_bfloat16 *x, float *y, int n) {{
-    long long i = moejit::global_thread_id();
-    if (i < n) y[i] += kAlpha * moejit::to_float(x[i]);
-}}
-)", variant + 2);
-    return s;
-}
-
-struct LogCapture {
-    std::vector<std::string> warnings;
-    static void callback(moejit_log_level_t level, const char *msg, void *user) {
-        if (level >= MOEJIT_LOG_WARNING) static_cast<LogCapture *>(user)->warnings.emplace_back(msg);
-    }
-    Logger logger() { return Logger{&LogCapture::callback, this}; }
-};
+using moejit::test::LogCapture;
+using moejit::test::tiny_kernel;
 
 JitOptions compile_only_options(const std::string &dir, Logger log = {}) {
     JitOptions o;
