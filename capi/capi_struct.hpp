@@ -34,8 +34,10 @@ template <class T> struct StructAbi;
     static_assert(StructAbi<T>::released[std::size(StructAbi<T>::released) - 1] == sizeof(T), \
                   C_NAME ": append its new sizeof to the released sizes (capi_struct.hpp)")
 
-// Released sizes: 0.1.0 (the first release) then each growth. Only moejit_backward_args_t has
-// grown so far: 0.2.0 appended `x`.
+// Released sizes: 0.1.0 (the first release) then each growth: 0.2.0 appended `x` to
+// moejit_backward_args_t; 0.5.0 appended the gpt-oss fields (activation_alpha,
+// weights_transposed, has_bias) to moejit_plan_desc_t and the bias pointers to the forward and
+// backward args.
 MOEJIT_STRUCT_ABI(moejit_context_options_t, "moejit_context_options_t", "moejit_context_options_init",
                   sizeof(moejit_context_options_t));
 MOEJIT_STRUCT_ABI(moejit_cache_stats_t, "moejit_cache_stats_t", "moejit_cache_stats_init", sizeof(moejit_cache_stats_t));
@@ -44,11 +46,13 @@ MOEJIT_STRUCT_ABI(moejit_group_gemm_nk_args_t, "moejit_group_gemm_nk_args_t", "m
 MOEJIT_STRUCT_ABI(moejit_group_gemm_mn_args_t, "moejit_group_gemm_mn_args_t", "moejit_group_gemm_mn_args_init",
                   sizeof(moejit_group_gemm_mn_args_t));
 MOEJIT_STRUCT_ABI(moejit_swiglu_args_t, "moejit_swiglu_args_t", "moejit_swiglu_args_init", sizeof(moejit_swiglu_args_t));
-MOEJIT_STRUCT_ABI(moejit_plan_desc_t, "moejit_plan_desc_t", "moejit_plan_desc_init", sizeof(moejit_plan_desc_t));
+MOEJIT_STRUCT_ABI(moejit_plan_desc_t, "moejit_plan_desc_t", "moejit_plan_desc_init",
+                  offsetof(moejit_plan_desc_t, activation_alpha) /* 0.1 */, sizeof(moejit_plan_desc_t) /* 0.5 */);
 MOEJIT_STRUCT_ABI(moejit_forward_args_t, "moejit_forward_args_t", "moejit_forward_args_init",
-                  sizeof(moejit_forward_args_t));
+                  offsetof(moejit_forward_args_t, b_gate_up) /* 0.1 */, sizeof(moejit_forward_args_t) /* 0.5 */);
 MOEJIT_STRUCT_ABI(moejit_backward_args_t, "moejit_backward_args_t", "moejit_backward_args_init",
-                  offsetof(moejit_backward_args_t, x) /* 0.1 */, sizeof(moejit_backward_args_t) /* 0.2 */);
+                  offsetof(moejit_backward_args_t, x) /* 0.1 */, offsetof(moejit_backward_args_t, b_down) /* 0.2 */,
+                  sizeof(moejit_backward_args_t) /* 0.5 */);
 #undef MOEJIT_STRUCT_ABI
 
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -58,15 +62,18 @@ static_assert(sizeof(moejit_cache_stats_t) == 72);
 static_assert(sizeof(moejit_group_gemm_nk_args_t) == 96);
 static_assert(sizeof(moejit_group_gemm_mn_args_t) == 88);
 static_assert(sizeof(moejit_swiglu_args_t) == 136);
-static_assert(sizeof(moejit_plan_desc_t) == 80);
-static_assert(sizeof(moejit_forward_args_t) == 120);
-static_assert(offsetof(moejit_backward_args_t, x) == 152 && sizeof(moejit_backward_args_t) == 160);
+static_assert(offsetof(moejit_plan_desc_t, activation_alpha) == 80 && sizeof(moejit_plan_desc_t) == 96);
+static_assert(offsetof(moejit_forward_args_t, b_gate_up) == 120 && sizeof(moejit_forward_args_t) == 136);
+static_assert(offsetof(moejit_backward_args_t, x) == 152 && offsetof(moejit_backward_args_t, b_down) == 160 &&
+              sizeof(moejit_backward_args_t) == 184);
 #endif
 
 // What the exported unsized *_init(T *) entry points (kept for binaries built against 0.1-0.3
 // headers, whose callers pass no size) write: the struct as it was in 0.3.0, frozen. Growing a
 // struct must not change this, or those binaries' structs are overrun.
 template <class T> inline constexpr std::size_t kLegacyInitSize = sizeof(T);
+template <> inline constexpr std::size_t kLegacyInitSize<moejit_plan_desc_t> = 80;
+template <> inline constexpr std::size_t kLegacyInitSize<moejit_forward_args_t> = 120;
 template <> inline constexpr std::size_t kLegacyInitSize<moejit_backward_args_t> = 160;
 
 template <class T> bool is_released_size(std::size_t size) {

@@ -320,13 +320,23 @@ MOEJIT_API moejit_status_t moejit_swiglu_backward(moejit_context_t context,
 
 /* ---------------------------------------------------------------- the MoE layer */
 
+/* fc1's output columns (the rows of W_gate_up, or its columns when weights_transposed) and
+ * the saved gate_up activations follow the layout. */
 typedef MOEJIT_ENUM(moejit_fc1_layout) {
-    MOEJIT_FC1_SPLIT = 0, /* W_gate [E,I,H], W_up [E,I,H] */
-    MOEJIT_FC1_MERGED = 1 /* W_gate_up [E,2I,H], gate rows first */
+    MOEJIT_FC1_SPLIT = 0,      /* W_gate [E,I,H], W_up [E,I,H] */
+    MOEJIT_FC1_MERGED = 1,     /* W_gate_up [E,2I,H], gate rows first, then up (Qwen, Mixtral,
+                                  OLMoE, DeepSeek in transformers) */
+    MOEJIT_FC1_INTERLEAVED = 2 /* W_gate_up [E,2I,H] with column 2i = gate i, 2i+1 = up i
+                                  (gpt-oss). Since 0.5. */
 } moejit_fc1_layout_t;
 
+/* g, u: fc1's gate and up outputs (plus the fc1 bias when has_bias); L = swiglu_limit.
+ * With L > 0: g' = min(g, L), u' = clamp(u, -L, L); else g' = g, u' = u. Gradients pass where
+ * g <= L and -L <= u <= L (inclusive, as torch.clamp's backward). */
 typedef MOEJIT_ENUM(moejit_activation) {
-    MOEJIT_ACTIVATION_SWIGLU = 0
+    MOEJIT_ACTIVATION_SWIGLU = 0, /* h = silu(g')·u' */
+    MOEJIT_ACTIVATION_GPT_OSS = 1 /* h = (u' + 1)·g'·sigmoid(alpha·g'), alpha = activation_alpha
+                                     (gpt-oss: alpha 1.702, L 7). Since 0.5. */
 } moejit_activation_t;
 
 typedef struct moejit_plan_desc {
@@ -344,6 +354,15 @@ typedef struct moejit_plan_desc {
     moejit_dtype_t index_dtype;     /* selected_experts: INT32 or INT64 */
     moejit_dtype_t routing_dtype;   /* routing_weights and d_routing_weights: dtype or FP32 */
     int64_t tokens_hint;            /* typical T, guides tile choice; 0: default */
+    /* ---- since 0.5 (zero = the 0.4 behaviour) */
+    float activation_alpha;         /* MOEJIT_ACTIVATION_GPT_OSS's alpha; 0: 1.702 */
+    /* 1: the weights are stored for x·W (gpt-oss): W_gate_up [E,H,2I], W_down [E,I,H], and their
+     * gradients in the same layout. MERGED or INTERLEAVED fc1 only. 0: [E,2I,H] and [E,H,I]. */
+    int32_t weights_transposed;
+    /* 1: fc1 adds b_gate_up [E,2I] (columns in fc1's order) and fc2 adds b_down [E,H], each
+     * expert its own row; the routing weight multiplies fc2's output including its bias:
+     * out[t] = sum_j w[t,j]·(fc2(h) + b_down[e]). MERGED or INTERLEAVED fc1 only. */
+    int32_t has_bias;
 } moejit_plan_desc_t;
 
 typedef struct moejit_forward_args {
@@ -362,6 +381,9 @@ typedef struct moejit_forward_args {
     void *workspace;              /* moejit_plan_workspace_size bytes, scratch */
     size_t workspace_size;
     void *stream;
+    /* ---- since 0.5 */
+    const void *b_gate_up;        /* has_bias: [E,2I] in dtype */
+    const void *b_down;           /* has_bias: [E,H] in dtype */
 } moejit_forward_args_t;
 
 typedef struct moejit_backward_args {
@@ -386,6 +408,11 @@ typedef struct moejit_backward_args {
     void *stream;
     const void *x;                /* [T,H], the forward's input (since 0.2: the layer re-reads
                                      x's rows instead of saving their [S,H] scatter) */
+    /* ---- since 0.5, has_bias only */
+    const void *b_down;           /* [E,H], as in forward (d_routing_weights needs it) */
+    void *db_gate_up;             /* [E,2I] in weight_grad_dtype: per-expert sums over its rows,
+                                     fp32, fixed order (deterministic); += when accumulating */
+    void *db_down;                /* [E,H] likewise */
 } moejit_backward_args_t;
 
 MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc);
