@@ -47,6 +47,21 @@ __device__ __forceinline__ float2 load2(const __half *p) {
     return __half22float2(*reinterpret_cast<const __half2 *>(p));
 }
 
+// The expert that owns scattered row `row`: the largest e in [0, E) with offsets[e] <= row
+// (offsets [E+1], non-decreasing; an empty expert e has offsets[e] == offsets[e+1], so the
+// largest such e is the non-empty one whose rows hold `row`). Rows past offsets[E] (dropped
+// routes) map to the last expert; callers skip them.
+__device__ __forceinline__ int expert_of_row(const int *__restrict__ offsets, int num_experts,
+                                             long long row) {
+    int lo = 0, hi = num_experts - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (offsets[mid] <= row) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 __device__ __forceinline__ long long global_thread_id() {
     return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
 }

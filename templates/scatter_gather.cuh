@@ -57,13 +57,17 @@ __device__ __forceinline__ void scatter(const T *__restrict__ x,
 
 // out[t, :] = sum_j w[t,j] · ys[scatter_index[t,j], :], accumulated in fp32 in j order (so the
 // result does not depend on the launch geometry). W is the weight type; kWeighted = false
-// means every weight is 1 (weights is not read).
-template <class T, class W, bool kWeighted, int H, int K, int kThreadsPerRow, int kVecsPerThread,
+// means every weight is 1 (weights is not read). kBias: each route also adds
+// bias_scale[s]·bias[e, :] for its row s = scatter_index[t,j] and that row's expert e (from
+// offsets): fc2's expert bias times the routing weight, when ys already holds w·(h·W_down).
+template <class T, class W, bool kWeighted, bool kBias, int H, int K, int kThreadsPerRow, int kVecsPerThread,
           int kRowsPerBlock>
 __device__ __forceinline__ void gather(const T *__restrict__ ys,
                                        const int *__restrict__ scatter_index,
                                        const W *__restrict__ weights, long long num_tokens,
-                                       T *__restrict__ out) {
+                                       T *__restrict__ out, const T *__restrict__ bias,
+                                       const float *__restrict__ bias_scale,
+                                       const int *__restrict__ offsets, int num_experts) {
     using V = Vec16<T>;
     constexpr int kVecs = H / V::kCount;
     constexpr int kN = V::kCount;
@@ -84,6 +88,13 @@ __device__ __forceinline__ void gather(const T *__restrict__ ys,
         if (!valid_row(src_row, rows)) continue;
         const V *src = reinterpret_cast<const V *>(ys) + static_cast<long long>(src_row) * kVecs;
         const float w = kWeighted ? to_float(weights[t * K + j]) : 1.0f;
+        const V *brow = nullptr;
+        float bs = 0.0f;
+        if (kBias) {
+            brow = reinterpret_cast<const V *>(bias) +
+                   static_cast<long long>(expert_of_row(offsets, num_experts, src_row)) * kVecs;
+            bs = bias_scale[src_row];
+        }
 #pragma unroll
         for (int i = 0; i < kVecsPerThread; ++i) {
             const int c = col + i * kThreadsPerRow;
@@ -93,6 +104,11 @@ __device__ __forceinline__ void gather(const T *__restrict__ ys,
                 for (int n = 0; n < kN; ++n)
                     acc[i][n] = kWeighted ? fmaf(w, to_float(y.v[n]), acc[i][n])
                                           : acc[i][n] + to_float(y.v[n]);
+                if (kBias) {
+                    const V b = brow[c];
+#pragma unroll
+                    for (int n = 0; n < kN; ++n) acc[i][n] = fmaf(bs, to_float(b.v[n]), acc[i][n]);
+                }
             }
         }
     }

@@ -1,17 +1,20 @@
-// SwiGLU activation, forward and backward (docs/DESIGN.md §2), for the scattered rows [S, I].
+// The gated activations, forward and backward (docs/DESIGN.md §2), for the scattered rows [S, I].
 //
 // One warp owns one row: lanes stride over the row's 16-byte vectors in a fixed order, so the
 // backward's per-row reduction d_w_s[s] = Σ_i a·daw is bitwise deterministic (a fixed per-lane
 // chain, then a fixed xor butterfly) and needs no shared memory or atomics.
 //
-// Split and merged layouts share one code path: the launcher passes `up` = gate_up + I for the
-// merged layout and the row stride is 2I instead of I. The math is identical, so
-// split and merged results are bitwise equal.
-//
+// Layouts of gate/up (kLayout): split (two [S,I] tensors), merged ([S,2I], gate columns then
+// up) and interleaved ([S,2I], column 2i gate i, 2i+1 up i, as gpt-oss stores fc1). The math
+// does not depend on the layout, so every layout gives bitwise-equal results.
+// Activations (kAct): SwiGLU h = silu(g')·u'; gpt-oss h = (u'+1)·g'·σ(α·g').
 // Limit semantics (gpt-oss / DeepSeek-V4): g' = min(g, L), u' = clamp(u, -L, L). The gradient
 // masks are inclusive: [g <= L] and [-L <= u <= L], so at g == L (or u == ±L) the gradient
 // passes (as torch.clamp's backward does). Comparisons are written so that NaN inputs propagate
 // to the outputs instead of being clamped away (a NaN must stay visible, docs/DESIGN.md §3).
+// Bias (kBias, merged or interleaved): the forward adds bias[e] ([E,2I] in the layout's column
+// order, e the row's expert from offsets) to g and u and writes the biased values back in
+// place, so the backward (which reads them) needs no bias.
 #pragma once
 
 #include "moejit_common.cuh"
@@ -24,6 +27,9 @@ constexpr int kWarpSize = 32;
 constexpr int kSwigluUnroll = 2;
 
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + __expf(-z)); }
+
+enum Layout { kSplit = 0, kMergedLayout = 1, kInterleaved = 2 };
+enum Activation { kSwiglu = 0, kGptOss = 1 };
 
 // min(g, L) that propagates NaN (fminf would return L for a NaN g).
 __device__ __forceinline__ float clamp_gate(float g, float limit) { return g > limit ? limit : g; }
@@ -42,12 +48,74 @@ template <bool kLimit> __device__ __forceinline__ float swiglu_value(float g, fl
     return g * sigmoid(g) * u;
 }
 
+// h from g, u (after bias): the activation of kAct with its limit.
+template <int kAct, bool kLimit>
+__device__ __forceinline__ float activation_value(float g, float u, float limit, float alpha) {
+    if (kAct == kSwiglu) return swiglu_value<kLimit>(g, u, limit);
+    if (kLimit) {
+        g = clamp_gate(g, limit);
+        u = clamp_up(u, limit);
+    }
+    return (u + 1.0f) * (g * sigmoid(alpha * g));
+}
+
 template <class T> __device__ __forceinline__ Vec16<T> load_vec(const void *base, long long index) {
     return reinterpret_cast<const Vec16<T> *>(base)[index];
 }
 template <class T> __device__ __forceinline__ void store_vec(void *base, long long index,
                                                              const Vec16<T> &v) {
     reinterpret_cast<Vec16<T> *>(base)[index] = v;
+}
+
+// The gate and up vectors of output vector v (8 or 4... kCount elements each) of the row whose
+// first vector is `base` (in 16-byte vectors). Split: gate and up are separate tensors;
+// merged: up sits kVecs vectors after gate in one row; interleaved: vectors 2v and 2v+1 hold
+// the pairs (g, u) of the kCount columns.
+template <class T, int kLayout, int kVecs>
+__device__ __forceinline__ void load_gate_up(const void *gate, const void *up, long long base, int v,
+                                             Vec16<T> &g, Vec16<T> &u) {
+    constexpr int kN = Vec16<T>::kCount;
+    if (kLayout == kSplit) {
+        g = load_vec<T>(gate, base + v);
+        u = load_vec<T>(up, base + v);
+    } else if (kLayout == kMergedLayout) {
+        g = load_vec<T>(gate, base + v);
+        u = load_vec<T>(gate, base + kVecs + v);
+    } else {
+        const Vec16<T> lo = load_vec<T>(gate, base + 2LL * v);
+        const Vec16<T> hi = load_vec<T>(gate, base + 2LL * v + 1);
+#pragma unroll
+        for (int j = 0; j < kN / 2; ++j) {
+            g.v[j] = lo.v[2 * j];
+            u.v[j] = lo.v[2 * j + 1];
+            g.v[kN / 2 + j] = hi.v[2 * j];
+            u.v[kN / 2 + j] = hi.v[2 * j + 1];
+        }
+    }
+}
+// The inverse of load_gate_up.
+template <class T, int kLayout, int kVecs>
+__device__ __forceinline__ void store_gate_up(void *gate, void *up, long long base, int v, const Vec16<T> &g,
+                                              const Vec16<T> &u) {
+    constexpr int kN = Vec16<T>::kCount;
+    if (kLayout == kSplit) {
+        store_vec<T>(gate, base + v, g);
+        store_vec<T>(up, base + v, u);
+    } else if (kLayout == kMergedLayout) {
+        store_vec<T>(gate, base + v, g);
+        store_vec<T>(gate, base + kVecs + v, u);
+    } else {
+        Vec16<T> lo, hi;
+#pragma unroll
+        for (int j = 0; j < kN / 2; ++j) {
+            lo.v[2 * j] = g.v[j];
+            lo.v[2 * j + 1] = u.v[j];
+            hi.v[2 * j] = g.v[kN / 2 + j];
+            hi.v[2 * j + 1] = u.v[kN / 2 + j];
+        }
+        store_vec<T>(gate, base + 2LL * v, lo);
+        store_vec<T>(gate, base + 2LL * v + 1, hi);
+    }
 }
 
 }  // namespace swiglu_detail
@@ -58,16 +126,20 @@ template <int kWarpsPerBlock> __device__ __forceinline__ long long swiglu_row() 
            threadIdx.x / swiglu_detail::kWarpSize;
 }
 
-// a = silu(g')·u' and aw = a·w_s (w_s = 1 without weights). `a` and `aw` may each be null.
-// gate/up point at element 0 of their first row; rows are I (split) or 2I (merged) apart.
-template <class T, int kI, bool kMerged, bool kLimit, bool kWeights, int kWarpsPerBlock>
-__device__ __forceinline__ void swiglu_forward(const void *gate, const void *up, const float *w_s,
-                                               void *a, void *aw, long long rows, float limit) {
+// a = h(g, u) and aw = a·w_s (w_s = 1 without weights). `a` and `aw` may each be null.
+// gate points at element 0 of the first row (split: gate [S,I] and up [S,I]; merged and
+// interleaved: gate_up [S,2I], `up` unused). kBias: bias [E,2I] row offsets-owner added to g
+// and u, and the biased g and u written back in place (same thread, same element).
+template <class T, int kI, int kLayout, int kAct, bool kLimit, bool kWeights, bool kBias, int kWarpsPerBlock>
+__device__ __forceinline__ void gated_forward(const void *gate, const void *up, const float *w_s, void *a,
+                                              void *aw, long long rows, float limit, float alpha,
+                                              const void *bias, const int *offsets, int num_experts) {
     using namespace swiglu_detail;
     constexpr int kVec = Vec16<T>::kCount;
     static_assert(kI % kVec == 0, "I must be a multiple of the 16-byte vector width");
+    static_assert(!kBias || kLayout != kSplit, "the bias is [E,2I]: merged or interleaved layouts");
     constexpr int kVecsPerRow = kI / kVec;
-    constexpr long long kInVecStride = (kMerged ? 2LL : 1LL) * kVecsPerRow;
+    constexpr long long kInVecStride = (kLayout == kSplit ? 1LL : 2LL) * kVecsPerRow;
     // A row of at most 32 vectors gives each lane one: no second slot to keep registers for.
     constexpr int kUnroll = kVecsPerRow <= kWarpSize ? 1 : kSwigluUnroll;
     constexpr int kChunk = kUnroll * kWarpSize;
@@ -78,18 +150,19 @@ __device__ __forceinline__ void swiglu_forward(const void *gate, const void *up,
     const float w = kWeights ? w_s[row] : 1.0f;
     const long long in_base = row * kInVecStride;
     const long long out_base = row * kVecsPerRow;
+    const long long bias_base = kBias ? expert_of_row(offsets, num_experts, row) * kInVecStride : 0;
 
 #pragma unroll 1
     for (int base = lane; base < kVecsPerRow; base += kChunk) {
         // All loads of the chunk first: gate/up may not be assumed free of aliasing with the
         // outputs, so the compiler would not hoist them past the stores by itself.
-        Vec16<T> gv[kUnroll], uv[kUnroll];
+        Vec16<T> gv[kUnroll], uv[kUnroll], gb[kUnroll], ub[kUnroll];
 #pragma unroll
         for (int r = 0; r < kUnroll; ++r) {
             const int v = base + r * kWarpSize;
             if (v < kVecsPerRow) {
-                gv[r] = load_vec<T>(gate, in_base + v);
-                uv[r] = load_vec<T>(up, in_base + v);
+                load_gate_up<T, kLayout, kVecsPerRow>(gate, up, in_base, v, gv[r], uv[r]);
+                if (kBias) load_gate_up<T, kLayout, kVecsPerRow>(bias, nullptr, bias_base, v, gb[r], ub[r]);
             }
         }
 #pragma unroll
@@ -99,31 +172,40 @@ __device__ __forceinline__ void swiglu_forward(const void *gate, const void *up,
             Vec16<T> av, awv;
 #pragma unroll
             for (int j = 0; j < kVec; ++j) {
-                const float act = swiglu_value<kLimit>(to_float(gv[r].v[j]), to_float(uv[r].v[j]), limit);
+                float g = to_float(gv[r].v[j]), u = to_float(uv[r].v[j]);
+                if (kBias) {
+                    // The saved g and u are the biased values as the model rounds them.
+                    gv[r].v[j] = from_float<T>(g + to_float(gb[r].v[j]));
+                    uv[r].v[j] = from_float<T>(u + to_float(ub[r].v[j]));
+                    g = to_float(gv[r].v[j]);
+                    u = to_float(uv[r].v[j]);
+                }
+                const float act = activation_value<kAct, kLimit>(g, u, limit, alpha);
                 av.v[j] = from_float<T>(act);
                 awv.v[j] = from_float<T>(act * w);  // from the fp32 a: one rounding, not two
             }
+            if (kBias) store_gate_up<T, kLayout, kVecsPerRow>(const_cast<void *>(gate), nullptr, in_base, v, gv[r], uv[r]);
             if (a) store_vec<T>(a, out_base + v, av);
             if (aw) store_vec<T>(aw, out_base + v, awv);
         }
     }
 }
 
-// Given daw: da = daw·w_s, du = da·silu(g')·[-L <= u <= L], dg = da·u'·silu'(g')·[g <= L],
-// d_w_s[row] = Σ_i a·daw (fp32; a recomputed from g, u). d_w_s and aw (a recomputed a·w_s,
-// for the fc2 weight gradient) may be null. d_gate/d_up use the input layout (row stride).
-// Each element is read and written by the same thread, so d_gate == gate, d_up == up (and
-// d_gate_up == gate_up) in place is safe.
-template <class T, int kI, bool kMerged, bool kLimit, bool kWeights, int kWarpsPerBlock>
-__device__ __forceinline__ void swiglu_backward(const void *gate, const void *up,
-                                                const float *w_s, const void *daw, void *d_gate,
-                                                void *d_up, float *d_w_s, void *aw,
-                                                long long rows, float limit) {
+// Given daw: da = daw·w_s, du = da·∂h/∂u'·[-L <= u <= L], dg = da·∂h/∂g'·[g <= L],
+// d_w_s[row] = Σ_i a·daw (fp32; a recomputed from g, u). SwiGLU: ∂h/∂u' = silu(g'),
+// ∂h/∂g' = u'·σ(g')(1 + g'(1-σ(g'))); gpt-oss: ∂h/∂u' = g'σ(αg'), ∂h/∂g' = (u'+1)·σ(αg')(1 +
+// αg'(1-σ(αg'))). d_w_s and aw (a recomputed a·w_s, for the fc2 weight gradient) may be null.
+// d_gate/d_up use the input layout. Each element is read and written by the same thread, so
+// the gradients may overwrite their inputs in place.
+template <class T, int kI, int kLayout, int kAct, bool kLimit, bool kWeights, int kWarpsPerBlock>
+__device__ __forceinline__ void gated_backward(const void *gate, const void *up, const float *w_s, const void *daw,
+                                               void *d_gate, void *d_up, float *d_w_s, void *aw, long long rows,
+                                               float limit, float alpha) {
     using namespace swiglu_detail;
     constexpr int kVec = Vec16<T>::kCount;
     static_assert(kI % kVec == 0, "I must be a multiple of the 16-byte vector width");
     constexpr int kVecsPerRow = kI / kVec;
-    constexpr long long kInVecStride = (kMerged ? 2LL : 1LL) * kVecsPerRow;
+    constexpr long long kInVecStride = (kLayout == kSplit ? 1LL : 2LL) * kVecsPerRow;
     // A row of at most 32 vectors gives each lane one: no second slot to keep registers for.
     constexpr int kUnroll = kVecsPerRow <= kWarpSize ? 1 : kSwigluUnroll;
     constexpr int kChunk = kUnroll * kWarpSize;
@@ -144,8 +226,7 @@ __device__ __forceinline__ void swiglu_backward(const void *gate, const void *up
         for (int r = 0; r < kUnroll; ++r) {
             const int v = base + r * kWarpSize;
             if (v < kVecsPerRow) {
-                gv[r] = load_vec<T>(gate, in_base + v);
-                uv[r] = load_vec<T>(up, in_base + v);
+                load_gate_up<T, kLayout, kVecsPerRow>(gate, up, in_base, v, gv[r], uv[r]);
                 dv[r] = load_vec<T>(daw, out_base + v);
             }
         }
@@ -161,20 +242,28 @@ __device__ __forceinline__ void swiglu_backward(const void *gate, const void *up
                 const float d = to_float(dv[r].v[j]);
                 const float gc = kLimit ? clamp_gate(g, limit) : g;
                 const float uc = kLimit ? clamp_up(u, limit) : u;
-                const float s = sigmoid(gc);
-                const float silu = gc * s;
-                const float act = silu * uc;
                 const float da = d * w;
-                const float du = da * silu;
-                const float dg = da * uc * (s * (1.0f + gc * (1.0f - s)));
+                float act, du, dg;
+                if (kAct == kSwiglu) {
+                    const float s = sigmoid(gc);
+                    const float silu = gc * s;
+                    act = silu * uc;
+                    du = da * silu;
+                    dg = da * uc * (s * (1.0f + gc * (1.0f - s)));
+                } else {
+                    const float s = sigmoid(alpha * gc);
+                    const float glu = gc * s;
+                    act = (uc + 1.0f) * glu;
+                    du = da * glu;
+                    dg = da * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
+                }
                 // Masks: the gradient is cut only strictly outside [-L, L] (passes at == L).
                 duv.v[j] = from_float<T>(kLimit && (u > limit || u < -limit) ? 0.0f : du);
                 dgv.v[j] = from_float<T>(kLimit && g > limit ? 0.0f : dg);
                 awv.v[j] = from_float<T>(act * w);
                 partial += act * d;
             }
-            store_vec<T>(d_gate, in_base + v, dgv);
-            store_vec<T>(d_up, in_base + v, duv);
+            store_gate_up<T, kLayout, kVecsPerRow>(d_gate, d_up, in_base, v, dgv, duv);
             if (aw) store_vec<T>(aw, out_base + v, awv);
         }
     }

@@ -1,6 +1,7 @@
 #include "moe/layer_gemms.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/checked_math.hpp"
 #include "core/env.hpp"
@@ -9,7 +10,9 @@
 namespace moejit {
 
 LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
-    const bool merged = d.fc1_layout == MOEJIT_FC1_MERGED;
+    const bool merged = d.fc1_layout != MOEJIT_FC1_SPLIT;  // merged or interleaved: one [.,2I] fc1
+    // Weights stored for x·W ([E,K,N] in the forward) flip every GEMM's B layout.
+    const bool xw = d.weights_transposed != 0;
     const std::int64_t H = d.hidden_size, I = d.intermediate_size, E = d.num_experts;
     const std::int64_t fc1_n = merged ? 2 * I : I;
     // Typical scattered rows, for the tile heuristic (4096 tokens when the caller gives no hint).
@@ -17,22 +20,25 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     const moejit_dtype_t t = d.dtype, wg = d.weight_grad_dtype;
     const bool acc = d.weight_grad_accumulate != 0;
     LayerSpecs s;
-    s.fc1 = make_nk_spec(t, t, fc1_n, H, true, false, rows_hint, E, cc);
-    s.fc2 = make_nk_spec(t, t, H, I, true, false, rows_hint, E, cc);
-    s.fc2_dgrad = make_nk_spec(t, t, I, H, false, false, rows_hint, E, cc);
+    s.fc1 = make_nk_spec(t, t, fc1_n, H, !xw, false, rows_hint, E, cc);
+    s.fc2 = make_nk_spec(t, t, H, I, !xw, false, rows_hint, E, cc);
+    s.fc2_dgrad = make_nk_spec(t, t, I, H, xw, false, rows_hint, E, cc);
     // Split fc1: dxs = dg·W_gate + du·W_up. The wgmma engine reduces over both operand pairs in
     // one GEMM (K = 2I, k_split = I; the same fp32 sum as merged fc1's single GEMM). Elsewhere
     // dxs = dg·W_gate, then += du·W_up, rounding dxs to the layer dtype in between, so the two
     // layouts' dx may differ by rounding there (device run 2 of 0.3: the accumulating second
     // GEMM took 2-5x the first, reading C in its register epilogue).
-    s.fc1_dgrad = make_nk_spec(t, t, H, fc1_n, false, false, rows_hint, E, cc);
-    s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, false, true, rows_hint, E, cc);
+    s.fc1_dgrad = make_nk_spec(t, t, H, fc1_n, xw, false, rows_hint, E, cc);
+    s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, xw, true, rows_hint, E, cc);
     if (!merged && I % 64 == 0 && s.fc1_dgrad.tile.engine == GemmEngine::wgmma) {
         s.fc1_dgrad.k = 2 * I;
         s.fc1_dgrad.k_split = I;
     }
-    s.fc2_wgrad = make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc);
-    s.fc1_wgrad = make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc);
+    // Weight gradients in the weights' layout: dW_down [E,H,I] = dyᵀ·aw, [E,I,H] = awᵀ·dy (x·W),
+    // and likewise for fc1 (LayerGemms swaps the operands).
+    s.fc2_wgrad = xw ? make_mn_spec(t, wg, I, H, acc, rows_hint, E, cc) : make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc);
+    s.fc1_wgrad = xw ? make_mn_spec(t, wg, H, fc1_n, acc, rows_hint, E, cc)
+                     : make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc);
     // fc1 gathers x's rows (no forward scatter) where that wins: the saved [S,H] pass is worth
     // more than the gathering producer costs the GEMM while I is small (docs/DECISIONS.md, device
     // run 3: +4-16 % forward up to I = 2048, -4 % at I = 2880 and 14336). MOEJIT_GATHER=0/1
@@ -43,7 +49,12 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     // backward) and aw out of one GEMM over N = 2I, without the activation's read of [S, 2I].
     // Opt-in (MOEJIT_FUSE_SWIGLU=1, read at plan creation): it measured 1-14 % slower than the
     // two GEMMs and the standalone kernel (docs/DECISIONS.md, device run 5 of 0.3).
-    s.fused_swiglu = env_flag("MOEJIT_FUSE_SWIGLU").value_or(false) && s.fc1.tile.engine == GemmEngine::wgmma;
+    // The epilogue computes SwiGLU over [gate | up] column blocks without biases, for weights
+    // stored [E,N,K]: other activations, layouts and biases use the standalone kernel.
+    const bool epilogue_fits = d.activation == MOEJIT_ACTIVATION_SWIGLU && d.fc1_layout != MOEJIT_FC1_INTERLEAVED &&
+                               !xw && !d.has_bias;
+    s.fused_swiglu = env_flag("MOEJIT_FUSE_SWIGLU").value_or(false) && epilogue_fits &&
+                     s.fc1.tile.engine == GemmEngine::wgmma;
     if (s.fused_swiglu) {
         GemmNkSpec f = s.fc1;
         f.n = 2 * I;
@@ -91,9 +102,13 @@ LayerGemms::LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const Layer
 
 std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &d, std::int64_t rows) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size;
-    const std::int64_t fc1_n = d.fc1_layout == MOEJIT_FC1_MERGED ? 2 * I : I;
-    return std::max(mn_split_workspace_bytes(mn_split(rows, H, I), d.num_experts, H, I),
-                    mn_split_workspace_bytes(mn_split(rows, fc1_n, H), d.num_experts, fc1_n, H));
+    const std::int64_t fc1_n = d.fc1_layout != MOEJIT_FC1_SPLIT ? 2 * I : I;
+    // (M, N) of each weight gradient as layer_specs sets them.
+    auto bytes = [&](std::int64_t m, std::int64_t n) {
+        if (d.weights_transposed) std::swap(m, n);
+        return mn_split_workspace_bytes(mn_split(rows, m, n), d.num_experts, m, n);
+    };
+    return std::max(bytes(H, I), bytes(fc1_n, H));
 }
 
 GemmOperands LayerGemms::operands(const void *a, const void *b, void *c) const {
@@ -141,6 +156,7 @@ void LayerGemms::fc2_dgrad(const void *dy, const void *w_down, void *daw) {
     nk(specs_.fc2_dgrad, &LayerKernels::fc2_dgrad, dy, w_down, daw);
 }
 void LayerGemms::fc2_wgrad(const void *dy, const void *aw, void *dw_down) {
+    if (desc_.weights_transposed) return mn(specs_.fc2_wgrad, &LayerKernels::fc2_wgrad, aw, dy, dw_down);
     mn(specs_.fc2_wgrad, &LayerKernels::fc2_wgrad, dy, aw, dw_down);
 }
 void LayerGemms::fc1_dgrad_split(const void *dg, const void *w_gate, const void *du, const void *w_up,
@@ -156,6 +172,7 @@ void LayerGemms::fc1_wgrad_split(const void *d, const void *xs, void *dw) {
     mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, d, xs, dw);
 }
 void LayerGemms::fc1_wgrad_merged(const void *dgu, const void *xs, void *dw) {
+    if (desc_.weights_transposed) return mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, xs, dgu, dw);
     mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, dgu, xs, dw);
 }
 

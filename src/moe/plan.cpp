@@ -15,8 +15,12 @@
 namespace moejit {
 namespace {
 
-bool merged(const moejit_plan_desc_t &d) { return d.fc1_layout == MOEJIT_FC1_MERGED; }
+// Merged storage: one [.,2I] fc1 (gate then up, or interleaved).
+bool merged(const moejit_plan_desc_t &d) { return d.fc1_layout != MOEJIT_FC1_SPLIT; }
 bool has_limit(const moejit_plan_desc_t &d) { return d.swiglu_limit > 0.0f; }
+bool has_bias(const moejit_plan_desc_t &d) { return d.has_bias != 0; }
+constexpr float kGptOssAlpha = 1.702f;
+float alpha(const moejit_plan_desc_t &d) { return d.activation_alpha > 0.0f ? d.activation_alpha : kGptOssAlpha; }
 
 void require_tensor(const void *p, const char *name, bool needed) {
     if (!needed) return;
@@ -58,6 +62,9 @@ Args swiglu_args(const moejit_plan_desc_t &d, std::int64_t rows, const char *gat
     act.gate_up = merged(d) ? gate_up : nullptr;
     act.w_s = w_s;
     act.stream = stream;
+    act.interleaved = d.fc1_layout == MOEJIT_FC1_INTERLEAVED;
+    act.activation = d.activation;
+    act.alpha = alpha(d);
     return act;
 }
 
@@ -68,7 +75,20 @@ SwigluSpec swiglu_spec_of(const moejit_plan_desc_t &d) {
     s.merged = merged(d);
     s.has_limit = has_limit(d);
     s.has_weights = true;
+    s.interleaved = d.fc1_layout == MOEJIT_FC1_INTERLEAVED;
+    s.activation = d.activation;
+    s.has_bias = has_bias(d);  // the forward's; render_swiglu_backward drops it
     return s;
+}
+
+GatherSpec gather_spec_of(const moejit_plan_desc_t &d, bool bias) {
+    GatherSpec g{d.dtype, d.hidden_size, d.top_k, static_cast<moejit_dtype_t>(0)};
+    g.bias = bias;
+    return g;
+}
+
+BiasGradSpec bias_grad_spec_of(const moejit_plan_desc_t &d, bool scaled) {
+    return BiasGradSpec{d.dtype, d.weight_grad_dtype, scaled, d.weight_grad_accumulate != 0};
 }
 
 }  // namespace
@@ -84,12 +104,32 @@ void validate_plan_desc(const moejit_plan_desc_t &d) {
                    "desc->num_experts is {}, expected 1..4096", d.num_experts);
     MOEJIT_REQUIRE(d.top_k >= 1 && d.top_k <= std::min<std::int32_t>(64, d.num_experts * 64),
                    "desc->top_k is {}, expected 1..64", d.top_k);
-    MOEJIT_REQUIRE(d.fc1_layout == MOEJIT_FC1_SPLIT || d.fc1_layout == MOEJIT_FC1_MERGED,
-                   "desc->fc1_layout is {}, expected MOEJIT_FC1_SPLIT (0) or MOEJIT_FC1_MERGED (1)",
+    MOEJIT_REQUIRE(d.fc1_layout == MOEJIT_FC1_SPLIT || d.fc1_layout == MOEJIT_FC1_MERGED ||
+                       d.fc1_layout == MOEJIT_FC1_INTERLEAVED,
+                   "desc->fc1_layout is {}, expected MOEJIT_FC1_SPLIT (0), MOEJIT_FC1_MERGED (1) or "
+                   "MOEJIT_FC1_INTERLEAVED (2)",
                    static_cast<int>(d.fc1_layout));
-    MOEJIT_REQUIRE(d.activation == MOEJIT_ACTIVATION_SWIGLU,
-                   "desc->activation is {}, expected MOEJIT_ACTIVATION_SWIGLU (0)", static_cast<int>(d.activation));
+    MOEJIT_REQUIRE(d.activation == MOEJIT_ACTIVATION_SWIGLU || d.activation == MOEJIT_ACTIVATION_GPT_OSS,
+                   "desc->activation is {}, expected MOEJIT_ACTIVATION_SWIGLU (0) or MOEJIT_ACTIVATION_GPT_OSS (1)",
+                   static_cast<int>(d.activation));
     MOEJIT_REQUIRE(std::isfinite(d.swiglu_limit), "desc->swiglu_limit is not finite");
+    MOEJIT_REQUIRE(std::isfinite(d.activation_alpha) && d.activation_alpha >= 0.0f,
+                   "desc->activation_alpha is {}, expected a finite value >= 0 (0: 1.702)", d.activation_alpha);
+    MOEJIT_REQUIRE(d.weights_transposed == 0 || d.weights_transposed == 1,
+                   "desc->weights_transposed is {}, expected 0 or 1", d.weights_transposed);
+    MOEJIT_REQUIRE(d.has_bias == 0 || d.has_bias == 1, "desc->has_bias is {}, expected 0 or 1", d.has_bias);
+    if (d.fc1_layout == MOEJIT_FC1_SPLIT) {
+        // The split layout's separate W_gate/W_up would need two biases and transposed pairs;
+        // the models that have them store fc1 merged.
+        if (d.weights_transposed)
+            fail(MOEJIT_ERROR_UNSUPPORTED,
+                 "desc->weights_transposed is 1 with desc->fc1_layout MOEJIT_FC1_SPLIT: transposed weights need "
+                 "MOEJIT_FC1_MERGED or MOEJIT_FC1_INTERLEAVED");
+        if (d.has_bias)
+            fail(MOEJIT_ERROR_UNSUPPORTED,
+                 "desc->has_bias is 1 with desc->fc1_layout MOEJIT_FC1_SPLIT: biases need MOEJIT_FC1_MERGED or "
+                 "MOEJIT_FC1_INTERLEAVED");
+    }
     MOEJIT_REQUIRE(d.weight_grad_dtype == d.dtype || d.weight_grad_dtype == MOEJIT_DTYPE_FP32,
                    "desc->weight_grad_dtype is {}, expected the layer dtype ({}) or MOEJIT_DTYPE_FP32",
                    dtype_name(d.weight_grad_dtype), dtype_name(d.dtype));
@@ -129,8 +169,19 @@ BoundSources plan_bound_sources(const moejit_plan_desc_t &d, const LayerSpecs &g
     b.add(std::move(routing.rank), [](PlanKernels &p, Kernel *k) { p.routing.rank = k; });
     b.add(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}),
           [](PlanKernels &p, Kernel *k) { p.scatter = k; });
-    b.add(render_gather(GatherSpec{d.dtype, d.hidden_size, d.top_k, static_cast<moejit_dtype_t>(0)}),
-          [](PlanKernels &p, Kernel *k) { p.gather = k; });
+    b.add(render_gather(gather_spec_of(d, false)), [](PlanKernels &p, Kernel *k) { p.gather = k; });
+    if (has_bias(d)) {
+        b.add(render_gather(gather_spec_of(d, true)), [](PlanKernels &p, Kernel *k) { p.gather_bias = k; });
+        b.add(render_bias_row_dot(d.dtype), [](PlanKernels &p, Kernel *k) { p.bias_row_dot = k; });
+        b.add(render_bias_grad_partial(bias_grad_spec_of(d, true)),
+              [](PlanKernels &p, Kernel *k) { p.bias_grad_scaled.partial = k; });
+        b.add(render_bias_grad_partial(bias_grad_spec_of(d, false)),
+              [](PlanKernels &p, Kernel *k) { p.bias_grad.partial = k; });
+        b.add(render_bias_grad_reduce(bias_grad_spec_of(d, false)), [](PlanKernels &p, Kernel *k) {
+            p.bias_grad.reduce = k;
+            p.bias_grad_scaled.reduce = k;  // the reduction does not depend on the scale
+        });
+    }
     b.add(render_scatter_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.scatter_weights = k; });
     b.add(render_gather_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.gather_weights = k; });
     SwigluSpec act = swiglu_spec_of(d);
@@ -189,10 +240,12 @@ void Plan::forward(const moejit_forward_args_t &a) {
     require_tensor(a.w_gate_up, "args->w_gate_up", merged(d));
     require_tensor(a.w_down, "args->w_down", true);
     require_tensor(a.out, "args->out", T0);
+    require_tensor(a.b_gate_up, "args->b_gate_up", has_bias(d));
+    require_tensor(a.b_down, "args->b_down", has_bias(d));
     require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_forward");
 
-    const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
+    const std::int64_t S = L.rows, I = d.intermediate_size;
     const std::size_t el = dtype_size(d.dtype);
     auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
@@ -232,12 +285,23 @@ void Plan::forward(const moejit_forward_args_t &a) {
         }
         SwigluForwardArgs act = swiglu_args<SwigluForwardArgs>(d, S, gate_up, w_s, a.stream);
         act.aw = aw;
+        if (has_bias(d)) {
+            act.bias = a.b_gate_up;  // g, u += b_gate_up[e], written back to the saved gate_up
+            act.offsets = offsets;
+            act.num_experts = d.num_experts;
+        }
         swiglu_forward(ctx_, act, kernels_.swiglu_forward);
     }
     gemms.fc2(aw, a.w_down, y);
-    gather(ctx_, GatherArgs{GatherSpec{d.dtype, H, d.top_k, static_cast<moejit_dtype_t>(0)}, y, scatter_index,
-                            nullptr, a.num_tokens, a.out, a.stream},
-           *kernels_.gather);
+    // y holds w·(a·W_down) per row; the gather adds w·b_down[e] (out = Σ_j w·(fc2 + b_down)).
+    GatherArgs fc2_out{gather_spec_of(d, has_bias(d)), y, scatter_index, nullptr, a.num_tokens, a.out, a.stream};
+    if (has_bias(d)) {
+        fc2_out.bias = a.b_down;
+        fc2_out.bias_scale = w_s;
+        fc2_out.offsets = offsets;
+        fc2_out.num_experts = d.num_experts;
+    }
+    gather(ctx_, fc2_out, has_bias(d) ? *kernels_.gather_bias : *kernels_.gather);
 }
 
 void Plan::backward(const moejit_backward_args_t &a) {
@@ -256,6 +320,9 @@ void Plan::backward(const moejit_backward_args_t &a) {
     require_tensor(a.dw_up, "args->dw_up", !merged(d));
     require_tensor(a.dw_gate_up, "args->dw_gate_up", merged(d));
     require_tensor(a.dw_down, "args->dw_down", true);
+    require_tensor(a.b_down, "args->b_down", has_bias(d) && T0);
+    require_tensor(a.db_gate_up, "args->db_gate_up", has_bias(d));
+    require_tensor(a.db_down, "args->db_down", has_bias(d));
     require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_backward");
 
@@ -296,6 +363,22 @@ void Plan::backward(const moejit_backward_args_t &a) {
     act.d_gate_up = merged(d) ? d_gate_up : nullptr;
     act.d_w_s = d_w_s;
     if (T0) swiglu_backward(ctx_, act, kernels_.swiglu_backward);
+    if (has_bias(d)) {
+        // d_w_s += dy·b_down[e]; db_down[e] = Σ w_s·dy and db_gate_up[e] = Σ d_gate_up over e's
+        // rows (written at T = 0 too, like the weight gradients).
+        if (T0)
+            bias_row_dot(ctx_, BiasRowDotArgs{dy, a.b_down, offsets, d.num_experts, S, H, d_w_s, a.stream},
+                         *kernels_.bias_row_dot);
+        void *partial = L.bias_partial.in<char>(a.workspace);
+        bias_grad(ctx_, bias_grad_spec_of(d, true),
+                  BiasGradArgs{dy, w_s, offsets, d.num_experts, S, H, a.db_down, partial, L.bias_partial.bytes,
+                               a.stream},
+                  kernels_.bias_grad_scaled);
+        bias_grad(ctx_, bias_grad_spec_of(d, false),
+                  BiasGradArgs{d_gate_up, nullptr, offsets, d.num_experts, S, 2 * I, a.db_gate_up, partial,
+                               L.bias_partial.bytes, a.stream},
+                  kernels_.bias_grad);
+    }
     if (T0)
         gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
                                                a.d_routing_weights, a.stream},
@@ -309,8 +392,7 @@ void Plan::backward(const moejit_backward_args_t &a) {
         gemms.fc1_wgrad_split(act.d_up, xs, a.dw_up);
     }
     if (T0)
-        gather(ctx_, GatherArgs{GatherSpec{d.dtype, H, d.top_k, static_cast<moejit_dtype_t>(0)}, dxs, scatter_index,
-                                nullptr, a.num_tokens, a.dx, a.stream},
+        gather(ctx_, GatherArgs{gather_spec_of(d, false), dxs, scatter_index, nullptr, a.num_tokens, a.dx, a.stream},
                *kernels_.gather);
 }
 

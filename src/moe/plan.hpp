@@ -13,6 +13,7 @@
 #include "moe/layer_gemms.hpp"
 #include "moe/plan_layout.hpp"
 #include "moejit.h"
+#include "ops/expert_bias.hpp"
 #include "ops/routing.hpp"
 
 namespace moejit {
@@ -42,6 +43,9 @@ struct PlanKernels {
     Kernel *swiglu_forward = nullptr;  // null when fc1 has the SwiGLU epilogue
     Kernel *swiglu_backward = nullptr;
     LayerKernels gemms;
+    // has_bias: the forward's gather adding fc2's bias, and the bias gradients' kernels.
+    Kernel *gather_bias = nullptr, *bias_row_dot = nullptr;
+    BiasGradKernels bias_grad_scaled, bias_grad;
 };
 
 class Plan {

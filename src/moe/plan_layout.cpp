@@ -1,8 +1,11 @@
 #include "moe/plan_layout.hpp"
 
+#include <algorithm>
+
 #include "core/checked_math.hpp"
 #include "core/dtype.hpp"
 #include "moe/layer_gemms.hpp"
+#include "ops/expert_bias.hpp"
 #include "ops/routing.hpp"
 
 namespace moejit {
@@ -53,6 +56,7 @@ PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, 
     d_w_s = bwd.take(bytes({S, 4}));
     dxs = bwd.take(bytes({S, H, el}));
     wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
+    if (desc.has_bias) bias_partial = bwd.take(bias_grad_workspace_bytes(S, desc.num_experts, std::max(2 * I, H)));
     workspace_bytes = std::max(fwd.end, bwd.end);
 }
 

@@ -58,6 +58,7 @@ struct PlanLayout {
     Region d_w_s;          // [S] fp32
     Region dxs;            // [S,H]
     Region wgrad_split;    // the weight gradients' split-reduction scratch (may be empty)
+    Region bias_partial;   // has_bias: the bias gradients' partial sums (ops/expert_bias.hpp)
     std::size_t workspace_bytes = 0;
 };
 

@@ -194,18 +194,20 @@ KernelSource render_gather(const GatherSpec &spec) {
     validate_gather_spec(spec);
     const bool weighted = spec.weight_dtype != 0;
     return render_rows(
-        fmt::format("gather_{}_h{}_k{}_w{}", dtype_name(spec.dtype), spec.hidden_size,
-                    spec.top_k, weighted ? dtype_name(spec.weight_dtype) : "none"),
+        fmt::format("gather_{}_h{}_k{}_w{}{}", dtype_name(spec.dtype), spec.hidden_size,
+                    spec.top_k, weighted ? dtype_name(spec.weight_dtype) : "none", spec.bias ? "_bias" : ""),
         fmt::format("using T = {};\nusing W = {};\nconstexpr bool kWeighted = {};\n"
-                    "constexpr int kTopK = {};\n",
+                    "constexpr bool kBias = {};\nconstexpr int kTopK = {};\n",
                     dtype_cuda_type(spec.dtype),
-                    weighted ? dtype_cuda_type(spec.weight_dtype) : "float", weighted,
+                    weighted ? dtype_cuda_type(spec.weight_dtype) : "float", weighted, spec.bias,
                     spec.top_k),
         spec.hidden_size,
         "const T *__restrict__ ys, const int *__restrict__ scatter_index, "
-        "const W *__restrict__ weights, long long num_tokens, T *__restrict__ out",
-        "gather<T, W, kWeighted, kHidden, kTopK, kThreadsPerRow, kVecsPerThread, "
-        "kRowsPerBlock>(ys, scatter_index, weights, num_tokens, out)");
+        "const W *__restrict__ weights, long long num_tokens, T *__restrict__ out, "
+        "const T *__restrict__ bias, const float *__restrict__ bias_scale, const int *__restrict__ offsets, "
+        "int num_experts",
+        "gather<T, W, kWeighted, kBias, kHidden, kTopK, kThreadsPerRow, kVecsPerThread, "
+        "kRowsPerBlock>(ys, scatter_index, weights, num_tokens, out, bias, bias_scale, offsets, num_experts)");
 }
 
 KernelSource render_scatter_weights(moejit_dtype_t weight_dtype) {
@@ -254,13 +256,21 @@ void gather_impl(Context &ctx, const GatherArgs &args, Kernel *preloaded) {
     if (args.weights != nullptr)
         require_tensor(args.weights, "weights", rows, "[T,k]", dtype_size(spec.weight_dtype));
     require_tensor(args.out, "out", args.num_tokens * h, "[T,H]", 16);
+    if (spec.bias && args.num_tokens > 0) {
+        require_tensor(args.bias, "bias", h, "[E,H]", 16);
+        require_tensor(args.bias_scale, "bias_scale", rows, "[S]", 4);
+        require_tensor(args.offsets, "offsets", 1, "[E+1]", 4);
+        MOEJIT_REQUIRE(args.num_experts >= 1, "num_experts must be >= 1 with a bias, got {}", args.num_experts);
+    }
     ctx.require_device("moejit_gather");
     if (args.num_tokens == 0) return;
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_gather(spec));
     const long long tokens = args.num_tokens;
+    const int num_experts = args.num_experts;
     ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream, args.ys,
-               args.scatter_index, args.weights, tokens, args.out);
+               args.scatter_index, args.weights, tokens, args.out, args.bias, args.bias_scale, args.offsets,
+               num_experts);
 }
 
 void scatter_weights_impl(Context &ctx, const WeightsScatterArgs &args, Kernel *preloaded) {

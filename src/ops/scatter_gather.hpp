@@ -44,6 +44,7 @@ struct GatherSpec {
     std::int64_t hidden_size = 0;
     std::int32_t top_k = 0;
     moejit_dtype_t weight_dtype = static_cast<moejit_dtype_t>(0);
+    bool bias = false;  // GatherArgs::bias is added (the layer's fc2 bias)
 };
 
 // Throw MOEJIT_ERROR_INVALID_ARGUMENT / MOEJIT_ERROR_UNSUPPORTED naming the bad field.
@@ -75,6 +76,12 @@ struct GatherArgs {
     std::int64_t num_tokens = 0;
     void *out = nullptr;                         // [T,H]
     void *stream = nullptr;
+    // Optional (spec.bias): out[t] += Σ_j bias_scale[s]·bias[e(s)] for s = scatter_index[t,j]
+    // and e(s) its expert from offsets [E+1] (device).
+    const void *bias = nullptr;                  // [E,H] in spec.dtype
+    const float *bias_scale = nullptr;           // [S]
+    const std::int32_t *offsets = nullptr;
+    std::int32_t num_experts = 0;
 };
 
 struct WeightsScatterArgs {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -17,9 +18,11 @@ constexpr std::int64_t kMaxIntermediate = std::int64_t{1} << 20;
 constexpr std::uint32_t kThreadsPerBlock = 32u * kSwigluWarpsPerBlock;
 
 std::string spec_suffix(const SwigluSpec &spec) {
-    return fmt::format("{}_i{}_{}{}{}", dtype_name(spec.dtype), spec.intermediate,
-                       spec.merged ? "merged" : "split", spec.has_limit ? "_limit" : "",
-                       spec.has_weights ? "_w" : "");
+    return fmt::format("{}_i{}_{}{}{}{}{}", dtype_name(spec.dtype), spec.intermediate,
+                       spec.interleaved ? "interleaved" : spec.merged ? "merged" : "split",
+                       spec.activation == MOEJIT_ACTIVATION_GPT_OSS ? "_gptoss" : "",
+                       spec.has_limit ? "_limit" : "", spec.has_weights ? "_w" : "",
+                       spec.has_bias ? "_bias" : "");
 }
 
 // Renders one translation unit: constants, the template, the extern "C" wrapper.
@@ -27,6 +30,7 @@ KernelSource render(const SwigluSpec &spec, const char *direction, const char *f
                     const char *params, const char *call_args) {
     validate_swiglu_spec(spec);
     KernelSource ks;
+    // Names predate the other activations: "swiglu_" is the op family, the suffix the activation.
     ks.name = fmt::format("swiglu_{}_{}", direction, spec_suffix(spec));
     ks.template_name = "swiglu.cuh";
     ks.entry = "moejit_" + ks.name;
@@ -38,18 +42,21 @@ KernelSource render(const SwigluSpec &spec, const char *direction, const char *f
         "namespace {{\n"
         "using T = {type};\n"
         "constexpr int kI = {i};\n"
-        "constexpr bool kMerged = {merged};\n"
+        "constexpr int kLayout = {layout};\n"
+        "constexpr int kAct = {act};\n"
         "constexpr bool kLimit = {limit};\n"
         "constexpr bool kWeights = {weights};\n"
         "constexpr int kWarpsPerBlock = {warps};\n"
         "}}  // namespace\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
-        "    moejit::{function}<T, kI, kMerged, kLimit, kWeights, kWarpsPerBlock>({call_args});\n"
+        "    moejit::{function}<T, kI, kLayout, kAct, kLimit, kWeights{bias}, kWarpsPerBlock>({call_args});\n"
         "}}\n",
         fmt::arg("direction", direction), fmt::arg("name", ks.name),
         fmt::arg("type", dtype_cuda_type(spec.dtype)), fmt::arg("i", spec.intermediate),
-        fmt::arg("merged", spec.merged), fmt::arg("limit", spec.has_limit),
+        fmt::arg("layout", spec.interleaved ? 2 : spec.merged ? 1 : 0),
+        fmt::arg("act", static_cast<int>(spec.activation)), fmt::arg("limit", spec.has_limit),
+        fmt::arg("bias", std::string_view(direction) == "fwd" ? (spec.has_bias ? ", true" : ", false") : ""),
         fmt::arg("weights", spec.has_weights), fmt::arg("warps", kSwigluWarpsPerBlock),
         fmt::arg("threads", kThreadsPerBlock), fmt::arg("entry", ks.entry),
         fmt::arg("params", params), fmt::arg("function", function),
@@ -60,7 +67,7 @@ KernelSource render(const SwigluSpec &spec, const char *direction, const char *f
 // The common scalar checks of forward and backward.
 void validate_shape(moejit_dtype_t dtype, std::int64_t rows, std::int64_t intermediate,
                     float limit) {
-    validate_swiglu_spec(SwigluSpec{dtype, intermediate, false, false, false});
+    validate_swiglu_spec(SwigluSpec{dtype, intermediate});
     MOEJIT_REQUIRE(rows >= 0, "rows must be >= 0 (S, the scattered row count), got {}", rows);
     MOEJIT_REQUIRE(!std::isnan(limit) && !std::isinf(limit),
                    "limit must be finite (> 0 enables the limit, <= 0 disables it), got {}",
@@ -97,9 +104,10 @@ std::pair<const void *, const void *> input_pointers(bool merged, std::int64_t i
             require_null(gate, "gate", true);
             require_null(up, "up", true);
         }
-        const char *base = static_cast<const char *>(gate_up);
-        return {base, base ? base + intermediate * static_cast<std::int64_t>(dtype_size(dtype))
-                           : nullptr};
+        // The kernel finds up in the same row (merged: I columns on; interleaved: odd columns).
+        (void)intermediate;
+        (void)dtype;
+        return {gate_up, nullptr};
     }
     if (check) {
         require_tensor(gate, "gate", 16, "[S,I]");
@@ -139,31 +147,39 @@ void validate_swiglu_spec(const SwigluSpec &spec) {
     if (spec.intermediate > kMaxIntermediate)
         fail(MOEJIT_ERROR_UNSUPPORTED, "intermediate (I) = {} exceeds the supported maximum {}",
              spec.intermediate, kMaxIntermediate);
+    MOEJIT_REQUIRE(spec.activation == MOEJIT_ACTIVATION_SWIGLU || spec.activation == MOEJIT_ACTIVATION_GPT_OSS,
+                   "activation is {}, expected MOEJIT_ACTIVATION_SWIGLU (0) or MOEJIT_ACTIVATION_GPT_OSS (1)",
+                   static_cast<int>(spec.activation));
+    MOEJIT_REQUIRE(!spec.interleaved || spec.merged, "the interleaved layout stores gate_up [S,2I] (merged)");
+    MOEJIT_REQUIRE(!spec.has_bias || spec.merged, "a bias [E,2I] needs the merged or interleaved layout");
 }
 
 KernelSource render_swiglu_forward(const SwigluSpec &spec) {
-    return render(spec, "fwd", "swiglu_forward",
+    return render(spec, "fwd", "gated_forward",
                   "const void *gate, const void *up, const float *w_s, void *a, void *aw, "
-                  "long long rows, float limit",
-                  "gate, up, w_s, a, aw, rows, limit");
+                  "long long rows, float limit, float alpha, const void *bias, const int *offsets, "
+                  "int num_experts",
+                  "gate, up, w_s, a, aw, rows, limit, alpha, bias, offsets, num_experts");
 }
 
 KernelSource render_swiglu_backward(const SwigluSpec &spec) {
-    return render(spec, "bwd", "swiglu_backward",
+    SwigluSpec s = spec;
+    s.has_bias = false;  // the backward reads the forward's biased g and u
+    return render(s, "bwd", "gated_backward",
                   "const void *gate, const void *up, const float *w_s, const void *daw, "
                   "void *d_gate, void *d_up, float *d_w_s, void *aw, long long rows, "
-                  "float limit",
-                  "gate, up, w_s, daw, d_gate, d_up, d_w_s, aw, rows, limit");
+                  "float limit, float alpha",
+                  "gate, up, w_s, daw, d_gate, d_up, d_w_s, aw, rows, limit, alpha");
 }
 
 SwigluSpec swiglu_spec(const SwigluForwardArgs &args) {
-    return SwigluSpec{args.dtype, args.intermediate, args.merged, args.limit > 0.0f,
-                      args.w_s != nullptr};
+    return SwigluSpec{args.dtype,        args.intermediate,  args.merged,          args.limit > 0.0f,
+                      args.w_s != nullptr, args.interleaved, args.activation, args.bias != nullptr};
 }
 
 SwigluSpec swiglu_spec(const SwigluBackwardArgs &args) {
-    return SwigluSpec{args.dtype, args.intermediate, args.merged, args.limit > 0.0f,
-                      args.w_s != nullptr};
+    return SwigluSpec{args.dtype,          args.intermediate, args.merged,     args.limit > 0.0f,
+                      args.w_s != nullptr, args.interleaved,  args.activation, false};
 }
 
 void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *bound) {
@@ -178,14 +194,27 @@ void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *b
         if (args.a) require_tensor(args.a, "a", 16, "[S,I]");
         if (args.aw) require_tensor(args.aw, "aw", 16, "[S,I]");
     }
+    const SwigluSpec spec = swiglu_spec(args);
+    validate_swiglu_spec(spec);
+    MOEJIT_REQUIRE(std::isfinite(args.alpha), "alpha must be finite, got {}", args.alpha);
+    if (check && args.bias) {
+        require_tensor(args.bias, "bias", 16, "[E,2I]");
+        MOEJIT_REQUIRE(args.offsets != nullptr && args.num_experts >= 1,
+                       "a bias needs offsets [E+1] and num_experts >= 1 (got {}, {})",
+                       static_cast<const void *>(args.offsets), args.num_experts);
+    }
     ctx.require_device("moejit_swiglu_forward");
     if (args.rows == 0) return;
-    const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_forward(swiglu_spec(args)));
+    const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_forward(spec));
     const float *w_s = args.w_s;
     void *a = args.a, *aw = args.aw;
     const long long rows = args.rows;
-    const float limit = args.limit;
-    ctx.launch(kernel, launch_shape(args.rows), args.stream, gate, up, w_s, a, aw, rows, limit);
+    const float limit = args.limit, alpha = args.alpha;
+    const void *bias = args.bias;
+    const std::int32_t *offsets = args.offsets;
+    const int num_experts = args.num_experts;
+    ctx.launch(kernel, launch_shape(args.rows), args.stream, gate, up, w_s, a, aw, rows, limit, alpha, bias,
+               offsets, num_experts);
 }
 
 void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel *bound) {
@@ -211,9 +240,8 @@ void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel 
     ctx.require_device("moejit_swiglu_backward");
     if (args.rows == 0) return;
     if (args.merged) {
-        char *base = static_cast<char *>(args.d_gate_up);
-        d_gate = base;
-        d_up = base + args.intermediate * static_cast<std::int64_t>(dtype_size(args.dtype));
+        d_gate = args.d_gate_up;  // the kernel finds up in the same row
+        d_up = nullptr;
     }
     const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_backward(swiglu_spec(args)));
     const float *w_s = args.w_s;
@@ -221,9 +249,9 @@ void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel 
     float *d_w_s = args.d_w_s;
     void *aw = args.aw;
     const long long rows = args.rows;
-    const float limit = args.limit;
+    const float limit = args.limit, alpha = args.alpha;
     ctx.launch(kernel, launch_shape(args.rows), args.stream, gate, up, w_s, daw, d_gate, d_up,
-               d_w_s, aw, rows, limit);
+               d_w_s, aw, rows, limit, alpha);
 }
 
 }  // namespace moejit

@@ -29,6 +29,12 @@ struct SwigluSpec {
     bool merged = false;
     bool has_limit = false;
     bool has_weights = false;  // w_s given (else w_s = 1)
+    // Merged storage [S,2I] with gate and up columns interleaved (2i, 2i+1; requires merged).
+    bool interleaved = false;
+    moejit_activation_t activation = MOEJIT_ACTIVATION_SWIGLU;
+    // Forward only: bias [E,2I] added to g and u per row's expert (requires merged), the biased
+    // values written back in place.
+    bool has_bias = false;
 };
 
 // Throws MOEJIT_ERROR_INVALID_ARGUMENT / MOEJIT_ERROR_UNSUPPORTED naming the bad field.
@@ -51,6 +57,14 @@ struct SwigluForwardArgs {
     void *a = nullptr;              // [S,I] or null
     void *aw = nullptr;             // [S,I] or null (at least one of a, aw)
     void *stream = nullptr;         // CUstream
+    bool interleaved = false;       // gate_up's columns interleaved (requires merged)
+    moejit_activation_t activation = MOEJIT_ACTIVATION_SWIGLU;
+    float alpha = 1.702f;           // MOEJIT_ACTIVATION_GPT_OSS's α
+    // [E,2I] (merged only): g, u += bias[e] for the row's expert e (offsets [E+1], device), and
+    // gate_up is overwritten with the biased values.
+    const void *bias = nullptr;
+    const std::int32_t *offsets = nullptr;
+    std::int32_t num_experts = 0;
 };
 
 struct SwigluBackwardArgs {
@@ -72,6 +86,9 @@ struct SwigluBackwardArgs {
     // need not keep aw). Not reachable through the C ABI's backward (there `aw` is forward's).
     void *aw = nullptr;
     void *stream = nullptr;
+    bool interleaved = false;
+    moejit_activation_t activation = MOEJIT_ACTIVATION_SWIGLU;
+    float alpha = 1.702f;
 };
 
 // The spec a launch needs (has_limit = limit > 0, has_weights = w_s != null).

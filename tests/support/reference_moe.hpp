@@ -199,6 +199,19 @@ inline void ref_gemm_axpy(double *c, std::int64_t ldc, const float *a, std::int6
 
 inline double ref_moe_sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
+// h(g', u') of the activation, and ∂h/∂g', ∂h/∂u' (g', u' already limited).
+struct ActivationValue {
+    double h, dh_dg, dh_du;
+};
+inline ActivationValue ref_activation(int activation, double alpha, double gc, double uc) {
+    if (activation == 0) {
+        const double sg = ref_moe_sigmoid(gc), silu = gc * sg;
+        return {silu * uc, uc * sg * (1.0 + gc * (1.0 - sg)), silu};
+    }
+    const double sg = ref_moe_sigmoid(alpha * gc), glu = gc * sg;
+    return {(uc + 1.0) * glu, (uc + 1.0) * sg * (1.0 + alpha * gc * (1.0 - sg)), glu};
+}
+
 struct MoeRefConfig {
     std::int64_t tokens = 0;        // T
     std::int64_t hidden = 0;        // H (even)
@@ -206,6 +219,9 @@ struct MoeRefConfig {
     std::int32_t experts = 0;       // E
     std::int32_t top_k = 0;         // k
     double limit = 0.0;             // <= 0: no SwiGLU limit
+    int activation = 0;             // 0: SwiGLU silu(g')·u'; 1: gpt-oss (u'+1)·g'·σ(α·g')
+    double alpha = 1.702;           // gpt-oss's α
+    bool bias = false;              // b_gate, b_up added to g, u; b_down to fc2's output
     Storage dtype = Storage::bf16;  // the layer dtype: every stored activation and gradient
     Storage routing = Storage::fp32;  // d_routing_weights
     unsigned threads = 0;           // 0: all hardware threads
@@ -220,6 +236,8 @@ struct MoeRefInputs {
     std::span<const float> w_up;             // [E,I,H]
     std::span<const float> w_down;           // [E,H,I]
     std::span<const float> dout;             // [T,H]
+    std::span<const float> b_gate = {}, b_up = {};  // [E,I] when cfg.bias
+    std::span<const float> b_down = {};             // [E,H] when cfg.bias
 };
 
 struct MoeRefResult {
@@ -243,6 +261,8 @@ struct MoeRefResult {
     std::vector<float> d_routing_weights;      // [T,k], rounded to config.routing
     std::vector<float> dw_gate, dw_up;         // [E,I,H] float64 sums (not rounded to a dtype)
     std::vector<float> dw_down;                // [E,H,I]
+    std::vector<float> db_gate, db_up;         // [E,I] float64 sums (cfg.bias)
+    std::vector<float> db_down;                // [E,H] Σ w_s·dy (cfg.bias)
     // for the case log: how much of the SwiGLU limit is exercised
     double gate_clamped = 0;  // fraction of g > L
     double up_clamped = 0;    // fraction of |u| > L
@@ -283,6 +303,10 @@ inline MoeRefResult moe_reference(const MoeRefConfig &cfg, const MoeRefInputs &i
     require(in.w_down.size() == size_t(E) * H * I, "w_down size");
     const double L = cfg.limit;
     const bool has_limit = L > 0;
+    if (cfg.bias)
+        require(in.b_gate.size() == size_t(E) * I && in.b_up.size() == size_t(E) * I &&
+                    in.b_down.size() == size_t(E) * H,
+                "bias sizes");
 
     MoeRefResult r;
     // ---- routing index: a stable counting sort of the routes (t,j) by expert, row-major
@@ -346,8 +370,13 @@ inline MoeRefResult moe_reference(const MoeRefConfig &cfg, const MoeRefInputs &i
         for (std::int64_t q = 0; q < R * I; ++q) {
             r.g[s0 * I + q] = store_as(acc_i[q], cfg.dtype);
             r.u[s0 * I + q] = store_as(acc_i2[q], cfg.dtype);
+            if (cfg.bias) {  // the stored GEMM output plus the bias, stored again (as the device)
+                const size_t c = size_t(q % I);
+                r.g[s0 * I + q] = store_as(double(r.g[s0 * I + q]) + in.b_gate[e * I + c], cfg.dtype);
+                r.u[s0 * I + q] = store_as(double(r.u[s0 * I + q]) + in.b_up[e * I + c], cfg.dtype);
+            }
         }
-        // aw = silu(g')·u'·w_s, from the stored g, u
+        // aw = h(g', u')·w_s, from the stored g, u
         for (std::int64_t i = 0; i < R; ++i) {
             const double w = r.w_s[s0 + i];
             for (std::int64_t c = 0; c < I; ++c) {
@@ -359,7 +388,7 @@ inline MoeRefResult moe_reference(const MoeRefConfig &cfg, const MoeRefInputs &i
                     g = std::min(g, L);
                     u = std::clamp(u, -L, L);
                 }
-                r.aw[q] = store_as(g * ref_moe_sigmoid(g) * u * w, cfg.dtype);
+                r.aw[q] = store_as(ref_activation(cfg.activation, cfg.alpha, g, u).h * w, cfg.dtype);
             }
         }
         // y = aw·W_downᵀ
@@ -380,14 +409,16 @@ inline MoeRefResult moe_reference(const MoeRefConfig &cfg, const MoeRefInputs &i
                 const double g = r.g[q], u = r.u[q], d = r.daw[q];
                 const double gc = has_limit ? std::min(g, L) : g;
                 const double uc = has_limit ? std::clamp(u, -L, L) : u;
-                const double sg = ref_moe_sigmoid(gc), silu = gc * sg;
+                const ActivationValue av = ref_activation(cfg.activation, cfg.alpha, gc, uc);
                 const double da = d * w;
                 const bool pass_u = !has_limit || (-L <= u && u <= L);
                 const bool pass_g = !has_limit || g <= L;
-                r.du[q] = store_as(pass_u ? da * silu : 0.0, cfg.dtype);
-                r.dg[q] = store_as(pass_g ? da * uc * sg * (1.0 + gc * (1.0 - sg)) : 0.0, cfg.dtype);
-                dws += silu * uc * d;
+                r.du[q] = store_as(pass_u ? da * av.dh_du : 0.0, cfg.dtype);
+                r.dg[q] = store_as(pass_g ? da * av.dh_dg : 0.0, cfg.dtype);
+                dws += av.h * d;
             }
+            if (cfg.bias)  // out = Σ_j w·(y + b_down[e]): ∂/∂w adds dy·b_down[e]
+                for (std::int64_t h = 0; h < H; ++h) dws += double(dy[(s0 + i) * H + h]) * in.b_down[e * H + h];
             r.d_w_s[s0 + i] = static_cast<float>(dws);
         }
         // dxs = dg·W_gate + du·W_up (W_gate [I,H] is the [K,N] operand)
@@ -421,6 +452,7 @@ inline MoeRefResult moe_reference(const MoeRefConfig &cfg, const MoeRefInputs &i
                 for (std::int64_t j = 0; j < K; ++j) {
                     const size_t s = size_t(r.scatter_index[t * K + j]);
                     o += r.y[s * H + h];
+                    if (cfg.bias) o += double(r.w_s[s]) * in.b_down[size_t(in.selected[t * K + j]) * H + h];
                     ds += r.dxs_split[s * H + h];
                     dm += r.dxs_merged[s * H + h];
                 }
@@ -466,6 +498,28 @@ inline MoeRefResult moe_reference(const MoeRefConfig &cfg, const MoeRefInputs &i
                      (size_t(tk.expert) * (tk.which == 2 ? H : I) + tk.m0) * N;
         for (std::int64_t q = 0; q < Mb * N; ++q) dst[q] = static_cast<float>(acc[q]);
     });
+
+    // ---- bias gradients: per-expert sums over its rows (empty experts: exactly 0)
+    if (cfg.bias) {
+        r.db_gate.assign(size_t(E) * I, 0.0f);
+        r.db_up.assign(size_t(E) * I, 0.0f);
+        r.db_down.assign(size_t(E) * H, 0.0f);
+        parallel_tasks(size_t(E), threads, [&](size_t e) {
+            std::vector<double> bg(size_t(I), 0.0), bu(size_t(I), 0.0), bd(size_t(H), 0.0);
+            for (std::int64_t s = r.offsets[e]; s < r.offsets[e + 1]; ++s) {
+                for (std::int64_t c = 0; c < I; ++c) {
+                    bg[c] += r.dg[s * I + c];
+                    bu[c] += r.du[s * I + c];
+                }
+                for (std::int64_t h = 0; h < H; ++h) bd[h] += double(r.w_s[s]) * dy[s * H + h];
+            }
+            for (std::int64_t c = 0; c < I; ++c) {
+                r.db_gate[e * I + c] = static_cast<float>(bg[c]);
+                r.db_up[e * I + c] = static_cast<float>(bu[c]);
+            }
+            for (std::int64_t h = 0; h < H; ++h) r.db_down[e * H + h] = static_cast<float>(bd[h]);
+        });
+    }
     return r;
 }
 

@@ -1,0 +1,139 @@
+#include "ops/expert_bias.hpp"
+
+#include <fmt/format.h>
+
+#include "core/checked_math.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace moejit {
+namespace {
+
+constexpr int kChunkRows = 128;         // rows per stage-1 partial: S/128 + E slots per column
+constexpr std::uint32_t kColThreads = 256;
+constexpr int kDotWarps = 4;
+
+KernelSource render(const std::string &name, const std::string &constants, const char *params, const char *call,
+                    std::uint32_t threads) {
+    KernelSource ks;
+    ks.name = name;
+    ks.template_name = "expert_bias.cuh";
+    ks.entry = "moejit_" + name;
+    ks.source = fmt::format(
+        "// moejit {name}\n"
+        "#include \"moejit_common.cuh\"\n"
+        "#include \"expert_bias.cuh\"\n"
+        "\n"
+        "namespace {{\n"
+        "{constants}"
+        "}}  // namespace\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
+        "    moejit::bias::{call};\n"
+        "}}\n",
+        fmt::arg("name", name), fmt::arg("constants", constants), fmt::arg("threads", threads),
+        fmt::arg("entry", ks.entry), fmt::arg("params", params), fmt::arg("call", call));
+    return ks;
+}
+
+void require_ptr(const void *p, const char *name, std::size_t alignment) {
+    MOEJIT_REQUIRE(p != nullptr, "{} is NULL", name);
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % alignment == 0, "{} ({}) is not {}-byte aligned", name, p,
+                   alignment);
+}
+
+std::uint32_t col_blocks(std::int64_t cols) {
+    return static_cast<std::uint32_t>((cols + kColThreads - 1) / kColThreads);
+}
+
+}  // namespace
+
+void validate_bias_grad_spec(const BiasGradSpec &s) {
+    MOEJIT_REQUIRE(is_half_precision(s.dtype), "bias gradient: dtype is {}, expected bf16 or fp16", dtype_name(s.dtype));
+    MOEJIT_REQUIRE(s.out_dtype == s.dtype || s.out_dtype == MOEJIT_DTYPE_FP32,
+                   "bias gradient: out dtype is {}, expected {} or fp32", dtype_name(s.out_dtype), dtype_name(s.dtype));
+    MOEJIT_REQUIRE(!s.accumulate || s.out_dtype == MOEJIT_DTYPE_FP32, "bias gradient: accumulating needs fp32");
+}
+
+KernelSource render_bias_grad_partial(const BiasGradSpec &s) {
+    validate_bias_grad_spec(s);
+    return render(fmt::format("bias_grad_partial_{}{}", dtype_name(s.dtype), s.scaled ? "_scaled" : ""),
+                  fmt::format("using T = {};\nconstexpr bool kScale = {};\nconstexpr int kChunkRows = {};\n",
+                              dtype_cuda_type(s.dtype), s.scaled, kChunkRows),
+                  "const T *__restrict__ m, const float *__restrict__ scale, const int *__restrict__ offsets, "
+                  "int num_experts, long long cols, float *__restrict__ partial",
+                  "colsum_partial<T, kScale, kChunkRows>(m, scale, offsets, num_experts, cols, partial)", kColThreads);
+}
+
+KernelSource render_bias_grad_reduce(const BiasGradSpec &s) {
+    validate_bias_grad_spec(s);
+    return render(fmt::format("bias_grad_reduce_{}{}", dtype_name(s.out_dtype), s.accumulate ? "_acc" : ""),
+                  fmt::format("using O = {};\nconstexpr bool kAccumulate = {};\nconstexpr int kChunkRows = {};\n",
+                              dtype_cuda_type(s.out_dtype), s.accumulate, kChunkRows),
+                  "const float *__restrict__ partial, const int *__restrict__ offsets, long long cols, "
+                  "O *__restrict__ out",
+                  "colsum_reduce<O, kAccumulate, kChunkRows>(partial, offsets, cols, out)", kColThreads);
+}
+
+std::size_t bias_grad_workspace_bytes(std::int64_t rows, std::int32_t num_experts, std::int64_t cols) {
+    const std::int64_t slots = (rows + kChunkRows - 1) / kChunkRows + num_experts;
+    return checked_bytes({slots, cols, 4}, "num_tokens");
+}
+
+void bias_grad(Context &ctx, const BiasGradSpec &spec, const BiasGradArgs &a, const BiasGradKernels &kernels) {
+    validate_bias_grad_spec(spec);
+    MOEJIT_REQUIRE(a.rows >= 0 && a.cols > 0 && a.cols % 8 == 0 && a.num_experts >= 1,
+                   "bias gradient: rows {}, cols {}, experts {}", a.rows, a.cols, a.num_experts);
+    require_ptr(a.offsets, "offsets", 4);
+    require_ptr(a.out, "bias gradient", 4);
+    if (a.rows > 0) {
+        require_ptr(a.m, "bias gradient input", 16);
+        if (spec.scaled) require_ptr(a.scale, "bias gradient scale", 4);
+        require_ptr(a.workspace, "bias gradient workspace", 4);
+        MOEJIT_REQUIRE(a.workspace_bytes >= bias_grad_workspace_bytes(a.rows, a.num_experts, a.cols),
+                       "bias gradient workspace is {} bytes, expected >= {}", a.workspace_bytes,
+                       bias_grad_workspace_bytes(a.rows, a.num_experts, a.cols));
+        LaunchShape s1;
+        s1.grid_x = static_cast<std::uint32_t>((a.rows + kChunkRows - 1) / kChunkRows);
+        s1.grid_y = col_blocks(a.cols);
+        s1.block_x = kColThreads;
+        const int experts = a.num_experts;
+        const long long cols = a.cols;
+        ctx.launch(*kernels.partial, s1, a.stream, a.m, a.scale, a.offsets, experts, cols, a.workspace);
+    }
+    // rows == 0: offsets are all zero, so every expert is empty and stage 2 reads no partial.
+    LaunchShape s2;
+    s2.grid_x = static_cast<std::uint32_t>(a.num_experts);
+    s2.grid_y = col_blocks(a.cols);
+    s2.block_x = kColThreads;
+    const float *partial = static_cast<const float *>(a.workspace);
+    const long long cols = a.cols;
+    ctx.launch(*kernels.reduce, s2, a.stream, partial, a.offsets, cols, a.out);
+}
+
+KernelSource render_bias_row_dot(moejit_dtype_t dtype) {
+    MOEJIT_REQUIRE(is_half_precision(dtype), "bias row dot: dtype is {}, expected bf16 or fp16", dtype_name(dtype));
+    return render(fmt::format("bias_row_dot_{}", dtype_name(dtype)),
+                  fmt::format("using T = {};\nconstexpr int kWarps = {};\n", dtype_cuda_type(dtype), kDotWarps),
+                  "const T *__restrict__ dy, const T *__restrict__ bias, const int *__restrict__ offsets, "
+                  "int num_experts, long long rows, long long cols, float *__restrict__ d_w_s",
+                  "row_dot<T, kWarps>(dy, bias, offsets, num_experts, rows, cols, d_w_s)", 32u * kDotWarps);
+}
+
+void bias_row_dot(Context &ctx, const BiasRowDotArgs &a, const Kernel &kernel) {
+    MOEJIT_REQUIRE(a.rows >= 0 && a.cols > 0 && a.cols % 8 == 0 && a.num_experts >= 1,
+                   "bias row dot: rows {}, cols {}, experts {}", a.rows, a.cols, a.num_experts);
+    if (a.rows == 0) return;
+    require_ptr(a.dy, "dy", 16);
+    require_ptr(a.bias, "b_down", 16);
+    require_ptr(a.offsets, "offsets", 4);
+    require_ptr(a.d_w_s, "d_w_s", 4);
+    LaunchShape s;
+    s.grid_x = static_cast<std::uint32_t>((a.rows + kDotWarps - 1) / kDotWarps);
+    s.block_x = 32u * kDotWarps;
+    const int experts = a.num_experts;
+    const long long rows = a.rows, cols = a.cols;
+    ctx.launch(kernel, s, a.stream, a.dy, a.bias, a.offsets, experts, rows, cols, a.d_w_s);
+}
+
+}  // namespace moejit
