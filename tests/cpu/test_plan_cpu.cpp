@@ -117,8 +117,12 @@ BOOST_AUTO_TEST_CASE(bad_descriptors_name_the_field) {
         {"num_experts", [](moejit_plan_desc_t &d) { d.num_experts = -3; }},
         {"top_k", [](moejit_plan_desc_t &d) { d.top_k = 0; }},
         {"top_k", [](moejit_plan_desc_t &d) { d.top_k = 65; }},
-        {"fc1_layout", [](moejit_plan_desc_t &d) { d.fc1_layout = static_cast<moejit_fc1_layout_t>(2); }},
-        {"activation", [](moejit_plan_desc_t &d) { d.activation = static_cast<moejit_activation_t>(1); }},
+        {"fc1_layout", [](moejit_plan_desc_t &d) { d.fc1_layout = static_cast<moejit_fc1_layout_t>(3); }},
+        {"activation", [](moejit_plan_desc_t &d) { d.activation = static_cast<moejit_activation_t>(2); }},
+        {"activation_alpha", [](moejit_plan_desc_t &d) { d.activation_alpha = std::numeric_limits<float>::quiet_NaN(); }},
+        {"activation_alpha", [](moejit_plan_desc_t &d) { d.activation_alpha = -1.0f; }},
+        {"weights_transposed", [](moejit_plan_desc_t &d) { d.weights_transposed = 2; }},
+        {"has_bias", [](moejit_plan_desc_t &d) { d.has_bias = -1; }},
         {"swiglu_limit", [](moejit_plan_desc_t &d) { d.swiglu_limit = std::numeric_limits<float>::quiet_NaN(); }},
         {"swiglu_limit", [](moejit_plan_desc_t &d) { d.swiglu_limit = std::numeric_limits<float>::infinity(); }},
         {"weight_grad_dtype", [](moejit_plan_desc_t &d) { d.weight_grad_dtype = MOEJIT_DTYPE_FP16; }},
@@ -163,6 +167,21 @@ BOOST_AUTO_TEST_CASE(bad_descriptors_name_the_field) {
     // Validation runs before compilation: nothing was compiled for all those failures.
     BOOST_TEST(ctx.stats().compiles == 0u);
     BOOST_TEST(ctx.stats().misses == 0u);
+}
+
+// Transposed weights and biases exist for the merged storages only; the split layout says so.
+BOOST_AUTO_TEST_CASE(split_layout_rejects_transposed_weights_and_biases) {
+    TempDir dir;
+    CompileOnlyContext ctx(dir.string());
+    for (int which = 0; which < 2; ++which) {
+        moejit_plan_desc_t d = small_desc();
+        d.fc1_layout = MOEJIT_FC1_SPLIT;
+        (which ? d.has_bias : d.weights_transposed) = 1;
+        BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, nullptr) == MOEJIT_ERROR_UNSUPPORTED);
+        BOOST_TEST(message_names(which ? "has_bias" : "weights_transposed"), "message: " << moejit_last_error());
+        d.fc1_layout = MOEJIT_FC1_INTERLEAVED;
+        BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, nullptr) == MOEJIT_SUCCESS, moejit_last_error());
+    }
 }
 
 // The edges of the valid range are accepted (validation is not stricter than documented).
