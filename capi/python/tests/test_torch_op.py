@@ -48,6 +48,29 @@ SCHEMAS = {
                                            "Tensor w_down, Tensor saved, float swiglu_limit, "
                                            "Tensor(a8!) main_grad_gate_up, "
                                            "Tensor(a9!) main_grad_down) -> (Tensor, Tensor)",
+    "fused_moe_gated": "moejit::fused_moe_gated(Tensor x, Tensor selected_experts, "
+                       "Tensor routing_weights, Tensor w_gate_up, Tensor w_down, "
+                       "Tensor? b_gate_up, Tensor? b_down, float swiglu_limit, str activation, "
+                       "float alpha, bool interleaved, bool weights_transposed) -> "
+                       "(Tensor, Tensor)",
+    "fused_moe_gated_backward": "moejit::fused_moe_gated_backward(Tensor dout, Tensor x, "
+                                "Tensor selected_experts, Tensor routing_weights, "
+                                "Tensor w_gate_up, Tensor w_down, Tensor? b_gate_up, "
+                                "Tensor? b_down, Tensor saved, float swiglu_limit, "
+                                "str activation, float alpha, bool interleaved, "
+                                "bool weights_transposed) -> "
+                                "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "fused_moe_gated_backward_main_grad": "moejit::fused_moe_gated_backward_main_grad("
+                                          "Tensor dout, Tensor x, Tensor selected_experts, "
+                                          "Tensor routing_weights, Tensor w_gate_up, "
+                                          "Tensor w_down, Tensor? b_gate_up, Tensor? b_down, "
+                                          "Tensor saved, float swiglu_limit, str activation, "
+                                          "float alpha, bool interleaved, "
+                                          "bool weights_transposed, "
+                                          "Tensor(a14!) main_grad_gate_up, "
+                                          "Tensor(a15!) main_grad_down, "
+                                          "Tensor(a16!)? main_grad_b_gate_up, "
+                                          "Tensor(a17!)? main_grad_b_down) -> (Tensor, Tensor)",
 }
 
 
