@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 import sys
 from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
 from typing import Callable, Dict, Optional, Union
@@ -223,13 +224,9 @@ def check_activation_alpha(activation: str, alpha: Optional[float]) -> float:
         return 0.0
     if alpha is None:
         return _capi.GPT_OSS_ALPHA
-    if isinstance(alpha, bool):
-        value = float("nan")
-    else:
-        try:
-            value = float(alpha)
-        except (TypeError, ValueError):
-            value = float("nan")
+    # A number only (a string such as "1.7" is a mistake, not an alpha).
+    value = float(alpha) if isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) \
+        else float("nan")
     if not math.isfinite(value) or ctypes.c_float(value).value <= 0.0 or value > 3.4e38:
         raise errors.InvalidArgumentError(
             f"alpha must be None (gpt-oss's {_capi.GPT_OSS_ALPHA}) or a finite value > 0, got "

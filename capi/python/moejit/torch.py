@@ -30,9 +30,9 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import _op, errors
+from . import _capi, _op, errors
 from ._op import _plans, clear_caches, saved_bytes_bound  # noqa: F401  (_plans: tests look)
-from .core import ACTIVATIONS, check_activation_alpha
+from .core import ACTIVATIONS
 
 __all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "saved_bytes_bound"]
 
@@ -193,6 +193,25 @@ class _GatedMainGradFunction(torch.autograd.Function):
                 *(None if p is None else _megatron_weight_grad(p) for p in ctx.params))
 
 
+def _alpha(where: str, activation: str, alpha) -> float:
+    """core.check_activation_alpha without ctypes (torch.compile traces this function); the
+    op checks the value again as float32."""
+    if activation == "swiglu":
+        if alpha is not None:
+            raise errors.InvalidArgumentError(
+                f"{where}: alpha is only for activation='gpt_oss'; with 'swiglu' it must be "
+                f"None, got {alpha!r}")
+        return 0.0
+    if alpha is None:
+        return _capi.GPT_OSS_ALPHA
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
+            not (0.0 < alpha <= 3.4e38):  # also NaN
+        raise errors.InvalidArgumentError(
+            f"{where}: alpha must be None (gpt-oss's {_capi.GPT_OSS_ALPHA}) or a finite value "
+            f"> 0, got {alpha!r}")
+    return float(alpha)
+
+
 def _flag(where: str, name: str, value) -> bool:
     if not isinstance(value, bool):
         raise errors.InvalidArgumentError(f"{where}: {name} must be True or False, got {value!r}")
@@ -233,10 +252,7 @@ def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
         raise errors.InvalidArgumentError(
             f"{where}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got "
             f"{activation!r}")
-    try:
-        resolved_alpha = check_activation_alpha(activation, alpha)
-    except errors.InvalidArgumentError as e:
-        raise errors.InvalidArgumentError(f"{where}: {e.message}") from None
+    resolved_alpha = _alpha(where, activation, alpha)
     interleaved = _flag(where, "interleaved", interleaved)
     weights_transposed = _flag(where, "weights_transposed", weights_transposed)
     if (b_gate_up is None) != (b_down is None):
