@@ -47,11 +47,13 @@ def routing(tokens, how, num_experts, top_k, generator, device):
 
 
 def gated_inputs(config, routing_case, *, E, H, I, K, device="cpu", seed=0, dtype=BF16,
-                 rw_dtype=torch.float32, index_dtype=torch.int64):
+                 rw_dtype=torch.float32, index_dtype=torch.int64, tokens=None):
     """x [T, H], selected_experts, routing_weights [T, K], the weights in the config's layout,
-    the biases (or None) and an output gradient, all freshly drawn (never zeros)."""
+    the biases (or None) and an output gradient, all freshly drawn (never zeros). tokens
+    overrides the routing case's T."""
     c = CONFIGS[config]
-    tokens, how = ROUTINGS[routing_case]
+    case_tokens, how = ROUTINGS[routing_case]
+    tokens = case_tokens if tokens is None else tokens
     g = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*shape, scale=1.0):
@@ -95,8 +97,8 @@ def reference(x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, *, activation, a
         gate_up = x[t_idx] @ w_gu[e]
         if b_gate_up is not None:
             gate_up = gate_up + b_gate_up[e]
-        if round_fc1_to is not None:
-            gate_up = gate_up.to(round_fc1_to).to(x.dtype)
+        if round_fc1_to is not None:  # straight-through: the gradient is not rounded
+            gate_up = gate_up + (gate_up.to(round_fc1_to).to(gate_up.dtype) - gate_up).detach()
         if interleaved:
             gate, up = gate_up[..., ::2], gate_up[..., 1::2]
         else:
