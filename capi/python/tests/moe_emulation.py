@@ -114,7 +114,8 @@ def fake_backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, save
     n_exp = w_down.shape[0]
 
     def per_expert(routes):  # [T,k,...] -> [E,...], summed over each expert's routes
-        out = torch.zeros((n_exp,) + routes.shape[2:], dtype=torch.float32)
+        out = torch.zeros((n_exp,) + routes.shape[2:], dtype=torch.float32,
+                          device=routes.device)
         return out.index_add(0, v["s"].reshape(-1), routes.reshape((-1,) + routes.shape[2:]))
 
     dwd = per_expert(torch.einsum("tkh,tki->tkhi", dy, v["h"]))           # [E,H,I]
