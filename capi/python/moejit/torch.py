@@ -13,6 +13,36 @@ workspace come from PyTorch's allocator, and nothing synchronises with the host,
 can be captured in a CUDA graph once it has run eagerly for its shape (the first call JIT
 compiles and loads kernels, which cannot happen during capture).
 
+gpt-oss and expert biases (since 0.5): fused_moe_merged takes keyword arguments for the
+experts of gpt-oss (and of any model with a gate_up weight and per-expert biases):
+
+    out = mt.fused_moe_merged(x, selected, weights, gate_up_proj, down_proj, 7.0,
+                              activation="gpt_oss", alpha=1.702, interleaved=True,
+                              weights_transposed=True, b_gate_up=gate_up_proj_bias,
+                              b_down=down_proj_bias)
+
+  activation   "swiglu" (default): h = silu(g')·u'; "gpt_oss": h = (u' + 1)·g'·sigmoid(alpha·g')
+               where g' = min(g, L), u' = clamp(u, -L, L) with L = swiglu_limit (None: no
+               limit); the limit's gradient masks are inclusive (g <= L, -L <= u <= L).
+  alpha        gpt_oss only: None means 1.702; a finite value > 0 otherwise; an error with
+               "swiglu".
+  interleaved  w_gate_up's 2I dim alternates gate and up (gate i at 2i, up i at 2i + 1, as
+               gpt-oss stores gate_up_proj); default False: gate first, then up.
+  weights_transposed
+               w_gate_up [E, H, 2I] and w_down [E, I, H] (x·W, gpt-oss's gate_up_proj and
+               down_proj); default False: [E, 2I, H] and [E, H, I]. Gradients keep the layout.
+  b_gate_up, b_down
+               [E, 2I] (in w_gate_up's gate/up order) and [E, H], x's dtype, both or neither:
+               g and u include fc1's bias and out[t] = sum_j w[t,j]·(fc2(h) + b_down[e]).
+               Differentiable like the weights.
+  main_grads   with biases, four float32 buffers (g_gate_up, g_down, g_b_gate_up, g_b_down).
+
+These calls run the custom op torch.ops.moejit.fused_moe_gated (moejit/_op.py); the 0.4 call
+(swiglu, gate first, [E, 2I, H], no biases) keeps torch.ops.moejit.fused_moe_merged. Bad
+arguments (an unknown activation, alpha with swiglu or <= 0, one bias without the other, a
+shape or dtype that does not fit the layout) raise moejit.InvalidArgumentError naming the
+argument and the expected value, before anything launches.
+
 Megatron-style main_grad: MoEExperts(..., accumulate_into_main_grad=True), or
 fused_moe(..., main_grads=(g_gate, g_up, g_down)), adds the float32 weight gradients into the
 parameters' float32 `main_grad` buffers inside the backward kernels (no bf16 rounding of the
