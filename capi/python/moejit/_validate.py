@@ -155,7 +155,8 @@ def check_layer(where: str, x: TensorInfo, selected_experts: TensorInfo,
     if merged:
         if rows % 2:
             order = "gate, up interleaved" if interleaved else "gate first, then up"
-            _fail(where, f"w_gate_up must be {fc1_form} ({order}) with an even 2I dim, got "
+            _fail(where, f"w_gate_up must be {fc1_form} ({order}) with an even "
+                         f"{'last' if weights_transposed else 'middle'} dim (2I), got "
                          f"{_fmt(fc1.shape)}")
         intermediate = rows // 2
     else:

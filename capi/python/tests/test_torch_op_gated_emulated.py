@@ -301,7 +301,7 @@ def _bad_calls():
                                                       b_down=bd),
                                             r"w_down must be \[E, H, I\] = \[4, 32, 8\]"),
         "odd 2I": (lambda: f(x, sel, rw, wgu[:, :, :15].contiguous(), wd, 7.0, **gpt),
-                   "even 2I dim"),
+                   r"even last dim \(2I\)"),
         "flag type": (lambda: f(x, sel, rw, wgu, wd, 7.0, activation="gpt_oss", interleaved=1,
                                 weights_transposed=True), "interleaved must be True or False"),
         "limit": (lambda: f(x, sel, rw, wgu, wd, -7.0, **gpt), "swiglu_limit"),

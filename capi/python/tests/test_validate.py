@@ -235,7 +235,7 @@ BAD_GATED = {
                             "b_gate_up must be contiguous"),
     "untransposed fc1": (dict(w_gate_up=t((E, 2 * GI, H))),
                          "w_gate_up must be [E, H, 2I] = [4, 64, 64] (H is the hidden size 64"),
-    "odd 2I": (dict(w_gate_up=t((E, H, 2 * GI + 1))), "even 2I dim"),
+    "odd 2I": (dict(w_gate_up=t((E, H, 2 * GI + 1))), "even last dim (2I)"),
     "untransposed down": (dict(w_down=t((E, H, GI))),
                           "w_down must be [E, I, H] = [4, 16, 64] (weights_transposed)"),
     "split interleaved": (dict(w_gate_up=None, w_gate=t((E, GI, H)), w_up=t((E, GI, H)),
