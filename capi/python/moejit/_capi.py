@@ -51,8 +51,13 @@ JIT_OFF = 2
 
 FC1_SPLIT = 0
 FC1_MERGED = 1
+FC1_INTERLEAVED = 2  # since 0.5
 
 ACTIVATION_SWIGLU = 0
+ACTIVATION_GPT_OSS = 1  # since 0.5
+
+# moejit_plan_desc_t.activation_alpha = 0 means this (gpt-oss's alpha).
+GPT_OSS_ALPHA = 1.702
 
 # dtype names as PyTorch / NumPy spell them, and a few aliases.
 DTYPE_BY_NAME: Dict[str, int] = {
@@ -206,6 +211,10 @@ class PlanDesc(_Struct):
         ("index_dtype", c_int),
         ("routing_dtype", c_int),
         ("tokens_hint", c_int64),
+        # since 0.5 (zero: the 0.4 behaviour)
+        ("activation_alpha", c_float),
+        ("weights_transposed", c_int32),
+        ("has_bias", c_int32),
     ]
 
 
@@ -226,6 +235,9 @@ class ForwardArgs(_Struct):
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
         ("stream", c_void_p),
+        # since 0.5 (has_bias)
+        ("b_gate_up", c_void_p),
+        ("b_down", c_void_p),
     ]
 
 
@@ -251,6 +263,10 @@ class BackwardArgs(_Struct):
         ("workspace_size", c_size_t),
         ("stream", c_void_p),
         ("x", c_void_p),
+        # since 0.5 (has_bias)
+        ("b_down", c_void_p),
+        ("db_gate_up", c_void_p),
+        ("db_down", c_void_p),
     ]
 
 

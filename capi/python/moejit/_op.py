@@ -15,6 +15,28 @@
     torch.ops.moejit.fused_moe_merged_backward_main_grad(..., main_grad_gate_up!,
                                                          main_grad_down!) -> (dx, d_routing_weights)
 
+Since 0.5, the gated layer (a gate_up fc1 weight, every 0.5 option):
+
+    torch.ops.moejit.fused_moe_gated(x, selected_experts, routing_weights, w_gate_up, w_down,
+                                     b_gate_up?, b_down?, swiglu_limit, activation, alpha,
+                                     interleaved, weights_transposed) -> (out, saved)
+    torch.ops.moejit.fused_moe_gated_backward(dout, x, selected_experts, routing_weights,
+                                              w_gate_up, w_down, b_gate_up?, b_down?, saved,
+                                              swiglu_limit, activation, alpha, interleaved,
+                                              weights_transposed)
+        -> (dx, d_routing_weights, dw_gate_up, dw_down, db_gate_up, db_down)
+    torch.ops.moejit.fused_moe_gated_backward_main_grad(..., main_grad_gate_up!,
+                                                        main_grad_down!, main_grad_b_gate_up!?,
+                                                        main_grad_b_down!?)
+        -> (dx, d_routing_weights)
+
+activation is "swiglu" or "gpt_oss"; alpha is gpt_oss's (0.0: 1.702) and must be 0.0 with
+swiglu; interleaved: w_gate_up's 2I dim alternates gate i, up i (gpt-oss), else gate first;
+weights_transposed: w_gate_up [E, H, 2I] and w_down [E, I, H] (x·W, as gpt-oss stores them),
+their gradients likewise. b_gate_up [E, 2I] (fc1's column order) and b_down [E, H] are given
+both or neither (None); without biases db_gate_up and db_down are empty ([0]) tensors and the
+bias main_grads are None. The weight gradients have the weights' layout and dtype.
+
 x [..., H] (any leading shape, T = its product), selected_experts and routing_weights [..., k];
 out has x's shape, dx x's shape and d_routing_weights routing_weights' shape and dtype. `saved`
 is a flat uint8 tensor of saved_bytes_bound(T) bytes: what the forward leaves for the backward
@@ -60,7 +82,8 @@ _ELEMENT_SIZE = {"bfloat16": 2, "float16": 2}
 
 # Op names, for tests and for anyone looking them up.
 OPS = ("fused_moe", "fused_moe_merged", "fused_moe_backward", "fused_moe_merged_backward",
-       "fused_moe_backward_main_grad", "fused_moe_merged_backward_main_grad")
+       "fused_moe_backward_main_grad", "fused_moe_merged_backward_main_grad",
+       "fused_moe_gated", "fused_moe_gated_backward", "fused_moe_gated_backward_main_grad")
 
 
 def _debug_poison() -> bool:
@@ -102,11 +125,16 @@ def _tokens_bucket(tokens: int) -> int:
     return 0 if tokens <= 0 else 1 << (tokens - 1).bit_length()
 
 
+def _plan_key(spec: LayerSpec, device: torch.device, main_grad: bool = False) -> Tuple:
+    """Everything of the spec that the plan descriptor holds (every LayerSpec field but T,
+    which only picks the bucket, and the device string), the device, T's bucket and main_grad."""
+    fields = spec._replace(num_tokens=0, device="")
+    return (device.index,) + tuple(fields) + (_tokens_bucket(spec.num_tokens), main_grad)
+
+
 def _plan(spec: LayerSpec, device: torch.device, main_grad: bool = False) -> Plan:
     bucket = _tokens_bucket(spec.num_tokens)
-    key = (device.index, spec.hidden_size, spec.intermediate_size, spec.num_experts, spec.top_k,
-           spec.dtype, spec.index_dtype, spec.routing_dtype, spec.merged, spec.swiglu_limit,
-           bucket, main_grad)
+    key = _plan_key(spec, device, main_grad)
     with _lock:
         plan = _plans.get(key)
         if plan is not None:
@@ -118,10 +146,14 @@ def _plan(spec: LayerSpec, device: torch.device, main_grad: bool = False) -> Pla
                 "captured)")
         plan = Plan(_context(device.index), dtype=spec.dtype, hidden_size=spec.hidden_size,
                     intermediate_size=spec.intermediate_size, num_experts=spec.num_experts,
-                    top_k=spec.top_k, merged=spec.merged, swiglu_limit=spec.swiglu_limit or None,
+                    top_k=spec.top_k, merged=spec.merged and not spec.interleaved,
+                    interleaved=spec.interleaved, swiglu_limit=spec.swiglu_limit or None,
                     weight_grad_dtype="float32" if main_grad else spec.dtype,
                     weight_grad_accumulate=main_grad, index_dtype=spec.index_dtype,
-                    routing_dtype=spec.routing_dtype, tokens_hint=bucket)
+                    routing_dtype=spec.routing_dtype, tokens_hint=bucket,
+                    activation=spec.activation,
+                    activation_alpha=spec.alpha if spec.activation == "gpt_oss" else None,
+                    weights_transposed=spec.weights_transposed, has_bias=spec.has_bias)
         _plans[key] = plan
         return plan
 
@@ -149,14 +181,27 @@ def _info(where: str, name: str, tensor) -> Optional[TensorInfo]:
 
 
 def check(where: str, x, selected_experts, routing_weights, w_gate, w_up, w_gate_up, w_down,
-          swiglu_limit) -> LayerSpec:
-    """check_layer over torch tensors (real or fake); a clear InvalidArgumentError otherwise."""
+          swiglu_limit, *, activation: str = "swiglu", alpha: float = 0.0,
+          interleaved: bool = False, weights_transposed: bool = False, b_gate_up=None,
+          b_down=None) -> LayerSpec:
+    """check_layer over torch tensors (real or fake); a clear InvalidArgumentError otherwise.
+    The keyword arguments are the gated op's (fused_moe_gated); their defaults are the 0.4
+    layer."""
     return check_layer(where, _info(where, "x", x),
                        _info(where, "selected_experts", selected_experts),
                        _info(where, "routing_weights", routing_weights),
                        _info(where, "w_gate", w_gate), _info(where, "w_up", w_up),
                        _info(where, "w_gate_up", w_gate_up), _info(where, "w_down", w_down),
-                       swiglu_limit if swiglu_limit else None)
+                       swiglu_limit if swiglu_limit else None, activation=activation,
+                       alpha=alpha, interleaved=interleaved,
+                       weights_transposed=weights_transposed,
+                       b_gate_up=_info(where, "b_gate_up", b_gate_up),
+                       b_down=_info(where, "b_down", b_down))
+
+
+def _bias_names(gated) -> Dict[str, torch.Tensor]:
+    """{"b_gate_up": ..., "b_down": ...} for the biases given in the gated keywords."""
+    return {n: gated[n] for n in ("b_gate_up", "b_down") if gated.get(n) is not None}
 
 
 def _check_alignment(where: str, **tensors) -> None:
@@ -212,9 +257,12 @@ def _stream(device: torch.device) -> int:
 # ------------------------------------------------------------------ implementations
 
 
-def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit):
-    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit)
-    _check_alignment(where, x=x, w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down)
+def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated):
+    """gated: fused_moe_gated's keywords (activation, alpha, interleaved, weights_transposed,
+    b_gate_up, b_down), see check()."""
+    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated)
+    _check_alignment(where, x=x, w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
+                     **_bias_names(gated))
     device = x.device
     plan = _plan(spec, device)
     tokens = spec.num_tokens
@@ -230,35 +278,41 @@ def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit):
     saved = _empty_bytes(saved_size, device)
     workspace = _empty_bytes(workspace_size, device)
     plan.forward(num_tokens=tokens, x=x, selected_experts=sel, routing_weights=rw,
-                 w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down, out=out,
+                 w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
+                 b_gate_up=gated.get("b_gate_up"), b_down=gated.get("b_down"), out=out,
                  saved=saved, saved_size=saved_size, workspace=workspace,
                  workspace_size=workspace_size, stream=_stream(device))
     return out, saved
 
 
-def _forward_fake(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit):
-    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit)
+def _forward_fake(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated):
+    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     saved = x.new_empty((_saved_bound(spec),), dtype=torch.uint8)
     return out, saved
 
 
 def _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
-                     swiglu_limit, main_grads=None):
+                     swiglu_limit, main_grads=None, **gated):
     """The backward ops' checks (real and fake): the layer, dout, saved, and the main_grad
-    buffers ({weight name: tensor}, float32 of the weight's shape, contiguous, x's device)."""
-    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit)
+    buffers ({weight or bias name: tensor}, float32 of its shape, contiguous, x's device)."""
+    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated)
     if not isinstance(dout, torch.Tensor) or tuple(dout.shape) != tuple(x.shape):
         raise errors.InvalidArgumentError(
             f"{where}: the output gradient must have x's shape {list(x.shape)}, got "
             f"{list(getattr(dout, 'shape', ()))}")
     _check_saved(where, saved, spec)
     if main_grads is not None:
-        weights = {"w_gate": w_gate, "w_up": w_up, "w_gate_up": w_gate_up, "w_down": w_down}
+        weights = {"w_gate": w_gate, "w_up": w_up, "w_gate_up": w_gate_up, "w_down": w_down,
+                   **_bias_names(gated)}
         for name, w in weights.items():
             if w is not None:
-                _check_like(where, f"main_grad of {name}", main_grads[name], w.shape,
+                _check_like(where, f"main_grad of {name}", main_grads.get(name), w.shape,
                             torch.float32, x.device)
+        for name, buffer in main_grads.items():
+            if buffer is not None and weights.get(name) is None:
+                raise errors.InvalidArgumentError(
+                    f"{where}: a main_grad for {name} is given but the layer has no {name}")
     return spec
 
 
@@ -271,15 +325,18 @@ def _prepare_dout(dout: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, swiglu_limit,
-              main_grads=None):
+              main_grads=None, **gated):
     """Returns (dx, d_routing_weights, {name: dW}) or, with main_grads {name: fp32 buffer},
-    (dx, d_routing_weights, {}) after adding the weight gradients into main_grads."""
+    (dx, d_routing_weights, {}) after adding the weight gradients into main_grads. With
+    biases (gated b_gate_up and b_down) the dicts also hold "b_gate_up" and "b_down"."""
     spec = _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
-                            swiglu_limit, main_grads)
+                            swiglu_limit, main_grads, **gated)
+    biases = _bias_names(gated)
     _check_alignment(where, x=x, w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
-                     saved=saved)
+                     saved=saved, **biases)
     device = x.device
-    weights = {"w_gate": w_gate, "w_up": w_up, "w_gate_up": w_gate_up, "w_down": w_down}
+    weights = {"w_gate": w_gate, "w_up": w_up, "w_gate_up": w_gate_up, "w_down": w_down,
+               **biases}
     weights = {n: w for n, w in weights.items() if w is not None}
     if main_grads is not None:
         _check_alignment(where, **{f"main_grad_of_{n}": g for n, g in main_grads.items()})
@@ -306,7 +363,9 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
                   saved_size=saved.numel(), dx=dx, d_routing_weights=d_routing,
                   dw_gate=grads.get("w_gate"), dw_up=grads.get("w_up"),
                   dw_gate_up=grads.get("w_gate_up"), dw_down=grads["w_down"],
-                  workspace=workspace, workspace_size=workspace_size, stream=_stream(device))
+                  b_down=biases.get("b_down"), db_gate_up=grads.get("b_gate_up"),
+                  db_down=grads.get("b_down"), workspace=workspace,
+                  workspace_size=workspace_size, stream=_stream(device))
     return dx, d_routing, ({} if main_grads is not None else grads)
 
 
@@ -438,6 +497,109 @@ def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, saved, swig
     return _like(x), _like(routing_weights)
 
 
+# ---- the gated layer (since 0.5): gate_up fc1 (merged or interleaved), swiglu or gpt-oss's
+# activation, weights as stored for x·W, expert biases.
+
+
+def _gated_kwargs(b_gate_up, b_down, activation, alpha, interleaved, weights_transposed):
+    return dict(activation=activation, alpha=alpha, interleaved=interleaved,
+                weights_transposed=weights_transposed, b_gate_up=b_gate_up, b_down=b_down)
+
+
+def _no_bias_grad(x: torch.Tensor) -> torch.Tensor:
+    # The gated backward's bias gradients without biases: empty (a schema cannot return None).
+    return x.new_empty((0,))
+
+
+@torch.library.custom_op("moejit::fused_moe_gated", mutates_args=())
+def fused_moe_gated(x: torch.Tensor, selected_experts: torch.Tensor,
+                    routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                    w_down: torch.Tensor, b_gate_up: Optional[torch.Tensor],
+                    b_down: Optional[torch.Tensor], swiglu_limit: float, activation: str,
+                    alpha: float, interleaved: bool, weights_transposed: bool
+                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _forward(_W + "fused_moe_gated", x, selected_experts, routing_weights, None, None,
+                    w_gate_up, w_down, swiglu_limit,
+                    **_gated_kwargs(b_gate_up, b_down, activation, alpha, interleaved,
+                                    weights_transposed))
+
+
+@fused_moe_gated.register_fake
+def _(x, selected_experts, routing_weights, w_gate_up, w_down, b_gate_up, b_down, swiglu_limit,
+      activation, alpha, interleaved, weights_transposed):
+    return _forward_fake(_W + "fused_moe_gated", x, selected_experts, routing_weights, None,
+                         None, w_gate_up, w_down, swiglu_limit,
+                         **_gated_kwargs(b_gate_up, b_down, activation, alpha, interleaved,
+                                         weights_transposed))
+
+
+@torch.library.custom_op("moejit::fused_moe_gated_backward", mutates_args=())
+def fused_moe_gated_backward(dout: torch.Tensor, x: torch.Tensor,
+                             selected_experts: torch.Tensor, routing_weights: torch.Tensor,
+                             w_gate_up: torch.Tensor, w_down: torch.Tensor,
+                             b_gate_up: Optional[torch.Tensor], b_down: Optional[torch.Tensor],
+                             saved: torch.Tensor, swiglu_limit: float, activation: str,
+                             alpha: float, interleaved: bool, weights_transposed: bool
+                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                        torch.Tensor, torch.Tensor]:
+    dx, drw, g = _backward(_W + "fused_moe_gated_backward", dout, x, selected_experts,
+                           routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit,
+                           **_gated_kwargs(b_gate_up, b_down, activation, alpha, interleaved,
+                                           weights_transposed))
+    if b_gate_up is None:
+        return dx, drw, g["w_gate_up"], g["w_down"], _no_bias_grad(x), _no_bias_grad(x)
+    return dx, drw, g["w_gate_up"], g["w_down"], g["b_gate_up"], g["b_down"]
+
+
+@fused_moe_gated_backward.register_fake
+def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, b_gate_up, b_down, saved,
+      swiglu_limit, activation, alpha, interleaved, weights_transposed):
+    _backward_common(_W + "fused_moe_gated_backward", dout, x, selected_experts,
+                     routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit,
+                     **_gated_kwargs(b_gate_up, b_down, activation, alpha, interleaved,
+                                     weights_transposed))
+    if b_gate_up is None:
+        return (_like(x), _like(routing_weights), _like(w_gate_up), _like(w_down),
+                _no_bias_grad(x), _no_bias_grad(x))
+    return (_like(x), _like(routing_weights), _like(w_gate_up), _like(w_down),
+            _like(b_gate_up), _like(b_down))
+
+
+@torch.library.custom_op("moejit::fused_moe_gated_backward_main_grad",
+                         mutates_args=("main_grad_gate_up", "main_grad_down",
+                                       "main_grad_b_gate_up", "main_grad_b_down"))
+def fused_moe_gated_backward_main_grad(
+        dout: torch.Tensor, x: torch.Tensor, selected_experts: torch.Tensor,
+        routing_weights: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
+        b_gate_up: Optional[torch.Tensor], b_down: Optional[torch.Tensor], saved: torch.Tensor,
+        swiglu_limit: float, activation: str, alpha: float, interleaved: bool,
+        weights_transposed: bool, main_grad_gate_up: torch.Tensor, main_grad_down: torch.Tensor,
+        main_grad_b_gate_up: Optional[torch.Tensor], main_grad_b_down: Optional[torch.Tensor]
+        ) -> Tuple[torch.Tensor, torch.Tensor]:
+    dx, drw, _ = _backward(_W + "fused_moe_gated_backward_main_grad", dout, x,
+                           selected_experts, routing_weights, None, None, w_gate_up, w_down,
+                           saved, swiglu_limit,
+                           main_grads={"w_gate_up": main_grad_gate_up, "w_down": main_grad_down,
+                                       "b_gate_up": main_grad_b_gate_up,
+                                       "b_down": main_grad_b_down},
+                           **_gated_kwargs(b_gate_up, b_down, activation, alpha, interleaved,
+                                           weights_transposed))
+    return dx, drw
+
+
+@fused_moe_gated_backward_main_grad.register_fake
+def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, b_gate_up, b_down, saved,
+      swiglu_limit, activation, alpha, interleaved, weights_transposed, main_grad_gate_up,
+      main_grad_down, main_grad_b_gate_up, main_grad_b_down):
+    _backward_common(_W + "fused_moe_gated_backward_main_grad", dout, x, selected_experts,
+                     routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit,
+                     {"w_gate_up": main_grad_gate_up, "w_down": main_grad_down,
+                      "b_gate_up": main_grad_b_gate_up, "b_down": main_grad_b_down},
+                     **_gated_kwargs(b_gate_up, b_down, activation, alpha, interleaved,
+                                     weights_transposed))
+    return _like(x), _like(routing_weights)
+
+
 # ------------------------------------------------------------------ autograd
 
 
@@ -463,5 +625,25 @@ def _fused_moe_merged_backward(ctx, dout, _dsaved):
     return dx, None, drw, dw_gate_up, dw_down, None
 
 
+def _setup_context_gated(ctx, inputs, output):
+    (x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, swiglu_limit, activation, alpha,
+     interleaved, weights_transposed) = inputs
+    _, saved = output
+    ctx.save_for_backward(x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved)
+    ctx.options = (swiglu_limit, activation, alpha, interleaved, weights_transposed)
+    ctx.mark_non_differentiable(saved)
+
+
+def _fused_moe_gated_backward(ctx, dout, _dsaved):
+    x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved = ctx.saved_tensors
+    dx, drw, dw_gate_up, dw_down, db_gate_up, db_down = torch.ops.moejit.fused_moe_gated_backward(
+        dout, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved, *ctx.options)
+    if b_gate_up is None:
+        db_gate_up = db_down = None
+    return (dx, None, drw, dw_gate_up, dw_down, db_gate_up, db_down, None, None, None, None,
+            None)
+
+
 fused_moe.register_autograd(_fused_moe_backward, setup_context=_setup_context)
 fused_moe_merged.register_autograd(_fused_moe_merged_backward, setup_context=_setup_context)
+fused_moe_gated.register_autograd(_fused_moe_gated_backward, setup_context=_setup_context_gated)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 import sys
 from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
 from typing import Callable, Dict, Optional, Union
@@ -142,13 +143,24 @@ def _log_trampoline(log: Callable[[int, str], None]):
     return trampoline
 
 
+ACTIVATIONS = {"swiglu": _capi.ACTIVATION_SWIGLU, "gpt_oss": _capi.ACTIVATION_GPT_OSS}
+
+
 def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_experts: int,
               top_k: int, merged: bool = False, swiglu_limit: Optional[float] = None,
               weight_grad_dtype: Optional[DType] = None, weight_grad_accumulate: bool = False,
               index_dtype: DType = "int64", routing_dtype: Optional[DType] = None,
-              tokens_hint: int = 0) -> _capi.PlanDesc:
+              tokens_hint: int = 0, interleaved: bool = False, activation: str = "swiglu",
+              activation_alpha: Optional[float] = None, weights_transposed: bool = False,
+              has_bias: bool = False) -> _capi.PlanDesc:
     """A moejit_plan_desc_t. swiglu_limit None means no limit; weight_grad_dtype and
-    routing_dtype default to dtype."""
+    routing_dtype default to dtype.
+
+    Since 0.5: interleaved (MOEJIT_FC1_INTERLEAVED: fc1 column 2i = gate i, 2i+1 = up i;
+    implies a gate_up weight, like merged), activation "swiglu" or "gpt_oss",
+    activation_alpha (gpt_oss only; None: 1.702), weights_transposed (W_gate_up [E,H,2I],
+    W_down [E,I,H]) and has_bias (b_gate_up [E,2I], b_down [E,H]); the last two need merged or
+    interleaved."""
     for name, value in (("hidden_size", hidden_size), ("intermediate_size", intermediate_size),
                         ("num_experts", num_experts), ("top_k", top_k),
                         ("tokens_hint", tokens_hint)):
@@ -161,8 +173,20 @@ def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_exp
     desc.intermediate_size = intermediate_size
     desc.num_experts = num_experts
     desc.top_k = top_k
-    desc.fc1_layout = _capi.FC1_MERGED if merged else _capi.FC1_SPLIT
-    desc.activation = _capi.ACTIVATION_SWIGLU
+    if activation not in ACTIVATIONS:
+        raise errors.InvalidArgumentError(
+            f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    gate_up = bool(merged) or bool(interleaved)
+    if (weights_transposed or has_bias) and not gate_up:
+        raise errors.InvalidArgumentError(
+            "weights_transposed and has_bias need a gate_up weight (merged=True or "
+            "interleaved=True), not the split layout")
+    desc.fc1_layout = (_capi.FC1_INTERLEAVED if interleaved else
+                       _capi.FC1_MERGED if merged else _capi.FC1_SPLIT)
+    desc.activation = ACTIVATIONS[activation]
+    desc.activation_alpha = check_activation_alpha(activation, activation_alpha)
+    desc.weights_transposed = 1 if weights_transposed else 0
+    desc.has_bias = 1 if has_bias else 0
     desc.swiglu_limit = check_swiglu_limit(swiglu_limit)
     desc.weight_grad_dtype = _capi.dtype_code(weight_grad_dtype) if weight_grad_dtype is not None \
         else code
@@ -186,6 +210,27 @@ def check_swiglu_limit(limit: Optional[float]) -> float:
     if not math.isfinite(value) or ctypes.c_float(value).value <= 0.0 or value > 3.4e38:
         raise errors.InvalidArgumentError(
             f"swiglu_limit must be None (no limit) or a finite value > 0, got {limit!r}")
+    return value
+
+
+def check_activation_alpha(activation: str, alpha: Optional[float]) -> float:
+    """The activation's alpha as the library receives it: "swiglu" takes none (None -> 0.0);
+    "gpt_oss" takes None (-> 1.702, gpt-oss's) or a finite value > 0 (judged as float32)."""
+    if activation == "swiglu":
+        if alpha is not None:
+            raise errors.InvalidArgumentError(
+                f"alpha is only for activation='gpt_oss'; with 'swiglu' it must be None, got "
+                f"{alpha!r}")
+        return 0.0
+    if alpha is None:
+        return _capi.GPT_OSS_ALPHA
+    # A number only (a string such as "1.7" is a mistake, not an alpha).
+    value = float(alpha) if isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) \
+        else float("nan")
+    if not math.isfinite(value) or ctypes.c_float(value).value <= 0.0 or value > 3.4e38:
+        raise errors.InvalidArgumentError(
+            f"alpha must be None (gpt-oss's {_capi.GPT_OSS_ALPHA}) or a finite value > 0, got "
+            f"{alpha!r}")
     return value
 
 
@@ -215,7 +260,8 @@ class Plan(_OwnedHandle):
 
     @property
     def merged(self) -> bool:
-        return self.desc.fc1_layout == _capi.FC1_MERGED
+        """Whether fc1 is one gate_up weight (MERGED or INTERLEAVED)."""
+        return self.desc.fc1_layout in (_capi.FC1_MERGED, _capi.FC1_INTERLEAVED)
 
     def saved_size(self, num_tokens: int) -> int:
         out = c_size_t()
@@ -229,7 +275,9 @@ class Plan(_OwnedHandle):
 
     def forward(self, *, num_tokens: int, x, selected_experts, routing_weights, w_down, out,
                 saved, saved_size: int, workspace, workspace_size: int, w_gate=None, w_up=None,
-                w_gate_up=None, stream: Optional[int] = None) -> None:
+                w_gate_up=None, b_gate_up=None, b_down=None,
+                stream: Optional[int] = None) -> None:
+        """b_gate_up [E,2I] and b_down [E,H]: the biases of a has_bias plan (since 0.5)."""
         p = _capi.pointer
         args = _capi.init_struct(_capi.ForwardArgs)
         args.num_tokens = num_tokens
@@ -246,14 +294,19 @@ class Plan(_OwnedHandle):
         args.workspace = p(workspace)
         args.workspace_size = workspace_size
         args.stream = stream
+        args.b_gate_up = p(b_gate_up)
+        args.b_down = p(b_down)
         _capi.check(_capi.lib().moejit_plan_forward(self.handle, byref(args)))
 
     def backward(self, *, num_tokens: int, x, dout, routing_weights, w_down, saved,
                  saved_size: int, dx, d_routing_weights, dw_down, workspace, workspace_size: int,
                  w_gate=None, w_up=None, w_gate_up=None, dw_gate=None, dw_up=None,
-                 dw_gate_up=None, stream: Optional[int] = None) -> None:
+                 dw_gate_up=None, b_down=None, db_gate_up=None, db_down=None,
+                 stream: Optional[int] = None) -> None:
         """x: the forward's input [T,H] (since 0.2 the saved buffer no longer holds its
-        scatter; None only when num_tokens is 0)."""
+        scatter; None only when num_tokens is 0). A has_bias plan (since 0.5) takes b_down
+        [E,H] as in forward and writes (or, accumulating, adds into) db_gate_up [E,2I] and
+        db_down [E,H] in the weight-gradient dtype."""
         p = _capi.pointer
         args = _capi.init_struct(_capi.BackwardArgs)
         args.num_tokens = num_tokens
@@ -275,11 +328,22 @@ class Plan(_OwnedHandle):
         args.workspace = p(workspace)
         args.workspace_size = workspace_size
         args.stream = stream
+        args.b_down = p(b_down)
+        args.db_gate_up = p(db_gate_up)
+        args.db_down = p(db_down)
         _capi.check(_capi.lib().moejit_plan_backward(self.handle, byref(args)))
 
     def __repr__(self) -> str:
         d = self.desc
+        layout = {_capi.FC1_SPLIT: "split", _capi.FC1_MERGED: "merged",
+                  _capi.FC1_INTERLEAVED: "interleaved"}.get(d.fc1_layout, str(d.fc1_layout))
+        extra = ""
+        if d.activation == _capi.ACTIVATION_GPT_OSS:
+            extra += f" gpt_oss(alpha={d.activation_alpha:g})"
+        if d.weights_transposed:
+            extra += " transposed"
+        if d.has_bias:
+            extra += " bias"
         return (f"<moejit.Plan {_capi.DTYPE_NAMES.get(d.dtype, d.dtype)} H={d.hidden_size} "
-                f"I={d.intermediate_size} E={d.num_experts} k={d.top_k} "
-                f"{'merged' if self.merged else 'split'}"
-                f"{f' limit={d.swiglu_limit:g}' if d.swiglu_limit > 0 else ''}>")
+                f"I={d.intermediate_size} E={d.num_experts} k={d.top_k} {layout}"
+                f"{f' limit={d.swiglu_limit:g}' if d.swiglu_limit > 0 else ''}{extra}>")

@@ -13,6 +13,36 @@ workspace come from PyTorch's allocator, and nothing synchronises with the host,
 can be captured in a CUDA graph once it has run eagerly for its shape (the first call JIT
 compiles and loads kernels, which cannot happen during capture).
 
+gpt-oss and expert biases (since 0.5): fused_moe_merged takes keyword arguments for the
+experts of gpt-oss (and of any model with a gate_up weight and per-expert biases):
+
+    out = mt.fused_moe_merged(x, selected, weights, gate_up_proj, down_proj, 7.0,
+                              activation="gpt_oss", alpha=1.702, interleaved=True,
+                              weights_transposed=True, b_gate_up=gate_up_proj_bias,
+                              b_down=down_proj_bias)
+
+  activation   "swiglu" (default): h = silu(g')·u'; "gpt_oss": h = (u' + 1)·g'·sigmoid(alpha·g')
+               where g' = min(g, L), u' = clamp(u, -L, L) with L = swiglu_limit (None: no
+               limit); the limit's gradient masks are inclusive (g <= L, -L <= u <= L).
+  alpha        gpt_oss only: None means 1.702; a finite value > 0 otherwise; an error with
+               "swiglu".
+  interleaved  w_gate_up's 2I dim alternates gate and up (gate i at 2i, up i at 2i + 1, as
+               gpt-oss stores gate_up_proj); default False: gate first, then up.
+  weights_transposed
+               w_gate_up [E, H, 2I] and w_down [E, I, H] (x·W, gpt-oss's gate_up_proj and
+               down_proj); default False: [E, 2I, H] and [E, H, I]. Gradients keep the layout.
+  b_gate_up, b_down
+               [E, 2I] (in w_gate_up's gate/up order) and [E, H], x's dtype, both or neither:
+               g and u include fc1's bias and out[t] = sum_j w[t,j]·(fc2(h) + b_down[e]).
+               Differentiable like the weights.
+  main_grads   with biases, four float32 buffers (g_gate_up, g_down, g_b_gate_up, g_b_down).
+
+These calls run the custom op torch.ops.moejit.fused_moe_gated (moejit/_op.py); the 0.4 call
+(swiglu, gate first, [E, 2I, H], no biases) keeps torch.ops.moejit.fused_moe_merged. Bad
+arguments (an unknown activation, alpha with swiglu or <= 0, one bias without the other, a
+shape or dtype that does not fit the layout) raise moejit.InvalidArgumentError naming the
+argument and the expected value, before anything launches.
+
 Megatron-style main_grad: MoEExperts(..., accumulate_into_main_grad=True), or
 fused_moe(..., main_grads=(g_gate, g_up, g_down)), adds the float32 weight gradients into the
 parameters' float32 `main_grad` buffers inside the backward kernels (no bf16 rounding of the
@@ -30,8 +60,9 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import _op, errors
+from . import _capi, _op, errors
 from ._op import _plans, clear_caches, saved_bytes_bound  # noqa: F401  (_plans: tests look)
+from .core import ACTIVATIONS
 
 __all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "saved_bytes_bound"]
 
@@ -159,17 +190,130 @@ def fused_moe(x: torch.Tensor, selected_experts: torch.Tensor, routing_weights: 
                   swiglu_limit, main_grads)
 
 
+class _GatedMainGradFunction(torch.autograd.Function):
+    """fused_moe_gated with the weight (and bias) gradients added into float32 main_grad
+    buffers, as _MainGradFunction does for the 0.4 layer. options: the op's (swiglu_limit,
+    activation, alpha, interleaved, weights_transposed); main_grads: (g_gate_up, g_down) or,
+    with biases, (g_gate_up, g_down, g_b_gate_up, g_b_down)."""
+
+    @staticmethod
+    def forward(ctx, x, selected_experts, routing_weights, options, main_grads, w_gate_up,
+                w_down, b_gate_up, b_down):
+        out, saved = _ops.fused_moe_gated(x, selected_experts, routing_weights, w_gate_up,
+                                          w_down, b_gate_up, b_down, *options)
+        ctx.save_for_backward(x, selected_experts, routing_weights, w_gate_up, w_down,
+                              b_gate_up, b_down, saved)
+        ctx.options = options
+        ctx.main_grads = main_grads
+        ctx.params = (w_gate_up, w_down, b_gate_up, b_down)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved = ctx.saved_tensors
+        main_grads = tuple(ctx.main_grads)
+        if len(main_grads) == 2:
+            main_grads += (None, None)
+        dx, drw = _ops.fused_moe_gated_backward_main_grad(
+            dout, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved, *ctx.options,
+            *main_grads)
+        needs = ctx.needs_input_grad
+        return ((dx if needs[0] else None), None, (drw if needs[2] else None), None, None,
+                *(None if p is None else _megatron_weight_grad(p) for p in ctx.params))
+
+
+def _alpha(where: str, activation: str, alpha) -> float:
+    """core.check_activation_alpha without ctypes (torch.compile traces this function); the
+    op checks the value again as float32."""
+    if activation == "swiglu":
+        if alpha is not None:
+            raise errors.InvalidArgumentError(
+                f"{where}: alpha is only for activation='gpt_oss'; with 'swiglu' it must be "
+                f"None, got {alpha!r}")
+        return 0.0
+    if alpha is None:
+        return _capi.GPT_OSS_ALPHA
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
+            not (0.0 < alpha <= 3.4e38):  # also NaN
+        raise errors.InvalidArgumentError(
+            f"{where}: alpha must be None (gpt-oss's {_capi.GPT_OSS_ALPHA}) or a finite value "
+            f"> 0, got {alpha!r}")
+    return float(alpha)
+
+
+def _flag(where: str, name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise errors.InvalidArgumentError(f"{where}: {name} must be True or False, got {value!r}")
+    return value
+
+
 def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
                      routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
                      w_down: torch.Tensor, swiglu_limit: Optional[float] = None, *,
-                     main_grads: Optional[Sequence[torch.Tensor]] = None) -> torch.Tensor:
-    """As fused_moe, with merged fc1 weights w_gate_up [E, 2I, H] (gate rows first);
-    main_grads: None or float32 (g_gate_up, g_down)."""
+                     main_grads: Optional[Sequence[torch.Tensor]] = None,
+                     activation: str = "swiglu", alpha: Optional[float] = None,
+                     interleaved: bool = False, weights_transposed: bool = False,
+                     b_gate_up: Optional[torch.Tensor] = None,
+                     b_down: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """As fused_moe, with one fc1 weight w_gate_up [E, 2I, H] (gate rows first) and w_down
+    [E, H, I]; main_grads: None or float32 (g_gate_up, g_down).
+
+    Since 0.5 (gpt-oss and expert biases):
+      activation: "swiglu" (h = silu(g')·u') or "gpt_oss" (h = (u' + 1)·g'·sigmoid(alpha·g'),
+        with g' = min(g, L), u' = clamp(u, -L, L) for L = swiglu_limit, as with swiglu);
+      alpha: gpt_oss only, None for 1.702 (gpt-oss's), else a finite value > 0; an error with
+        swiglu;
+      interleaved: w_gate_up's 2I dim alternates gate and up (gate i at 2i, up i at 2i + 1, as
+        gpt-oss stores it) instead of gate first, then up;
+      weights_transposed: w_gate_up [E, H, 2I] and w_down [E, I, H] (x·W, gpt-oss's layout);
+      b_gate_up [E, 2I] (in w_gate_up's gate/up order) and b_down [E, H], both or neither, in
+        x's dtype: g, u include fc1's bias, and out[t] = sum_j w[t,j]·(fc2(h) + b_down[e]).
+    The result is differentiable in x, routing_weights, w_gate_up, w_down, b_gate_up and
+    b_down; gradients have their tensor's shape and dtype. With biases, main_grads is four
+    float32 tensors (g_gate_up, g_down, g_b_gate_up, g_b_down), and the biases, like the
+    weights, get no .grad. gpt-oss: activation="gpt_oss", swiglu_limit=7.0, interleaved=True,
+    weights_transposed=True and its biases.
+    """
     where = "moejit.torch.fused_moe_merged"
     _require_tensors(where, x=x, selected_experts=selected_experts,
                      routing_weights=routing_weights, w_gate_up=w_gate_up, w_down=w_down)
-    return _fused(where, x, selected_experts, routing_weights, (w_gate_up, w_down),
-                  swiglu_limit, main_grads)
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise errors.InvalidArgumentError(
+            f"{where}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got "
+            f"{activation!r}")
+    resolved_alpha = _alpha(where, activation, alpha)
+    interleaved = _flag(where, "interleaved", interleaved)
+    weights_transposed = _flag(where, "weights_transposed", weights_transposed)
+    if (b_gate_up is None) != (b_down is None):
+        given, missing = ("b_gate_up", "b_down") if b_down is None else ("b_down", "b_gate_up")
+        raise errors.InvalidArgumentError(
+            f"{where}: {given} is given but {missing} is None: pass both biases (b_gate_up "
+            "[E, 2I] and b_down [E, H]) or neither")
+    has_bias = b_gate_up is not None
+    if has_bias:
+        _require_tensors(where, b_gate_up=b_gate_up, b_down=b_down)
+    if activation == "swiglu" and not (interleaved or weights_transposed or has_bias):
+        # The 0.4 layer: its own ops, unchanged.
+        return _fused(where, x, selected_experts, routing_weights, (w_gate_up, w_down),
+                      swiglu_limit, main_grads)
+    options = (_limit(where, swiglu_limit), activation, resolved_alpha, interleaved,
+               weights_transposed)
+    if main_grads is not None:
+        main_grads = tuple(main_grads)
+        expected = 4 if has_bias else 2
+        if len(main_grads) != expected:
+            what = ("(g_gate_up, g_down, g_b_gate_up, g_b_down) with biases" if has_bias else
+                    "(g_gate_up, g_down) without biases")
+            raise errors.InvalidArgumentError(
+                f"{where}: main_grads must be {expected} float32 tensors {what}, got "
+                f"{len(main_grads)}")
+        _require_tensors(where, **{f"main_grads[{i}]": g for i, g in enumerate(main_grads)})
+        return _GatedMainGradFunction.apply(x, selected_experts, routing_weights, options,
+                                            main_grads, w_gate_up, w_down, b_gate_up, b_down)
+    out, _ = _ops.fused_moe_gated(x, selected_experts, routing_weights, w_gate_up, w_down,
+                                  b_gate_up, b_down, *options)
+    return out
 
 
 class _DirectFunction(torch.autograd.Function):

@@ -137,3 +137,51 @@ def test_options_defaults_from_the_library(lib):
     options = _capi.init_struct(_capi.ContextOptions)
     assert options.cache_dir is None and options.arch is None
     assert options.jit_mode == _capi.JIT_FROM_ENV and options.compile_only == 0
+
+
+# The 0.5 growth (moejit.h, capi_struct.hpp's LP64 pins): the new fields' offsets and sizes,
+# and the sizes of earlier releases, which the library keeps accepting.
+GROWTH_0_5 = {
+    _capi.PlanDesc: (96, {"tokens_hint": 72, "activation_alpha": 80, "weights_transposed": 84,
+                          "has_bias": 88}, (80,)),
+    _capi.ForwardArgs: (136, {"stream": 112, "b_gate_up": 120, "b_down": 128}, (120,)),
+    _capi.BackwardArgs: (184, {"x": 152, "b_down": 160, "db_gate_up": 168, "db_down": 176},
+                         (152, 160)),
+}
+
+
+@pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8, reason="the pins are LP64's")
+@pytest.mark.parametrize("cls", list(GROWTH_0_5), ids=lambda c: c.__name__)
+def test_0_5_fields_are_appended_at_the_pinned_offsets(cls):
+    size, offsets, _ = GROWTH_0_5[cls]
+    assert ctypes.sizeof(cls) == size
+    for field, offset in offsets.items():
+        assert getattr(cls, field).offset == offset, field
+    # Appended: every 0.5 field lies past the 0.4 struct.
+    old = GROWTH_0_5[cls][2][-1]
+    names = [f for f, _ in cls._fields_]
+    new = [f for f in names if getattr(cls, f).offset >= old]
+    assert new == names[len(names) - len(new):]
+
+
+def test_0_5_enum_values():
+    assert (_capi.FC1_SPLIT, _capi.FC1_MERGED, _capi.FC1_INTERLEAVED) == (0, 1, 2)
+    assert (_capi.ACTIVATION_SWIGLU, _capi.ACTIVATION_GPT_OSS) == (0, 1)
+
+
+@pytest.mark.parametrize("cls", list(GROWTH_0_5), ids=lambda c: c.__name__)
+def test_library_inits_the_0_5_fields_to_zero_and_accepts_older_sizes(lib, cls):
+    value = _capi.c_init_struct(cls)
+    size, offsets, older = GROWTH_0_5[cls]
+    for field in offsets:
+        if getattr(cls, field).offset >= older[-1]:
+            assert getattr(value, field) in (0, None), field  # zero: the 0.4 behaviour
+    init = getattr(lib, _capi.STRUCTS[cls][1] + "_sized")
+    for old in older:
+        buffer = (ctypes.c_char * size)(*([b"\xab"] * size))
+        _capi.check(init(ctypes.cast(buffer, ctypes.POINTER(cls)), old))
+        assert ctypes.c_size_t.from_buffer(buffer).value == old
+        assert bytes(buffer[old:]) == b"\xab" * (size - old), "wrote past the older size"
+    with pytest.raises(moejit.InvalidArgumentError, match="struct_size"):
+        _capi.check(init(ctypes.cast((ctypes.c_char * size)(), ctypes.POINTER(cls)),
+                         older[-1] + 8))

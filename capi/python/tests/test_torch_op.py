@@ -48,6 +48,29 @@ SCHEMAS = {
                                            "Tensor w_down, Tensor saved, float swiglu_limit, "
                                            "Tensor(a8!) main_grad_gate_up, "
                                            "Tensor(a9!) main_grad_down) -> (Tensor, Tensor)",
+    "fused_moe_gated": "moejit::fused_moe_gated(Tensor x, Tensor selected_experts, "
+                       "Tensor routing_weights, Tensor w_gate_up, Tensor w_down, "
+                       "Tensor? b_gate_up, Tensor? b_down, float swiglu_limit, str activation, "
+                       "float alpha, bool interleaved, bool weights_transposed) -> "
+                       "(Tensor, Tensor)",
+    "fused_moe_gated_backward": "moejit::fused_moe_gated_backward(Tensor dout, Tensor x, "
+                                "Tensor selected_experts, Tensor routing_weights, "
+                                "Tensor w_gate_up, Tensor w_down, Tensor? b_gate_up, "
+                                "Tensor? b_down, Tensor saved, float swiglu_limit, "
+                                "str activation, float alpha, bool interleaved, "
+                                "bool weights_transposed) -> "
+                                "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "fused_moe_gated_backward_main_grad": "moejit::fused_moe_gated_backward_main_grad("
+                                          "Tensor dout, Tensor x, Tensor selected_experts, "
+                                          "Tensor routing_weights, Tensor w_gate_up, "
+                                          "Tensor w_down, Tensor? b_gate_up, Tensor? b_down, "
+                                          "Tensor saved, float swiglu_limit, str activation, "
+                                          "float alpha, bool interleaved, "
+                                          "bool weights_transposed, "
+                                          "Tensor(a14!) main_grad_gate_up, "
+                                          "Tensor(a15!) main_grad_down, "
+                                          "Tensor(a16!)? main_grad_b_gate_up, "
+                                          "Tensor(a17!)? main_grad_b_down) -> (Tensor, Tensor)",
 }
 
 
@@ -277,3 +300,84 @@ def test_module_flags_and_repr():
     layer = mt.MoEExperts(E, 64, 32, merged=True, accumulate_into_main_grad=True)
     assert "accumulate_into_main_grad" in repr(layer)
     assert [n for n, _ in layer.named_parameters()] == ["w_gate_up", "w_down"]
+
+
+# ---- the gated op (since 0.5)
+
+GATED = [(bias, transposed, lead) for bias in (False, True) for transposed in (False, True)
+         for lead in ((300,), (0,), (2, 7))]
+
+
+@pytest.mark.parametrize("bias,transposed,lead", GATED,
+                         ids=lambda v: str(v).replace(" ", "").replace(",", "x"))
+def test_fake_gated_forward_and_backward_shapes(bias, transposed, lead):
+    fake = FakeTensorMode()
+    x, sel, rw, _ = _layer(fake, lead)
+    with fake:
+        wgu = torch.empty(*((E, H, 2 * I) if transposed else (E, 2 * I, H)), dtype=BF16,
+                          device="cuda")
+        wd = torch.empty(*((E, I, H) if transposed else (E, H, I)), dtype=BF16, device="cuda")
+        bgu = torch.empty(E, 2 * I, dtype=BF16, device="cuda") if bias else None
+        bd = torch.empty(E, H, dtype=BF16, device="cuda") if bias else None
+        options = (7.0, "gpt_oss", 1.702, True, transposed)
+        out, saved = torch.ops.moejit.fused_moe_gated(x, sel, rw, wgu, wd, bgu, bd, *options)
+        assert out.shape == x.shape and out.dtype == BF16
+        assert saved.shape[0] == mt.saved_bytes_bound(_tokens(lead), H, I, E, K)
+        public = mt.fused_moe_merged(x, sel, rw, wgu, wd, 7.0, activation="gpt_oss",
+                                     interleaved=True, weights_transposed=transposed,
+                                     b_gate_up=bgu, b_down=bd)
+        assert public.shape == x.shape
+        grads = torch.ops.moejit.fused_moe_gated_backward(torch.empty_like(out), x, sel, rw,
+                                                          wgu, wd, bgu, bd, saved, *options)
+        likes = (x, rw, wgu, wd) + ((bgu, bd) if bias else (None, None))
+        for g, like in zip(grads, likes):
+            if like is None:
+                assert g.shape == (0,)
+            else:
+                assert g.shape == like.shape and g.dtype == like.dtype
+        mains = [torch.empty(t.shape, dtype=torch.float32, device="cuda") if t is not None
+                 else None for t in (wgu, wd, bgu, bd)]
+        dx, drw = torch.ops.moejit.fused_moe_gated_backward_main_grad(
+            torch.empty_like(out), x, sel, rw, wgu, wd, bgu, bd, saved, *options, *mains)
+        assert dx.shape == x.shape and drw.shape == rw.shape
+
+
+def test_gated_main_grad_for_a_bias_the_layer_lacks_is_an_error():
+    fake = FakeTensorMode()
+    x, sel, rw, _ = _layer(fake)
+    with fake:
+        wgu = torch.empty(E, 2 * I, H, dtype=BF16, device="cuda")
+        wd = torch.empty(E, H, I, dtype=BF16, device="cuda")
+        options = (0.0, "swiglu", 0.0, True, False)
+        out, saved = torch.ops.moejit.fused_moe_gated(x, sel, rw, wgu, wd, None, None, *options)
+        mains = [torch.empty(t.shape, dtype=torch.float32, device="cuda") for t in (wgu, wd)]
+        with pytest.raises(moejit.InvalidArgumentError,
+                           match="a main_grad for b_down is given but the layer has no b_down"):
+            torch.ops.moejit.fused_moe_gated_backward_main_grad(
+                out, x, sel, rw, wgu, wd, None, None, saved, *options, *mains, None,
+                torch.empty(E, H, device="cuda"))
+
+
+def test_plan_key_holds_every_descriptor_field():
+    """Layers that differ in any 0.5 option get different plans (moejit._op._plan's key)."""
+    from moejit._validate import TensorInfo, check_layer
+
+    def spec(**kw):
+        def t(shape, dtype="bfloat16"):
+            return TensorInfo(shape, dtype, "cuda:0", True)
+        transposed = kw.get("weights_transposed", False)
+        args = dict(activation="swiglu", alpha=None, interleaved=False,
+                    weights_transposed=False, b_gate_up=None, b_down=None)
+        args.update(kw)
+        return check_layer("t", t((64, H)), t((64, K), "int64"), t((64, K), "float32"), None,
+                           None, t((E, H, 2 * I) if transposed else (E, 2 * I, H)),
+                           t((E, I, H) if transposed else (E, H, I)), None, **args)
+    bias = dict(b_gate_up=TensorInfo((E, 2 * I), "bfloat16", "cuda:0", True),
+                b_down=TensorInfo((E, H), "bfloat16", "cuda:0", True))
+    variants = [spec(), spec(interleaved=True), spec(weights_transposed=True), spec(**bias),
+                spec(activation="gpt_oss"), spec(activation="gpt_oss", alpha=1.5)]
+    device = torch.device("cuda", 0)
+    keys = [_op._plan_key(s, device) for s in variants]
+    assert len(set(keys)) == len(keys), keys
+    # T only picks the bucket; main_grad is part of the key.
+    assert _op._plan_key(variants[0], device) != _op._plan_key(variants[0], device, True)

@@ -1,7 +1,8 @@
 """The custom ops' integration with PyTorch, tested on the CPU: the library's launches are
-replaced by a float32 reference (moejit._op._forward / _backward patched, and CPU tensors
-accepted as if they were on the GPU), everything else is the real binding: the wrappers, the
-schemas, the fake implementations, register_autograd, the main_grad autograd.Function. So
+replaced by a float32 reference (moe_emulation.py: moejit._op._forward / _backward patched,
+and CPU tensors accepted as if they were on the GPU), everything else is the real binding:
+the wrappers, the schemas, the fake implementations, register_autograd, the main_grad
+autograd.Function. So
 torch.library.opcheck, torch.compile(fullgraph=True) with dynamic shapes and the main_grad
 path run here without a GPU; test_torch_op_gpu.py repeats what needs the real kernels."""
 
@@ -14,104 +15,22 @@ except ImportError:
 
 import torch._dynamo  # noqa: E402
 import torch._dynamo.testing  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+import moe_emulation  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
-from moejit import _op  # noqa: E402
-from moejit._validate import TensorInfo  # noqa: E402
 
 H, I, E, K = 32, 16, 4, 2
 FULLGRAPH_MAIN_GRAD = True
 BF16 = torch.bfloat16
 
 
-def _fc1(w_gate, w_up, w_gate_up):
-    if w_gate_up is not None:
-        inter = w_gate_up.shape[1] // 2
-        return w_gate_up[:, :inter], w_gate_up[:, inter:]
-    return w_gate, w_up
-
-
-def _routes(x, sel, rw, w_gate, w_up, w_gate_up, w_down, limit):
-    """Per-route float32 intermediates, [T, k, ...]."""
-    hidden = x.shape[-1]
-    k = sel.shape[-1]
-    xf = x.reshape(-1, hidden).float()
-    s = sel.reshape(-1, k).long()
-    r = rw.reshape(-1, k).float()
-    wg, wu = (w.float()[s] for w in _fc1(w_gate, w_up, w_gate_up))  # [T,k,I,H]
-    wd = w_down.float()[s]                                              # [T,k,H,I]
-    g = torch.einsum("th,tkih->tki", xf, wg)
-    u = torch.einsum("th,tkih->tki", xf, wu)
-    gc, uc = (g.clamp(max=limit), u.clamp(-limit, limit)) if limit else (g, u)
-    a = F.silu(gc) * uc
-    y = torch.einsum("tki,tkhi->tkh", a, wd)
-    return xf, s, r, wg, wu, wd, g, u, gc, uc, a, y
-
-
-def fake_forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit):
-    spec = _op.check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit)
-    *_, r, _, _, _, _, _, _, _, _, y = _routes(x, sel, rw, w_gate, w_up, w_gate_up, w_down,
-                                               swiglu_limit)
-    out = (r.unsqueeze(-1) * y).sum(1).to(x.dtype).reshape(x.shape)
-    saved = torch.zeros(_op._saved_bound(spec), dtype=torch.uint8, device=x.device)
-    return out, saved
-
-
-def fake_backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
-                  swiglu_limit, main_grads=None):
-    _op._backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
-                         swiglu_limit, main_grads)
-    xf, s, r, wg, wu, wd, g, u, gc, uc, a, y = _routes(x, sel, rw, w_gate, w_up, w_gate_up,
-                                                        w_down, swiglu_limit)
-    d = dout.reshape(xf.shape).float()
-    drw = torch.einsum("th,tkh->tk", d, y)
-    dy = r.unsqueeze(-1) * d.unsqueeze(1)                                # [T,k,H]
-    da = torch.einsum("tkh,tkhi->tki", dy, wd)
-    sig = torch.sigmoid(gc)
-    dgc = da * uc * sig * (1 + gc * (1 - sig))
-    duc = da * F.silu(gc)
-    if swiglu_limit:
-        dgc = dgc * (g <= swiglu_limit)
-        duc = duc * (u.abs() <= swiglu_limit)
-    dx = torch.einsum("tki,tkih->th", dgc, wg) + torch.einsum("tki,tkih->th", duc, wu)
-    n_exp = w_down.shape[0]
-
-    def per_expert(routes):  # [T,k,...] -> [E,...]
-        out = torch.zeros((n_exp,) + routes.shape[2:], dtype=torch.float32)
-        return out.index_add(0, s.reshape(-1), routes.reshape((-1,) + routes.shape[2:]))
-
-    dwd = per_expert(torch.einsum("tkh,tki->tkhi", dy, a))
-    dwg = per_expert(torch.einsum("tki,th->tkih", dgc, xf))
-    dwu = per_expert(torch.einsum("tki,th->tkih", duc, xf))
-    grads = {"w_down": dwd}
-    if w_gate_up is not None:
-        grads["w_gate_up"] = torch.cat([dwg, dwu], 1)
-    else:
-        grads["w_gate"], grads["w_up"] = dwg, dwu
-    dx = dx.to(x.dtype).reshape(x.shape)
-    drw = drw.to(rw.dtype).reshape(rw.shape)
-    if main_grads is not None:
-        for name, g32 in grads.items():
-            main_grads[name].add_(g32)
-        return dx, drw, {}
-    return dx, drw, {n: g32.to(w_down.dtype) for n, g32 in grads.items()}
-
-
 @pytest.fixture(autouse=True)
 def emulated(monkeypatch):
-    real_info = _op._info
-
-    def info(where, name, tensor):
-        i = real_info(where, name, tensor)
-        if i is not None and i.device == "cpu":
-            i = TensorInfo(i.shape, i.dtype, "cuda:0", i.contiguous)
-        return i
-    monkeypatch.setattr(_op, "_info", info)
-    monkeypatch.setattr(_op, "_forward", fake_forward)
-    monkeypatch.setattr(_op, "_backward", fake_backward)
+    # The library's launches replaced by moe_emulation's float32 layer (shared with
+    # test_torch_op_gated_emulated.py).
+    moe_emulation.install(monkeypatch)
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()

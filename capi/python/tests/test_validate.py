@@ -183,3 +183,105 @@ def test_dtype_codes():
     for bad in ("float64", 0, 99, True):
         with pytest.raises(moejit.InvalidArgumentError):
             _capi.dtype_code(bad)
+
+
+# ---- the 0.5 layer options (activation, alpha, interleaved, weights_transposed, biases)
+
+
+GI = 16  # the gated tests' I: 2I != H, so a weight in the other layout has a wrong shape
+
+
+def gpt_oss(**override):
+    """gpt-oss's call: transposed weights [E, H, 2I] and [E, I, H], biases, interleaved."""
+    args = dict(x=t((T, H)), selected_experts=t((T, K), "int64"),
+                routing_weights=t((T, K), "float32"), w_gate=None, w_up=None,
+                w_gate_up=t((E, H, 2 * GI)), w_down=t((E, GI, H)), swiglu_limit=7.0,
+                activation="gpt_oss", alpha=None, interleaved=True, weights_transposed=True,
+                b_gate_up=t((E, 2 * GI)), b_down=t((E, H)))
+    args.update(override)
+    return check_layer("fused_moe_gated", **args)
+
+
+def test_good_gpt_oss_call():
+    spec = gpt_oss()
+    assert (spec.num_tokens, spec.hidden_size, spec.intermediate_size, spec.num_experts,
+            spec.top_k) == (T, H, GI, E, K)
+    assert spec.merged and spec.interleaved and spec.weights_transposed and spec.has_bias
+    assert spec.activation == "gpt_oss" and spec.alpha == pytest.approx(1.702)
+    assert spec.swiglu_limit == 7.0
+    assert gpt_oss(alpha=0.0).alpha == pytest.approx(1.702)  # 0: the C default
+    assert gpt_oss(alpha=2.5).alpha == 2.5
+
+
+def test_the_04_call_has_the_04_spec():
+    spec = check()
+    assert (spec.activation, spec.alpha, spec.interleaved, spec.weights_transposed,
+            spec.has_bias) == ("swiglu", 0.0, False, False, False)
+
+
+BAD_GATED = {
+    "activation": (dict(activation="relu"), "activation must be one of 'swiglu', 'gpt_oss'"),
+    "alpha with swiglu": (dict(activation="swiglu", alpha=1.0), "alpha is only for"),
+    "negative alpha": (dict(alpha=-1.0), "alpha must be None"),
+    "infinite alpha": (dict(alpha=float("inf")), "alpha must be None"),
+    "tiny alpha": (dict(alpha=1e-50), "alpha must be None"),
+    "b_down missing": (dict(b_down=None), "b_gate_up is given but b_down is not"),
+    "b_gate_up missing": (dict(b_gate_up=None), "b_down is given but b_gate_up is not"),
+    "b_gate_up shape": (dict(b_gate_up=t((E, GI))), "b_gate_up must be [E, 2I] = [4, 32]"),
+    "b_down shape": (dict(b_down=t((E, GI))), "b_down must be [E, H] = [4, 64], got [4, 16]"),
+    "b_down dtype": (dict(b_down=t((E, H), "float16")), "b_down must have x's dtype"),
+    "b_down device": (dict(b_down=t((E, H), device="cuda:1")), "b_down is on cuda:1"),
+    "bias non-contiguous": (dict(b_gate_up=t((E, 2 * GI), contiguous=False)),
+                            "b_gate_up must be contiguous"),
+    "untransposed fc1": (dict(w_gate_up=t((E, 2 * GI, H))),
+                         "w_gate_up must be [E, H, 2I] = [4, 64, 64] (H is the hidden size 64"),
+    "odd 2I": (dict(w_gate_up=t((E, H, 2 * GI + 1))), "even last dim (2I)"),
+    "untransposed down": (dict(w_down=t((E, H, GI))),
+                          "w_down must be [E, I, H] = [4, 16, 64] (weights_transposed)"),
+    "split interleaved": (dict(w_gate_up=None, w_gate=t((E, GI, H)), w_up=t((E, GI, H)),
+                               w_down=t((E, H, GI)), b_gate_up=None, b_down=None,
+                               weights_transposed=False),
+                          "interleaved need the gate_up weight w_gate_up"),
+    "split biases": (dict(w_gate_up=None, w_gate=t((E, GI, H)), w_up=t((E, GI, H)),
+                          w_down=t((E, H, GI)), interleaved=False, weights_transposed=False),
+                     "biases need the gate_up weight"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_GATED))
+def test_bad_gated_arguments(case):
+    override, message = BAD_GATED[case]
+    with pytest.raises(moejit.InvalidArgumentError) as info:
+        gpt_oss(**override)
+    assert message in info.value.message
+    assert info.value.message.startswith("fused_moe_gated: ")
+
+
+def test_plan_desc_0_5_fields(lib):
+    d = plan_desc(dtype="bf16", hidden_size=H, intermediate_size=I, num_experts=E, top_k=K,
+                  interleaved=True, activation="gpt_oss", swiglu_limit=7.0,
+                  weights_transposed=True, has_bias=True)
+    assert d.fc1_layout == _capi.FC1_INTERLEAVED and d.activation == _capi.ACTIVATION_GPT_OSS
+    assert d.activation_alpha == pytest.approx(1.702) and d.swiglu_limit == 7.0
+    assert d.weights_transposed == 1 and d.has_bias == 1
+    d = plan_desc(dtype="bf16", hidden_size=H, intermediate_size=I, num_experts=E, top_k=K,
+                  merged=True, activation="gpt_oss", activation_alpha=1.25)
+    assert d.fc1_layout == _capi.FC1_MERGED and d.activation_alpha == 1.25
+    d = plan_desc(dtype="bf16", hidden_size=H, intermediate_size=I, num_experts=E, top_k=K)
+    assert (d.fc1_layout, d.activation, d.activation_alpha, d.weights_transposed,
+            d.has_bias) == (_capi.FC1_SPLIT, _capi.ACTIVATION_SWIGLU, 0.0, 0, 0)
+
+
+@pytest.mark.parametrize("override,message", [
+    (dict(activation="gelu"), "activation"),
+    (dict(activation_alpha=1.0), "alpha is only for"),
+    (dict(activation="gpt_oss", activation_alpha=-1.0), "alpha must be"),
+    (dict(activation="gpt_oss", activation_alpha="1.7"), "alpha must be"),
+    (dict(has_bias=True), "need a gate_up weight"),
+    (dict(weights_transposed=True), "need a gate_up weight"),
+])
+def test_plan_desc_0_5_checks(lib, override, message):
+    args = dict(dtype="bfloat16", hidden_size=H, intermediate_size=I, num_experts=E, top_k=K)
+    args.update(override)
+    with pytest.raises(moejit.InvalidArgumentError, match=message):
+        plan_desc(**args)
