@@ -63,3 +63,60 @@ def build(family: str, experts_implementation: str, dtype=None, device="cpu", se
     model = AutoModelForCausalLM.from_config(cfg, experts_implementation=experts_implementation,
                                              attn_implementation="eager")
     return model.to(device=device, dtype=dtype or torch.float32)
+
+
+# ------------------------------------------------------------------ test helpers
+
+
+def experts_modules(model):
+    return [m for m in model.modules() if hasattr(m, "gate_up_proj")]
+
+
+def rescale_experts(model, seed):
+    """transformers' init (std 0.02) makes the experts a tiny part of each layer's output;
+    give them fan-in scaled weights (and biases) so a wrong expert computation shows."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in experts_modules(model):
+            for name, p in m.named_parameters(recurse=False):
+                fan_in = p.shape[-1] if not getattr(m, "is_transposed", False) else p.shape[-2]
+                if p.dim() == 2:  # a bias
+                    fan_in = 4 * p.shape[-1]
+                p.copy_((torch.randn(p.shape, generator=g) * fan_in ** -0.5).to(p.device))
+        # Routers with well separated scores, so that bf16 rounding differences between the
+        # two models do not flip a token's top-k choice (which no tolerance could absorb).
+        for m in model.modules():
+            if "Router" in type(m).__name__:
+                m.weight.copy_((torch.randn(m.weight.shape, generator=g) * 4).to(m.weight.device))
+
+
+def model_pair(family, dtype=None, seed=0, device="cpu", **sizes):
+    """(eager model, moejit model) with identical weights."""
+    import torch
+    dtype = dtype or torch.bfloat16
+    eager = build(family, "eager", dtype=dtype, seed=seed, **sizes)
+    rescale_experts(eager, seed + 1)
+    eager.to(device)
+    fused = build(family, "moejit", dtype=dtype, seed=seed + 7, device=device, **sizes)
+    fused.load_state_dict(eager.state_dict())
+    assert fused.config._experts_implementation == "moejit"
+    return eager, fused
+
+
+def run(model, ids, owner=None):
+    """(logits, loss, {name: grad}) of one step; owner: the module holding the parameters
+    (the original of a compiled model)."""
+    owner = model if owner is None else owner
+    owner.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    grads = {n: p.grad for n, p in owner.named_parameters()}
+    return out.logits.detach(), out.loss.detach(), grads
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    den = b.norm().item()
+    diff = (a - b).norm().item()
+    return diff / den if den > 0 else diff

@@ -42,7 +42,8 @@ from moejit import _op  # noqa: E402
 from moejit._validate import TensorInfo  # noqa: E402
 from moejit.integrations import transformers as mjt  # noqa: E402
 
-from hf_families import FAMILIES, build  # noqa: E402
+from hf_families import (FAMILIES, build, experts_modules, model_pair, rel,  # noqa: E402
+                         run)
 
 BF16 = torch.bfloat16
 SWIGLU_FAMILIES = [f for f in FAMILIES if f != "gpt_oss"]
@@ -203,56 +204,6 @@ def extended(monkeypatch):
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def experts_modules(model):
-    return [m for m in model.modules() if hasattr(m, "gate_up_proj")]
-
-
-def rescale_experts(model, seed):
-    """transformers' init (std 0.02) makes the experts a tiny part of each layer's output;
-    give them fan-in scaled weights (and biases) so a wrong expert computation shows."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in experts_modules(model):
-            for name, p in m.named_parameters(recurse=False):
-                fan_in = p.shape[-1] if not getattr(m, "is_transposed", False) else p.shape[-2]
-                if p.dim() == 2:  # a bias
-                    fan_in = 4 * p.shape[-1]
-                p.copy_(torch.randn(p.shape, generator=g) * fan_in ** -0.5)
-        # Routers with well separated scores, so that bf16 rounding differences between the
-        # two models do not flip a token's top-k choice (which no tolerance could absorb).
-        for m in model.modules():
-            if "Router" in type(m).__name__:
-                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * 4)
-
-
-def model_pair(family, dtype=BF16, seed=0, **sizes):
-    """(eager model, moejit model) with identical weights."""
-    eager = build(family, "eager", dtype=dtype, seed=seed, **sizes)
-    rescale_experts(eager, seed + 1)
-    fused = build(family, "moejit", dtype=dtype, seed=seed + 7, **sizes)
-    fused.load_state_dict(eager.state_dict())
-    assert fused.config._experts_implementation == "moejit"
-    return eager, fused
-
-
-def run(model, ids, owner=None):
-    """(logits, loss, {name: grad}) of one step; owner: the module holding the parameters
-    (the original of a compiled model)."""
-    owner = model if owner is None else owner
-    owner.zero_grad(set_to_none=True)
-    out = model(input_ids=ids, labels=ids)
-    out.loss.backward()
-    grads = {n: p.grad for n, p in owner.named_parameters()}
-    return out.logits.detach(), out.loss.detach(), grads
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    den = b.norm().item()
-    diff = (a - b).norm().item()
-    return diff / den if den > 0 else diff
 
 
 def assert_same_training_step(eager, fused, ids, logits_tol=LOGITS_TOL, grad_tol=GRAD_TOL):
