@@ -257,6 +257,25 @@ def test_importing_moejit_neither_imports_transformers_nor_registers():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+def test_extended_call_is_detected_from_the_signature(monkeypatch):
+    def plain(x, selected_experts, routing_weights, w_gate_up, w_down, swiglu_limit=None, *,
+              main_grads=None):
+        pass
+
+    def extended(x, selected_experts, routing_weights, w_gate_up, w_down, swiglu_limit=None,
+                 *, main_grads=None, activation="swiglu", alpha=None, interleaved=False,
+                 weights_transposed=False, b_gate_up=None, b_down=None):
+        pass
+    for fn, expected in ((plain, False), (extended, True)):
+        monkeypatch.setattr(mjt, "_fused_moe_merged", lambda fn=fn: fn)
+        mjt.register()
+        assert mjt._extended_api is expected
+    monkeypatch.undo()
+    mjt.register()
+    params = __import__("inspect").signature(mt.fused_moe_merged).parameters
+    assert mjt._extended_api is ("interleaved" in params)
+
+
 def test_unregistered_name_is_rejected_by_transformers(monkeypatch):
     """Without register(), transformers refuses the name (so register() is what enables it)."""
     monkeypatch.delitem(hf_moe.ExpertsInterface._global_mapping, "moejit")

@@ -69,12 +69,16 @@ def _detect_extended_api() -> bool:
     return all(name in params for name in _EXTENDED_PARAMS)
 
 
+def _set_extended_api() -> None:
+    global _extended_api
+    _extended_api = _detect_extended_api()
+
+
 def register() -> None:
     """Adds experts_implementation="moejit" to transformers (ExpertsInterface's class-wide
     mapping, so every model and every ExpertsInterface instance sees it). Idempotent. Raises
     ImportError with a clear message when transformers (>= 5, with the ExpertsInterface) is
     not installed."""
-    global _extended_api
     try:
         from transformers.integrations import moe as hf_moe
     except ImportError as e:
@@ -86,7 +90,7 @@ def register() -> None:
         raise ImportError(
             "moejit.integrations.transformers.register(): this transformers has no "
             "ExpertsInterface (transformers.integrations.moe); transformers >= 5 is required")
-    _extended_api = _detect_extended_api()
+    _set_extended_api()
     if interface._global_mapping.get(NAME) is not moejit_experts_forward:
         interface.register(NAME, moejit_experts_forward)
 
@@ -190,6 +194,8 @@ def _prepare(module, hidden_states, top_k_index, top_k_weights):
     has_bias = bool(getattr(module, "has_bias", False))
     name = type(module).__name__
     needs_extended = kind == "gpt_oss" or transposed or interleaved or has_bias
+    if needs_extended and _extended_api is None:
+        _set_extended_api()  # registered by hand, without register()
     if needs_extended and not _extended_api:
         return ("layout", f"{name} needs "
                 f"{'the gpt-oss activation, ' if kind == 'gpt_oss' else ''}"
@@ -227,6 +233,8 @@ def _prepare(module, hidden_states, top_k_index, top_k_weights):
         return ("shape", f"{name}'s expert weights are not 3-D")
     hidden = x.shape[-1]
     experts = w1.shape[0]
+    if hidden < 1:
+        return ("shape", f"{name} got hidden states of shape {list(x.shape)}")
     if transposed:
         h1, two_i = w1.shape[1], w1.shape[2]
         inter, h2 = w2.shape[1], w2.shape[2]
