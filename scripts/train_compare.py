@@ -102,11 +102,11 @@ def token_stream(vocab: int, length: int, seed: int):
     choice = torch.randint(0, 4, (length,), generator=g)
     noise = torch.rand(length, generator=g) < 0.1
     random_tokens = torch.randint(0, vocab, (length,), generator=g)
-    out = torch.empty(length, dtype=torch.long)
-    out[0] = 0
-    for i in range(1, length):  # 1e5-ish steps of Python: ~0.1 s
-        out[i] = random_tokens[i] if noise[i] else successors[out[i - 1], choice[i]]
-    return out
+    succ, ch, nz, rnd = (t.tolist() for t in (successors, choice, noise, random_tokens))
+    out = [0] * length
+    for i in range(1, length):
+        out[i] = rnd[i] if nz[i] else succ[out[i - 1]][ch[i]]
+    return torch.tensor(out, dtype=torch.long)
 
 
 def sonicmoe_loads() -> bool:

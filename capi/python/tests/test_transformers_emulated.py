@@ -15,7 +15,6 @@ bf16 routing weights and leading shapes.
 """
 
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -47,12 +46,11 @@ from hf_families import (FAMILIES, build, experts_modules, model_pair, rel,  # n
 
 BF16 = torch.bfloat16
 SWIGLU_FAMILIES = [f for f in FAMILIES if f != "gpt_oss"]
-# ‖moejit − eager‖ / ‖eager‖ for a bf16 model: the emulation computes each expert in float32
-# and rounds once, eager rounds after every matmul; a few bf16 ulps, accumulated over two
-# layers and the backward (measured: <= ~1e-2; a wrong layout gives ~1).
+# ‖moejit − eager‖ / ‖eager‖ of a bf16 model's logits: the emulation computes each expert in
+# float32 and rounds once, eager rounds after every matmul; a few bf16 ulps over two layers
+# (measured 0.8e-2 to 1.5e-2; a wrong layout gives ~1).
 LOGITS_TOL = 2e-2
-GRAD_TOL = 5e-2
-# The same in float32 (measured: ~1e-6).
+# Logits and every parameter's gradient of a float32 model (measured: <= 1.5e-5).
 FP32_TOL = 1e-4
 LOG_NAME = "moejit.integrations.transformers"
 
@@ -206,7 +204,7 @@ def extended(monkeypatch):
 # ------------------------------------------------------------------ helpers
 
 
-def assert_same_training_step(eager, fused, ids, logits_tol=LOGITS_TOL, grad_tol=GRAD_TOL):
+def assert_same_training_step(eager, fused, ids, logits_tol, grad_tol):
     le, loss_e, ge = run(eager, ids)
     lf, loss_f, gf = run(fused, ids)
     assert rel(lf, le) < logits_tol, rel(lf, le)

@@ -219,8 +219,11 @@ def _prepare(module, hidden_states, top_k_index, top_k_weights):
     x = hidden_states
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         return ("shape", f"{name} got hidden_states that are not a [..., H] tensor")
+    sel, rw = top_k_index, top_k_weights
+    if not isinstance(sel, torch.Tensor) or not isinstance(rw, torch.Tensor) or sel.dim() < 1:
+        return ("shape", f"{name} got routing that is not [..., k] tensors")
     tensors = [x, w1, w2] + ([b1, b2] if has_bias else [])
-    if not all(_device_supported(t) for t in tensors + [top_k_index, top_k_weights]):
+    if not all(_device_supported(t) for t in tensors + [sel, rw]):
         return ("device", f"{name} runs on {x.device} (weights on {w1.device}); moejit's "
                           "kernels run on CUDA devices only")
     if x.dtype not in _FLOAT_DTYPES:
@@ -258,9 +261,6 @@ def _prepare(module, hidden_states, top_k_index, top_k_weights):
 
     # Routing: [..., k] with x's leading dims (flattened here), ids int32/int64 (others are
     # widened), weights in x's dtype or float32 (others go to float32).
-    sel, rw = top_k_index, top_k_weights
-    if not isinstance(sel, torch.Tensor) or not isinstance(rw, torch.Tensor) or sel.dim() < 1:
-        return ("shape", f"{name} got routing that is not [..., k] tensors")
     k = sel.shape[-1]
     if tuple(rw.shape) != tuple(sel.shape) or sel.numel() != (x.numel() // hidden) * k:
         return ("shape", f"{name} got top_k_index {list(sel.shape)} and top_k_weights "
