@@ -214,6 +214,7 @@ def main(argv=None):
             for backend in backends:
                 key = backend + ("+compile" if compiled else "")
                 counter.messages.clear()
+                mjt._warned.clear()  # each run reports its own fallbacks
                 t0 = time.perf_counter()
                 try:
                     run = train(args, family, backend, compiled, stream, dtype, device)
