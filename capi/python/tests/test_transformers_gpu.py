@@ -162,3 +162,30 @@ def test_short_training_follows_eager():
         assert "error" not in fused and not fused["fallback_warnings"], fused
         assert fused["max_rel_loss_diff"] < TRAIN_LOSS_TOL, (family, fused["max_rel_loss_diff"])
         assert eager["losses"][-1] < eager["losses"][0]   # it trains
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_sentinels_dtypes_and_leading_shape_on_the_kernels(index_dtype):
+    """One experts module on the kernels: [B, S, H] input, int32 / int64 ids with EP sentinels
+    (ids >= E: dropped routes), float32 routing weights; against the float32 reference."""
+    from test_transformers_emulated import reference_layer
+    experts = experts_modules(model_pair("qwen3_moe", dtype=BF16, seed=12, device="cuda",
+                                         **SIZES)[1])[0]
+    E, H = experts.num_experts, SIZES["hidden"]
+    g = torch.Generator(device="cuda").manual_seed(int(index_dtype.itemsize))
+    x = torch.randn(3, 40, H, device="cuda", generator=g).to(BF16).requires_grad_()
+    sel = torch.rand(3, 40, E, device="cuda", generator=g).topk(4, -1).indices.to(index_dtype)
+    sel[:, ::3, 1] = E
+    sel[:, 1::7, 0] = E + 5
+    rw = torch.rand(3, 40, 4, device="cuda", generator=g).requires_grad_()
+    out = experts(x, sel, rw)
+    ref = reference_layer(x, sel, rw, experts.gate_up_proj, experts.down_proj)
+    assert out.shape == x.shape and rel(out.reshape(-1, H), ref) < LOGITS_TOL
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    xr, rwr = x.detach().clone().requires_grad_(), rw.detach().clone().requires_grad_()
+    reference_layer(xr, sel, rwr, experts.gate_up_proj, experts.down_proj).backward(
+        dout.reshape(-1, H).float())
+    assert rel(x.grad, xr.grad) < LOGITS_TOL and rel(rw.grad, rwr.grad) < LOGITS_TOL
+    dropped = sel >= E
+    assert torch.all(rw.grad[dropped] == 0)
