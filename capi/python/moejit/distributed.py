@@ -291,10 +291,12 @@ def _exchange_counts(where, plan: RoutePlan, meta: Sequence[int], world: int, ra
                      group, device) -> tuple:
     """Step 2: one all_to_all_single of [W, 6] int64 (counts + metadata), one host copy.
     Returns (send_splits, recv_splits) as host lists."""
-    meta_row = torch.tensor(list(meta), dtype=torch.int64, device=device)
-    send = torch.cat([plan.send_counts.view(world, 1), meta_row.expand(world, len(meta))], 1)
+    send = torch.empty(world, 6, dtype=torch.int64, device=device)
+    send[:, 0] = plan.send_counts
+    for field, value in enumerate(meta, 1):
+        send[:, field] = value  # a fill with a scalar: no host-to-device copy, no sync
     recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send.contiguous(), group=group)
+    dist.all_to_all_single(recv, send, group=group)
     host = torch.cat([plan.send_counts, recv.reshape(-1)]).tolist()  # THE host sync
     send_splits = host[:world]
     received = [host[world + 6 * s: world + 6 * (s + 1)] for s in range(world)]

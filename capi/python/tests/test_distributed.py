@@ -181,7 +181,7 @@ def test_bookkeeping_rank_receiving_nothing_and_empty_rank(world):
 @pytest.mark.parametrize("world", [2, 3])
 def test_bookkeeping_duplicate_routes_keep_slot_order(world):
     seed = fresh_seed()
-    e_local, k = 2, 3
+    e_local = 2
     sels = [torch.tensor([[1, 1, 1], [1, 0, 1]]) for _ in range(world)]
     check_bookkeeping(sels, world, e_local, seed)
     plan = ep.route_plan(sels[0], world, e_local)
