@@ -11,7 +11,8 @@
     gradient (x, routing weights, each rank's local weights) against one float64 process
     running the whole layer (moejit.peers.eager_loop_layer) on the same global batch; bitwise
     reproducibility; ranks that disagree on the layer shape get InvalidArgumentError on every
-    rank; and the default local experts (moejit's op, top_k = 1) with the op's launches
+    rank; the torch._grouped_mm baseline's local experts (float32, torch._grouped_mm runs on
+    the CPU); and the default local experts (moejit's op, top_k = 1) with the op's launches
     emulated as in test_torch_op_emulated.py, in bf16.
 
 Inputs are fresh random draws (the seed is in every failure message).
@@ -355,6 +356,13 @@ def worker(rank, world, port, seed, emulate):
             assert "disagree on the experts per rank" in str(e), str(e)
         else:
             raise AssertionError(f"rank {rank}: mismatched E_local was accepted")
+        # the torch._grouped_mm baseline (what scripts/bench_ep.py compares with), float32
+        for i, name in enumerate(CASES):
+            case = make_case(name, world, e_local, seed + 30 + i)
+            check_against_reference(rank, world, "grouped_mm baseline: " + name, case,
+                                    e_local, seed + 30 + i, 1e-5,
+                                    local_experts=ep.grouped_mm_local_experts,
+                                    dtype=torch.float32)
         if emulate:
             emulated_default_local_experts(rank, world, seed + 20)
     finally:
@@ -427,3 +435,31 @@ def test_bad_arguments_are_clear_errors():
     if not dist.is_initialized():
         with pytest.raises(moejit.InvalidArgumentError, match="not initialised"):
             ep.expert_parallel_moe(x, sel, rw, wgu, wd)
+
+
+def test_bench_ep_arguments_and_table():
+    """scripts/bench_ep.py's argument parsing and table (the timing itself needs 2 GPUs)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                        "scripts", "bench_ep.py")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not found (tests run from an installed package)")
+    spec = importlib.util.spec_from_file_location("bench_ep", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = bench.parse_args(["--shapes", "qwen3-30b-a3b", "--impls", "moejit,grouped_mm"])
+    assert args.shapes == ["qwen3-30b-a3b"] and args.impls == ["moejit", "grouped_mm"]
+    assert bench.SHAPES["deepseek-v3"] == (256, 7168, 2048, 8, 8192)
+    assert bench.SHAPES["qwen3-30b-a3b"] == (128, 2048, 768, 8, 16384)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--shapes", "nope"])
+    labels = [label for label, _, _ in bench.STAGES]
+    # every stage boundary the benchmark reads is one the layer reports
+    assert {b for _, a, b in bench.STAGES} | {a for _, a, _ in bench.STAGES} <= set(ep.STAGES)
+    report = {"shapes": {"qwen3-30b-a3b": {"results": {
+        "moejit": {"ms": {label: 1.0 for label in labels}, "experts_tflops": 500.0},
+        "grouped_mm": {"ms": {label: 2.0 for label in labels}, "experts_tflops": 250.0}}}}}
+    lines = bench.table(report).splitlines()
+    assert lines[0].startswith("| shape | impl | fwd dispatch")
+    assert lines[-1].startswith("| qwen3-30b-a3b | speedup | 2.00×")
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
