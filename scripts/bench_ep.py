@@ -106,6 +106,7 @@ def bench_shape(name, impls, args, rank, world, dev):
     dist.all_reduce(routes)
     rows = int(routes[rank * e_local:(rank + 1) * e_local].sum())
     results = {}
+    outputs = {}
     for impl in impls:
         fn = ep.expert_parallel_moe if impl == "moejit" else ep.expert_parallel_grouped_mm
         samples = []
@@ -119,6 +120,8 @@ def bench_shape(name, impls, args, rank, world, dev):
             torch.cuda.synchronize()
             if it >= args.warmup:
                 samples.append(events.times())
+            if it == args.warmup + args.iters - 1:
+                outputs[impl] = (out.detach(), xl.grad, w_gate_up.grad)
             del out, xl, rwl
         med = {label: statistics.median(s[label] for s in samples) for label, _, _ in STAGES}
         local = torch.tensor([med[label] for label, _, _ in STAGES], device=dev)
@@ -134,9 +137,18 @@ def bench_shape(name, impls, args, rank, world, dev):
                          "rows_on_busiest_rank": int(rows_max),
                          "experts_tflops": flops / expert_ms / 1e9 if expert_ms else None}
         torch.cuda.empty_cache()
+    agreement = None
+    if len(outputs) == 2:
+        # a sanity check of the run: the two implementations agree to bf16 rounding
+        errs = torch.tensor([(a.double() - b.double()).norm().item()
+                             / max(b.double().norm().item(), 1e-30)
+                             for a, b in zip(outputs["moejit"], outputs["grouped_mm"])],
+                            device=dev)
+        dist.all_reduce(errs, op=dist.ReduceOp.MAX)
+        agreement = dict(zip(("out", "dx", "dw_gate_up"), errs.tolist()))
     return {"shape": {"experts": experts, "hidden": hidden, "intermediate": inter,
                       "top_k": top_k, "tokens_per_gpu": tokens, "world": world},
-            "results": results}
+            "results": results, "moejit_vs_grouped_mm_rel_diff": agreement}
 
 
 def table(report):
@@ -168,9 +180,12 @@ def run(rank, world, args, port=None, local_rank=None):
         report = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
                   "iters": args.iters, "warmup": args.warmup, "shapes": {}}
         for name in args.shapes:
-            report["shapes"][name] = bench_shape(name, args.impls, args, rank, world, dev)
+            entry = bench_shape(name, args.impls, args, rank, world, dev)
+            report["shapes"][name] = entry
             if rank == 0:
-                print(f"{name}: done", flush=True)
+                diff = entry["moejit_vs_grouped_mm_rel_diff"]
+                print(f"{name}: done" + (", moejit vs grouped_mm rel diff " + ", ".join(
+                    f"{k} {v:.2e}" for k, v in diff.items()) if diff else ""), flush=True)
         if rank == 0:
             if args.out:
                 with open(args.out, "w") as f:

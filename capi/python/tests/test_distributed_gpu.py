@@ -86,44 +86,48 @@ def step(fn, leaves, sel, dout):
 
 
 def worker(rank, port, seed):
-    import moejit.distributed as ep
-    import moejit.torch as mt
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD, timeout=timedelta(seconds=120),
                             device_id=torch.device("cuda", rank))
     try:
-        dev = torch.device("cuda", rank)
-        for i, name in enumerate(CASES):
-            tokens, sel, rw, x, dout, w_gate_up, w_down = (
-                t.to(dev) if isinstance(t, torch.Tensor) else t
-                for t in make_case(name, seed + i))
-            single = step(lambda a, s, r, wgu, wd: mt.fused_moe_merged(a, s, r, wgu, wd),
-                          [x, rw, w_gate_up, w_down], sel, dout)
-            start = sum(tokens[:rank])
-            mine = slice(start, start + tokens[rank])
-            local = slice(rank * E_LOCAL, (rank + 1) * E_LOCAL)
-            expected = [single[0][mine], single[1][mine], single[2][mine], single[3][local],
-                        single[4][local]]
-            leaves = [x[mine], rw[mine], w_gate_up[local].contiguous(),
-                      w_down[local].contiguous()]
-            for impl, fn, tol in (("moejit", ep.expert_parallel_moe, TOL),
-                                  ("grouped_mm", ep.expert_parallel_grouped_mm, BASELINE_TOL)):
-                got = step(fn, leaves, sel[mine], dout[mine])
-                for n, a, b in zip(("out", "dx", "d_routing_weights", "dw_gate_up", "dw_down"),
-                                   got, expected):
-                    assert a.shape == b.shape and a.dtype == b.dtype, (name, impl, n)
-                    assert torch.isfinite(a).all(), f"{name} {impl}: rank {rank} {n} not finite"
-                    err = rel(a, b)
-                    assert err < tol, (f"{name} ({impl}): rank {rank} {n} rel err {err:.3g} "
-                                       f">= {tol} vs the single-GPU layer (seed {seed + i})")
-                if impl == "moejit":
-                    again = step(fn, leaves, sel[mine], dout[mine])
-                    for a, b in zip(got, again):
-                        assert torch.equal(a, b), (f"{name}: rank {rank} not bitwise "
-                                                   f"reproducible (seed {seed + i})")
+        check_rank(rank, torch.device("cuda", rank), seed)
     finally:
         dist.destroy_process_group()
+
+
+def check_rank(rank, dev, seed):
+    """Every case on this rank (the process group is up; dev is this rank's device)."""
+    import moejit.distributed as ep
+    import moejit.torch as mt
+    for i, name in enumerate(CASES):
+        tokens, sel, rw, x, dout, w_gate_up, w_down = (
+            t.to(dev) if isinstance(t, torch.Tensor) else t
+            for t in make_case(name, seed + i))
+        single = step(lambda a, s, r, wgu, wd: mt.fused_moe_merged(a, s, r, wgu, wd),
+                      [x, rw, w_gate_up, w_down], sel, dout)
+        start = sum(tokens[:rank])
+        mine = slice(start, start + tokens[rank])
+        local = slice(rank * E_LOCAL, (rank + 1) * E_LOCAL)
+        expected = [single[0][mine], single[1][mine], single[2][mine], single[3][local],
+                    single[4][local]]
+        leaves = [x[mine], rw[mine], w_gate_up[local].contiguous(),
+                  w_down[local].contiguous()]
+        for impl, fn, tol in (("moejit", ep.expert_parallel_moe, TOL),
+                              ("grouped_mm", ep.expert_parallel_grouped_mm, BASELINE_TOL)):
+            got = step(fn, leaves, sel[mine], dout[mine])
+            for n, a, b in zip(("out", "dx", "d_routing_weights", "dw_gate_up", "dw_down"),
+                               got, expected):
+                assert a.shape == b.shape and a.dtype == b.dtype, (name, impl, n)
+                assert torch.isfinite(a).all(), f"{name} {impl}: rank {rank} {n} not finite"
+                err = rel(a, b)
+                assert err < tol, (f"{name} ({impl}): rank {rank} {n} rel err {err:.3g} "
+                                   f">= {tol} vs the single-GPU layer (seed {seed + i})")
+            if impl == "moejit":
+                again = step(fn, leaves, sel[mine], dout[mine])
+                for a, b in zip(got, again):
+                    assert torch.equal(a, b), (f"{name}: rank {rank} not bitwise "
+                                               f"reproducible (seed {seed + i})")
 
 
 def test_two_gpu_expert_parallel_matches_the_single_gpu_layer():
