@@ -46,6 +46,7 @@ local experts are; moejit's are deterministic).
 
 Every rank must call the layer (T = 0 is fine) and, when it trains, run the backward, in the
 same order as the other ranks: the collectives of both directions are matched across ranks.
+The layer is for eager mode: the host sync of step 2 also rules out CUDA graph capture.
 """
 
 from __future__ import annotations
@@ -346,6 +347,10 @@ def expert_parallel_moe(x: torch.Tensor, selected_experts: torch.Tensor,
     rank = dist.get_rank(group)
     if rank < 0:
         _fail(where, "this process is not a member of `group`")
+    backend = str(dist.get_backend(group))
+    if backend == "nccl" and x.device.type != "cuda":
+        _fail(where, f"the group's backend is nccl, which moves CUDA tensors only, but x is on "
+                     f"{x.device}; put the layer's tensors on this rank's GPU")
     if local_experts is None:
         local_experts = moejit_local_experts
     hidden, top_k = x.shape[-1], selected_experts.shape[-1]
