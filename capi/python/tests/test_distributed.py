@@ -317,9 +317,22 @@ def worker(rank, world, port, seed, emulate):
         e_local = 2
         for i, name in enumerate(CASES):
             case = make_case(name, world, e_local, seed + i)
+            received = []
+
+            def recording(x_rows, *rest):
+                received.append(x_rows.shape[0])
+                return reference_local_experts(x_rows, *rest)
             check_against_reference(rank, world, name, case, e_local, seed + i, 1e-12,
-                                    local_experts=reference_local_experts)
-        # a rank that receives nothing really received R = 0 rows: rank 0 there
+                                    local_experts=recording)
+            # the local experts ran on R rows, R from the received counts, not from T
+            tokens, sel = case[0], case[1]
+            routes = sel[(sel >= 0) & (sel < world * e_local)]
+            expected_rows = int((routes // e_local == rank).sum())
+            assert received == [expected_rows], (name, rank, received, expected_rows, seed + i)
+            if name == "all to one expert":  # the last rank receives every rank's T*k routes
+                assert received[0] == (sum(tokens) * K if rank == world - 1 else 0)
+            if name == "a rank receives nothing":
+                assert rank != 0 or received[0] == 0
         # 3-D x: leading dims are flattened and restored
         case = make_case("3-D x", world, e_local, seed + 10)
         tokens = case[0]
