@@ -351,6 +351,9 @@ def expert_parallel_moe(x: torch.Tensor, selected_experts: torch.Tensor,
     if backend == "nccl" and x.device.type != "cuda":
         _fail(where, f"the group's backend is nccl, which moves CUDA tensors only, but x is on "
                      f"{x.device}; put the layer's tensors on this rank's GPU")
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        _fail(where, "the expert-parallel layer cannot be captured in a CUDA graph: its count "
+                     "exchange copies the split sizes to the host (run it eagerly)")
     if local_experts is None:
         local_experts = moejit_local_experts
     hidden, top_k = x.shape[-1], selected_experts.shape[-1]
