@@ -107,6 +107,15 @@ def _megatron_weight_grad(weight: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
 
 
+def __getattr__(name: str):
+    # moejit.torch.distributed: the expert-parallel layer (moejit/distributed.py), on demand
+    # (`from moejit.torch import distributed` works too; torch.py is a module, not a package).
+    if name == "distributed":
+        import importlib
+        return importlib.import_module(".distributed", __package__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class _MainGradFunction(torch.autograd.Function):
     """The layer with the weight gradients added into float32 main_grad buffers. The buffers
     are held by ctx (not save_for_backward: with interleaved micro-batches another backward
