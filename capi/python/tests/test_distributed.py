@@ -388,7 +388,7 @@ def emulated_default_local_experts(rank, world, seed):
     test_torch_op_emulated.py, in bf16 on gloo, against the float64 global reference."""
     from moejit import _op
     from moejit._validate import TensorInfo
-    import test_torch_op_emulated as emu
+    import moe_emulation as emu
     real_info = _op._info
 
     def info(where, name, tensor):
@@ -417,7 +417,7 @@ def test_gloo_processes_match_the_single_process_layer(world):
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     if tests_dir not in sys.path:
-        sys.path.insert(0, tests_dir)  # the emulated op lives in test_torch_op_emulated.py
+        sys.path.insert(0, tests_dir)  # the emulated op lives in moe_emulation.py
     tmp.start_processes(worker, args=(world, free_port(), seed, world == 2), nprocs=world,
                         start_method=method, join=True)
 
