@@ -94,11 +94,14 @@ def reference(x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, *, activation, a
         t_idx, j_idx = torch.where(sel == e)
         if t_idx.numel() == 0:
             continue
-        gate_up = x[t_idx] @ w_gu[e]
+        def stored(t):  # straight-through rounding: the gradient is not rounded
+            if round_fc1_to is None:
+                return t
+            return t + (t.to(round_fc1_to).to(t.dtype) - t).detach()
+        # The library stores fc1's GEMM output, then the biased value: two roundings.
+        gate_up = stored(x[t_idx] @ w_gu[e])
         if b_gate_up is not None:
-            gate_up = gate_up + b_gate_up[e]
-        if round_fc1_to is not None:  # straight-through: the gradient is not rounded
-            gate_up = gate_up + (gate_up.to(round_fc1_to).to(gate_up.dtype) - gate_up).detach()
+            gate_up = stored(gate_up + b_gate_up[e])
         if interleaved:
             gate, up = gate_up[..., ::2], gate_up[..., 1::2]
         else:

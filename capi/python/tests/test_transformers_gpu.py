@@ -31,7 +31,7 @@ import torch._dynamo  # noqa: E402
 
 from moejit.integrations import transformers as mjt  # noqa: E402
 
-from hf_families import FAMILIES, experts_modules, model_pair, rel, run  # noqa: E402
+from hf_families import build, FAMILIES, experts_modules, model_pair, rel, run  # noqa: E402
 
 BF16 = torch.bfloat16
 LOG_NAME = "moejit.integrations.transformers"
@@ -109,7 +109,9 @@ def check_family(family, monkeypatch, caplog, seed):
     assert len(spy.weights) == len(mods)
     for (w1, w2), m in zip(spy.weights, mods):
         assert w1 is m.gate_up_proj and w2 is m.down_proj     # the parameters themselves
-    assert rel(lf, le) < LOGITS_TOL, rel(lf, le)
+    # Both bf16 runs are compared with the float32 model, not with each other: eager rounds
+    # every op (and sums the k routes in bf16), so two correct bf16 runs differ by 2-5 % in
+    # logits on the H200 (device run 6).
     assert abs(loss_f.item() - loss_e.item()) < LOGITS_TOL * loss_e.item()
     assert_as_close_as((lf, loss_f, gf), (le, loss_e, ge), (l32, None, g32))
 
@@ -130,17 +132,21 @@ def test_gpt_oss_matches_eager(monkeypatch, caplog):
 @pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
 def test_inductor_matches_eager_moejit(family):
     """torch.compile (inductor) of a moejit model: as close to the float32 reference as the
-    uncompiled moejit model is."""
-    model = model_pair(family, dtype=BF16, seed=9, device="cuda", **SIZES)[1]
+    same model compiled with transformers' grouped_mm experts. (Against the uncompiled model
+    the router gates' bf16 gradients are too ill-conditioned: on the H200, device run 8,
+    compiling moved qwen3's gate gradient from 0.97 to 1.23 relative error with grouped_mm
+    and to 1.24 with moejit.)"""
+    eager, model = model_pair(family, dtype=BF16, seed=9, device="cuda", **SIZES)
+    baseline = build(family, "grouped_mm", dtype=BF16, seed=9, device="cuda", **SIZES)
+    baseline.load_state_dict(model.state_dict())
     ref = float32_copy(family, model, 9)
     ids = tokens(seed=9)
     reference = run(ref, ids)
-    eager = run(model, ids)
-    compiled = torch.compile(model)
-    for _ in range(2):  # the second call runs the compiled graph as it stands
+    compiled, compiled_baseline = torch.compile(model), torch.compile(baseline)
+    for _ in range(2):  # the second call runs the compiled graphs as they stand
         result = run(compiled, ids, owner=model)
-    assert rel(result[0], eager[0]) < LOGITS_TOL
-    assert_as_close_as(result, eager, reference)
+        base = run(compiled_baseline, ids, owner=baseline)
+    assert_as_close_as(result, base, reference)
 
 
 def test_short_training_follows_eager():
