@@ -23,8 +23,10 @@ const Preset kPresets[] = {
     {"deepseek-v3", {"deepseek-v3", 7168, 2048, 256, 8, 0.0f},
      "DeepSeek-V3 / R1 (routed experts; the shared expert is a dense MLP)"},
     {"mixtral-8x7b", {"mixtral-8x7b", 4096, 14336, 8, 2, 0.0f}, "Mixtral-8x7B"},
-    {"gpt-oss-20b", {"gpt-oss-20b", 2880, 2880, 32, 4, 7.0f}, "gpt-oss-20b (swiglu_limit 7.0)"},
-    {"gpt-oss-120b", {"gpt-oss-120b", 2880, 2880, 128, 4, 7.0f}, "gpt-oss-120b (swiglu_limit 7.0)"},
+    {"gpt-oss-20b", {"gpt-oss-20b", 2880, 2880, 32, 4, 7.0f, true},
+     "gpt-oss-20b (gpt-oss activation, limit 7, interleaved gate/up, biases)"},
+    {"gpt-oss-120b", {"gpt-oss-120b", 2880, 2880, 128, 4, 7.0f, true},
+     "gpt-oss-120b (gpt-oss activation, limit 7, interleaved gate/up, biases)"},
 };
 
 std::string preset_names() {

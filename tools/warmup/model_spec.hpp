@@ -22,6 +22,8 @@ struct ModelSpec {
     std::int32_t experts = 0;    // E (routed experts)
     std::int32_t top_k = 0;      // k
     float swiglu_limit = 0;      // <= 0: none
+    // gpt-oss's experts: the gpt-oss activation, interleaved gate/up, biases (presets only).
+    bool gpt_oss = false;
 };
 
 struct Preset {

@@ -45,6 +45,15 @@ std::vector<WarmupJob> enumerate_jobs(const std::vector<ModelSpec> &specs, const
                     d.swiglu_limit = spec.swiglu_limit;
                     d.activation = MOEJIT_ACTIVATION_SWIGLU;
                     d.fc1_layout = at[fc1] ? MOEJIT_FC1_MERGED : MOEJIT_FC1_SPLIT;
+                    const char *layout = at[fc1] ? "merged" : "split";
+                    if (spec.gpt_oss) {
+                        // As transformers stores gpt-oss ([E,H,2I], x·W), then as [E,2I,H].
+                        d.activation = MOEJIT_ACTIVATION_GPT_OSS;
+                        d.fc1_layout = MOEJIT_FC1_INTERLEAVED;
+                        d.has_bias = 1;
+                        d.weights_transposed = at[fc1] ? 0 : 1;
+                        layout = at[fc1] ? "gpt-oss [E,2I,H]" : "gpt-oss [E,H,2I]";
+                    }
                     d.weight_grad_dtype = at[wgrad_fp32] ? MOEJIT_DTYPE_FP32 : dtype;
                     d.weight_grad_accumulate = at[accumulate];
                     d.index_dtype = index_dtypes[at[index]];
@@ -52,7 +61,7 @@ std::vector<WarmupJob> enumerate_jobs(const std::vector<ModelSpec> &specs, const
                     d.tokens_hint = options.tokens_hints[static_cast<std::size_t>(at[hint])];
                     job.wave = static_cast<int>(std::count_if(at.begin(), at.end(), [](int v) { return v != 0; }));
                     job.label = fmt::format("{} {} {} wgrad={}{} index={} routing={}", spec.name, dtype_label(dtype),
-                                            at[fc1] ? "merged" : "split", dtype_label(d.weight_grad_dtype),
+                                            layout, dtype_label(d.weight_grad_dtype),
                                             d.weight_grad_accumulate ? "+acc" : "", dtype_label(d.index_dtype),
                                             dtype_label(d.routing_dtype));
                     if (options.tokens_hints.size() > 1 || d.tokens_hint != 0)
