@@ -1,4 +1,6 @@
 // C entry points of the routing index, scatter and gather: translate to the C++ launchers.
+// Designated initializers: the compiler checks each name against the launcher's fields, and
+// fields a call leaves out keep their defaults.
 #include "capi_guard.hpp"
 #include "core/context.hpp"
 #include "moejit.h"
@@ -25,19 +27,11 @@ MOEJIT_API moejit_status_t moejit_routing_index(moejit_context_t context,
                                                 size_t workspace_size, void *stream) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context").impl;
-        moejit::RoutingIndexArgs a;
-        a.index_dtype = index_dtype;
-        a.selected_experts = selected_experts;
-        a.num_tokens = num_tokens;
-        a.top_k = top_k;
-        a.num_experts = num_experts;
-        a.counts = counts;
-        a.offsets = offsets;
-        a.scatter_index = scatter_index;
-        a.workspace = workspace;
-        a.workspace_size = workspace_size;
-        a.stream = stream;
-        moejit::routing_index(ctx, a);
+        moejit::routing_index(ctx, {.index_dtype = index_dtype, .selected_experts = selected_experts,
+                                    .num_tokens = num_tokens, .top_k = top_k, .num_experts = num_experts,
+                                    .counts = counts, .offsets = offsets, .scatter_index = scatter_index,
+                                    .workspace = workspace, .workspace_size = workspace_size,
+                                    .stream = stream});
     });
 }
 
@@ -47,14 +41,8 @@ MOEJIT_API moejit_status_t moejit_scatter(moejit_context_t context, moejit_dtype
                                           int64_t hidden_size, void *xs, void *stream) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context").impl;
-        moejit::ScatterArgs a;
-        a.spec = moejit::ScatterSpec{dtype, hidden_size, top_k};
-        a.x = x;
-        a.scatter_index = scatter_index;
-        a.num_tokens = num_tokens;
-        a.xs = xs;
-        a.stream = stream;
-        moejit::scatter(ctx, a);
+        moejit::scatter(ctx, {.spec = {dtype, hidden_size, top_k}, .x = x, .scatter_index = scatter_index,
+                              .num_tokens = num_tokens, .xs = xs, .stream = stream});
     });
 }
 
@@ -65,15 +53,9 @@ MOEJIT_API moejit_status_t moejit_gather(moejit_context_t context, moejit_dtype_
                                          void *out, void *stream) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context").impl;
-        moejit::GatherArgs a;
-        a.spec = moejit::GatherSpec{dtype, hidden_size, top_k, weight_dtype};
-        a.ys = ys;
-        a.scatter_index = scatter_index;
-        a.weights = weights;
-        a.num_tokens = num_tokens;
-        a.out = out;
-        a.stream = stream;
-        moejit::gather(ctx, a);
+        moejit::gather(ctx, {.spec = {dtype, hidden_size, top_k, weight_dtype}, .ys = ys,
+                             .scatter_index = scatter_index, .weights = weights, .num_tokens = num_tokens,
+                             .out = out, .stream = stream});
     });
 }
 
@@ -83,15 +65,10 @@ MOEJIT_API moejit_status_t moejit_scatter_weights(moejit_context_t context,
                                                   int32_t top_k, float *w_s, void *stream) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context").impl;
-        moejit::WeightsScatterArgs a;
-        a.weight_dtype = weight_dtype;
-        a.weights = weights;
-        a.scatter_index = scatter_index;
-        a.num_tokens = num_tokens;
-        a.top_k = top_k;
-        a.w_s = w_s;
-        a.stream = stream;
-        moejit::scatter_weights(ctx, a);
+        // row_token (the token of each scattered row) is for the layer, not the C ABI: none.
+        moejit::scatter_weights(ctx, {.weight_dtype = weight_dtype, .weights = weights,
+                                      .scatter_index = scatter_index, .num_tokens = num_tokens,
+                                      .top_k = top_k, .w_s = w_s, .stream = stream});
     });
 }
 
@@ -101,15 +78,9 @@ MOEJIT_API moejit_status_t moejit_gather_weights(moejit_context_t context,
                                                  int32_t top_k, void *d_weights, void *stream) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context").impl;
-        moejit::WeightsGatherArgs a;
-        a.weight_dtype = weight_dtype;
-        a.d_w_s = d_w_s;
-        a.scatter_index = scatter_index;
-        a.num_tokens = num_tokens;
-        a.top_k = top_k;
-        a.d_weights = d_weights;
-        a.stream = stream;
-        moejit::gather_weights(ctx, a);
+        moejit::gather_weights(ctx, {.weight_dtype = weight_dtype, .d_w_s = d_w_s,
+                                     .scatter_index = scatter_index, .num_tokens = num_tokens,
+                                     .top_k = top_k, .d_weights = d_weights, .stream = stream});
     });
 }
 

@@ -1,4 +1,6 @@
 // C entry points of the SwiGLU activation: translate moejit_swiglu_args_t to the C++ launchers.
+#include <type_traits>
+
 #include "capi_guard.hpp"
 #include "capi_struct.hpp"
 #include "core/context.hpp"
@@ -6,6 +8,39 @@
 #include "ops/swiglu.hpp"
 
 void moejit::StructAbi<moejit_swiglu_args_t>::defaults(moejit_swiglu_args_t &args) { args.dtype = MOEJIT_DTYPE_BF16; }
+
+namespace {
+
+// moejit_swiglu_args_t serves the forward and the backward: the fields both launchers take
+// (designated, so each name is checked against both structs), then each one's own.
+template <class Args> Args launcher_args(const moejit_swiglu_args_t &c) {
+    Args a{.dtype = c.dtype, .rows = c.rows, .intermediate = c.intermediate, .merged = c.merged != 0,
+           .limit = c.limit, .gate = c.gate, .up = c.up, .gate_up = c.gate_up, .w_s = c.w_s};
+    if constexpr (std::is_same_v<Args, moejit::SwigluForwardArgs>) {
+        a.a = c.a;
+        a.aw = c.aw;
+    } else {
+        // args->a / args->aw are forward outputs: the backward neither reads nor writes them,
+        // so one struct can serve both calls.
+        a.daw = c.daw;
+        a.d_gate = c.d_gate;
+        a.d_up = c.d_up;
+        a.d_gate_up = c.d_gate_up;
+        a.d_w_s = c.d_w_s;
+    }
+    a.stream = c.stream;
+    return a;
+}
+
+template <class Args, class Launch>
+moejit_status_t launch(moejit_context_t context, const moejit_swiglu_args_t *args, Launch launch_op) {
+    return moejit::capi_guard([&] {
+        auto &ctx = moejit::require_handle(context, "context").impl;
+        launch_op(ctx, launcher_args<Args>(moejit::read_struct(args, "args")));
+    });
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -20,51 +55,14 @@ MOEJIT_API moejit_status_t(moejit_swiglu_args_init)(moejit_swiglu_args_t *args) 
 
 MOEJIT_API moejit_status_t moejit_swiglu_forward(moejit_context_t context,
                                                  const moejit_swiglu_args_t *args) {
-    return moejit::capi_guard([&] {
-        auto &ctx = moejit::require_handle(context, "context").impl;
-        const moejit_swiglu_args_t c = moejit::read_struct(args, "args");
-        moejit::SwigluForwardArgs f;
-        f.dtype = c.dtype;
-        f.rows = c.rows;
-        f.intermediate = c.intermediate;
-        f.merged = c.merged != 0;
-        f.limit = c.limit;
-        f.gate = c.gate;
-        f.up = c.up;
-        f.gate_up = c.gate_up;
-        f.w_s = c.w_s;
-        f.a = c.a;
-        f.aw = c.aw;
-        f.stream = c.stream;
-        moejit::swiglu_forward(ctx, f);
-    });
+    return launch<moejit::SwigluForwardArgs>(
+        context, args, [](moejit::Context &ctx, const auto &f) { moejit::swiglu_forward(ctx, f); });
 }
 
 MOEJIT_API moejit_status_t moejit_swiglu_backward(moejit_context_t context,
                                                   const moejit_swiglu_args_t *args) {
-    return moejit::capi_guard([&] {
-        auto &ctx = moejit::require_handle(context, "context").impl;
-        const moejit_swiglu_args_t c = moejit::read_struct(args, "args");
-        moejit::SwigluBackwardArgs b;
-        b.dtype = c.dtype;
-        b.rows = c.rows;
-        b.intermediate = c.intermediate;
-        b.merged = c.merged != 0;
-        b.limit = c.limit;
-        b.gate = c.gate;
-        b.up = c.up;
-        b.gate_up = c.gate_up;
-        b.w_s = c.w_s;
-        b.daw = c.daw;
-        b.d_gate = c.d_gate;
-        b.d_up = c.d_up;
-        b.d_gate_up = c.d_gate_up;
-        b.d_w_s = c.d_w_s;
-        // args->a / args->aw are forward outputs: the backward neither reads nor writes them,
-        // so one struct can serve both calls.
-        b.stream = c.stream;
-        moejit::swiglu_backward(ctx, b);
-    });
+    return launch<moejit::SwigluBackwardArgs>(
+        context, args, [](moejit::Context &ctx, const auto &b) { moejit::swiglu_backward(ctx, b); });
 }
 
 }  // extern "C"

@@ -1,8 +1,8 @@
 // moejit-bench: times the whole MoE layer (forward, forward+backward) on the reference shapes of
 // python -m moejit.bench, for users without PyTorch. Uses only the public C ABI (moejit.h);
 // device memory, streams and events come from the CUDA driver, dlopened like moejit itself does
-// (capi/examples/forward_backward.c), so it builds without the toolkit and runs without a GPU.
-#include <dlfcn.h>
+// (capi/examples/cuda_driver.h, the example's loader), so it builds without the toolkit and
+// runs without a GPU.
 
 #include <algorithm>
 #include <cerrno>
@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "cuda_driver.h"
 #include "moejit.h"
 #include "moejit/moejit.hpp"  // the installed RAII wrappers: moejit::api::Context, Plan
 
@@ -76,63 +77,17 @@ struct Options {
 struct UsageError : std::runtime_error { using std::runtime_error::runtime_error; };
 struct Error : std::runtime_error { using std::runtime_error::runtime_error; };
 
-// ---- the driver entry points we need (the CUDA ABI: int results, 0 = success)
-using devptr_t = unsigned long long; // CUdeviceptr on 64-bit platforms
-struct Driver {
-    int (*init)(unsigned);
-    int (*device_get)(int *, int);
-    int (*device_get_name)(char *, int, int);
-    int (*primary_ctx_retain)(void **, int);
-    int (*primary_ctx_release)(int);
-    int (*ctx_set_current)(void *);
-    int (*mem_alloc)(devptr_t *, size_t);
-    int (*mem_free)(devptr_t);
-    int (*memcpy_htod)(devptr_t, const void *, size_t);
-    int (*memcpy_dtoh)(void *, devptr_t, size_t);
-    int (*stream_create)(void **, unsigned);
-    int (*stream_destroy)(void *);
-    int (*stream_synchronize)(void *);
-    int (*event_create)(void **, unsigned);
-    int (*event_record)(void *, void *);
-    int (*event_synchronize)(void *);
-    int (*event_elapsed_time)(float *, void *, void *);
-    int (*event_destroy)(void *);
-    int (*get_error_name)(int, const char **);
-} cu{};
-
-template <class F> void load_symbol(void *lib, const char *name, F &slot) {
-    void *f = dlsym(lib, name);
-    if (!f) throw Error(fmt::format("libcuda.so.1 has no {}", name));
-    static_assert(sizeof f == sizeof slot);
-    std::memcpy(&slot, &f, sizeof f); // ISO C++ has no portable object-to-function pointer cast
-}
+// ---- the driver entry points (capi/examples/cuda_driver.h, the example's loader)
+using devptr_t = cuda_devptr_t;
+cuda_driver cu{};
 
 struct DlClose { void operator()(void *lib) const { dlclose(lib); } };
 using Library = std::unique_ptr<void, DlClose>;
 
 Library load_driver() {
-    Library lib(dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL));
-    if (!lib) throw Error(fmt::format("could not load libcuda.so.1: {}", dlerror()));
-    void *l = lib.get();
-    load_symbol(l, "cuInit", cu.init);
-    load_symbol(l, "cuDeviceGet", cu.device_get);
-    load_symbol(l, "cuDeviceGetName", cu.device_get_name);
-    load_symbol(l, "cuDevicePrimaryCtxRetain", cu.primary_ctx_retain);
-    load_symbol(l, "cuDevicePrimaryCtxRelease_v2", cu.primary_ctx_release);
-    load_symbol(l, "cuCtxSetCurrent", cu.ctx_set_current);
-    load_symbol(l, "cuMemAlloc_v2", cu.mem_alloc);
-    load_symbol(l, "cuMemFree_v2", cu.mem_free);
-    load_symbol(l, "cuMemcpyHtoD_v2", cu.memcpy_htod);
-    load_symbol(l, "cuMemcpyDtoH_v2", cu.memcpy_dtoh);
-    load_symbol(l, "cuStreamCreate", cu.stream_create);
-    load_symbol(l, "cuStreamDestroy_v2", cu.stream_destroy);
-    load_symbol(l, "cuStreamSynchronize", cu.stream_synchronize);
-    load_symbol(l, "cuEventCreate", cu.event_create);
-    load_symbol(l, "cuEventRecord", cu.event_record);
-    load_symbol(l, "cuEventSynchronize", cu.event_synchronize);
-    load_symbol(l, "cuEventElapsedTime", cu.event_elapsed_time);
-    load_symbol(l, "cuEventDestroy_v2", cu.event_destroy);
-    load_symbol(l, "cuGetErrorName", cu.get_error_name);
+    char err[256];
+    Library lib(cuda_driver_load(&cu, err, sizeof err));
+    if (!lib) throw Error(err);
     return lib;
 }
 

@@ -1,61 +1,26 @@
 /*
  * One MoE layer, forward and backward, through moejit.h only.
  *
- * Device memory comes from the CUDA driver, loaded with dlopen like moejit itself does, so the
- * example builds without the CUDA toolkit and runs (printing the status) without a GPU.
+ * Device memory comes from the CUDA driver, loaded with dlopen like moejit itself does
+ * (cuda_driver.h, next to this file), so the example builds without the CUDA toolkit and runs
+ * (printing the status) without a GPU.
  * Shapes: T tokens, H hidden, I intermediate, E experts, top-k K; bf16 activations and
  * weights, int32 expert ids, fp32 routing weights.
  */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_driver.h"
 #include "moejit.h"
 
 enum { T = 64, H = 512, I = 256, E = 8, K = 2 };
 
-/* ---- the few driver entry points we need (the CUDA ABI: int results, 0 = success) */
-typedef unsigned long long devptr_t; /* CUdeviceptr on 64-bit platforms */
-static struct {
-    int (*init)(unsigned);
-    int (*device_get)(int *, int);
-    int (*primary_ctx_retain)(void **, int);
-    int (*primary_ctx_release)(int);
-    int (*ctx_set_current)(void *);
-    int (*mem_alloc)(devptr_t *, size_t);
-    int (*mem_free)(devptr_t);
-    int (*memcpy_htod)(devptr_t, const void *, size_t);
-    int (*memcpy_dtoh)(void *, devptr_t, size_t);
-    int (*ctx_synchronize)(void);
-} cu;
-
-static int load_symbol(void *lib, const char *name, void *slot) {
-    void *f = dlsym(lib, name);
-    if (!f) {
-        fprintf(stderr, "libcuda.so.1 has no %s\n", name);
-        return 0;
-    }
-    memcpy(slot, &f, sizeof f); /* ISO C has no object-to-function pointer cast */
-    return 1;
-}
-
-static int load_driver(void) {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return 0;
-    return load_symbol(lib, "cuInit", &cu.init) &&
-           load_symbol(lib, "cuDeviceGet", &cu.device_get) &&
-           load_symbol(lib, "cuDevicePrimaryCtxRetain", &cu.primary_ctx_retain) &&
-           load_symbol(lib, "cuDevicePrimaryCtxRelease_v2", &cu.primary_ctx_release) &&
-           load_symbol(lib, "cuCtxSetCurrent", &cu.ctx_set_current) &&
-           load_symbol(lib, "cuMemAlloc_v2", &cu.mem_alloc) &&
-           load_symbol(lib, "cuMemFree_v2", &cu.mem_free) &&
-           load_symbol(lib, "cuMemcpyHtoD_v2", &cu.memcpy_htod) &&
-           load_symbol(lib, "cuMemcpyDtoH_v2", &cu.memcpy_dtoh) &&
-           load_symbol(lib, "cuCtxSynchronize", &cu.ctx_synchronize);
-}
+/* ---- the driver entry points (cuda_driver.h: dlopened, shared with moejit-bench) */
+typedef cuda_devptr_t devptr_t;
+static struct cuda_driver cu;
 
 #define CU(call)                                                                  \
     do {                                                                          \
@@ -162,9 +127,12 @@ int main(void) {
         return 0;
     }
     MJ(status);
-    if (!load_driver()) {
-        fprintf(stderr, "could not load libcuda.so.1: %s\n", dlerror());
-        return 1;
+    {
+        char err[256];
+        if (!cuda_driver_load(&cu, err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
     }
     /* moejit uses the device's primary context; allocate in the same one. */
     CU(cu.init(0));

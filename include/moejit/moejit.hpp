@@ -26,6 +26,19 @@ inline void check(moejit_status_t status) {
     if (status != MOEJIT_SUCCESS) throw Exception(status, moejit_last_error());
 }
 
+// "bf16", "fp16", "fp32", "int32", "int64", or "unknown": the names the library's messages and
+// cache keys use (src/core/dtype.cpp returns these too).
+inline const char *dtype_name(moejit_dtype_t dtype) noexcept {
+    switch (dtype) {
+    case MOEJIT_DTYPE_BF16: return "bf16";
+    case MOEJIT_DTYPE_FP16: return "fp16";
+    case MOEJIT_DTYPE_FP32: return "fp32";
+    case MOEJIT_DTYPE_INT32: return "int32";
+    case MOEJIT_DTYPE_INT64: return "int64";
+    }
+    return "unknown";
+}
+
 struct ContextDeleter {
     void operator()(moejit_context_t c) const noexcept { moejit_context_destroy(c); }
 };

@@ -1,5 +1,7 @@
 #include "core/dtype.hpp"
 
+#include "moejit/moejit.hpp"
+
 namespace moejit {
 
 std::size_t dtype_size(moejit_dtype_t dtype) {
@@ -13,16 +15,8 @@ std::size_t dtype_size(moejit_dtype_t dtype) {
     return 0;
 }
 
-std::string_view dtype_name(moejit_dtype_t dtype) {
-    switch (dtype) {
-    case MOEJIT_DTYPE_BF16: return "bf16";
-    case MOEJIT_DTYPE_FP16: return "fp16";
-    case MOEJIT_DTYPE_FP32: return "fp32";
-    case MOEJIT_DTYPE_INT32: return "int32";
-    case MOEJIT_DTYPE_INT64: return "int64";
-    }
-    return "unknown";
-}
+// One table for the library and the tools (which see only the public headers).
+std::string_view dtype_name(moejit_dtype_t dtype) { return api::dtype_name(dtype); }
 
 std::string_view dtype_cuda_type(moejit_dtype_t dtype) {
     switch (dtype) {

@@ -3,7 +3,7 @@
 // writes. Uses only JitEngine / TuningStore interfaces that 0.3.0 already had, so the same file
 // built against 0.3.0 shows each finding (the report says which cases failed there).
 #define BOOST_TEST_MODULE cache_trust
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
 // The C ABI core on any machine: statuses, last error, version, contexts without a GPU.
 #define BOOST_TEST_MODULE capi
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -4,7 +4,7 @@
 // under UBSan). On 0.3.0 PlanLayout computed T·k unchecked: these cases failed (no exception,
 // signed-overflow reports under UBSan).
 #define BOOST_TEST_MODULE checked_math
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <cstdint>
 #include <limits>

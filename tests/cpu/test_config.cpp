@@ -3,7 +3,7 @@
 // picks its tiles, naming MOEJIT_GEMM_TILE. Through the public C ABI (as 0.3.0 had it), so the
 // same file built against 0.3.0 shows the findings.
 #define BOOST_TEST_MODULE config
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <stdlib.h>
 

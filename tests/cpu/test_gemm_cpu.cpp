@@ -4,7 +4,7 @@
 // compile-only context, within the cold-start budget; argument validation messages through the
 // C ABI name the argument and the expected value.
 #define BOOST_TEST_MODULE gemm_cpu
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <stdlib.h>
 

@@ -4,7 +4,7 @@
 // cp.async.bulk.tensor, mbarriers and setmaxnreg (so the kernel is on the Hopper path, not a
 // fallback); argument validation names the field and the expected value.
 #define BOOST_TEST_MODULE gemm_sm90_cpu
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <nvrtc.h>
 

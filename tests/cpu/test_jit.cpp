@@ -1,7 +1,7 @@
 // JIT engine on a machine without a GPU: SHA-256, cache keys, NVRTC, the disk cache's
 // self-checking entries, atomic publish under process races, degraded (memory-only) caching.
 #define BOOST_TEST_MODULE jit
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>

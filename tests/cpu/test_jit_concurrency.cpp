@@ -3,7 +3,7 @@
 // a context resolving many sources at once (a plan's creation) in parallel, delivering the
 // messages on the calling thread in source order.
 #define BOOST_TEST_MODULE jit_concurrency
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
 

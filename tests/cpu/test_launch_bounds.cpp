@@ -3,7 +3,7 @@
 // schedule sized from S covers every (row, column block) exactly once, and a bound taken from T
 // provably misses rows when duplicate routes send all T*k rows to one expert.
 #define BOOST_TEST_MODULE launch_bounds
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <cstdint>
 #include <cstdlib>

@@ -3,7 +3,7 @@
 // compile-only context (split and merged fc1) with a second context seeing only disk hits, and
 // the saved/workspace layout arithmetic.
 #define BOOST_TEST_MODULE plan_cpu
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <stdlib.h>
 

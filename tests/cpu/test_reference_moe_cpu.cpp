@@ -3,7 +3,7 @@
 // differences of it, so the GPU layer tests compare against the right math: routing index,
 // duplicate routes, empty experts, SwiGLU with and without a limit, every gradient.
 #define BOOST_TEST_MODULE reference_moe_cpu
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <chrono>
 #include <cmath>

@@ -2,7 +2,7 @@
 // the chunking arithmetic, every specialization compiled with NVRTC for sm_90a and sm_80
 // through a compile-only context, and argument validation through the C ABI.
 #define BOOST_TEST_MODULE routing
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
 

@@ -2,7 +2,7 @@
 // a compile-only context; argument validation through the C ABI; the float64 reference agrees
 // with finite differences of its own forward (so the GPU tests compare against the right math).
 #define BOOST_TEST_MODULE swiglu_cpu
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <stdlib.h>
 

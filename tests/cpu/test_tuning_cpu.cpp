@@ -4,7 +4,7 @@
 // foreign file is ignored rather than trusted. The timing half runs on the H200
 // (tests/gpu/test_group_gemm_gpu.cpp, tuning case).
 #define BOOST_TEST_MODULE tuning_cpu
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <cstdlib>
 #include <filesystem>

@@ -1,11 +1,13 @@
-// main() for a GPU test executable (Boost.Test header-only variant): exits 77 — Meson's
-// "skipped" — with a clear message when no CUDA device is usable, so CI never counts a GPU
-// suite as passed.
+// main() for a GPU test executable: exits 77 — Meson's "skipped" — with a clear message when
+// no CUDA device is usable, so CI never counts a GPU suite as passed. The Boost.Test framework
+// itself is compiled once (support/boost_test_framework.cpp), without a main.
 #pragma once
 
-#define BOOST_TEST_NO_MAIN
-#define BOOST_TEST_ALTERNATIVE_INIT_API
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
+
+#ifndef BOOST_TEST_ALTERNATIVE_INIT_API
+#error "tests/meson.build defines BOOST_TEST_ALTERNATIVE_INIT_API for every test file"
+#endif
 
 #include "gpu.hpp"
 

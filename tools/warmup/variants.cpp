@@ -5,18 +5,11 @@
 
 #include <fmt/format.h>
 
+#include "moejit/moejit.hpp"  // dtype_name
+
 namespace warmup {
 
-const char *dtype_label(moejit_dtype_t dtype) {
-    switch (dtype) {
-    case MOEJIT_DTYPE_BF16: return "bf16";
-    case MOEJIT_DTYPE_FP16: return "fp16";
-    case MOEJIT_DTYPE_FP32: return "fp32";
-    case MOEJIT_DTYPE_INT32: return "int32";
-    case MOEJIT_DTYPE_INT64: return "int64";
-    }
-    return "?";
-}
+using moejit::api::dtype_name;
 
 std::vector<WarmupJob> enumerate_jobs(const std::vector<ModelSpec> &specs, const VariantOptions &options,
                                       const moejit_plan_desc_t &defaults) {
@@ -60,10 +53,10 @@ std::vector<WarmupJob> enumerate_jobs(const std::vector<ModelSpec> &specs, const
                     d.routing_dtype = at[routing] ? MOEJIT_DTYPE_FP32 : dtype;
                     d.tokens_hint = options.tokens_hints[static_cast<std::size_t>(at[hint])];
                     job.wave = static_cast<int>(std::count_if(at.begin(), at.end(), [](int v) { return v != 0; }));
-                    job.label = fmt::format("{} {} {} wgrad={}{} index={} routing={}", spec.name, dtype_label(dtype),
-                                            layout, dtype_label(d.weight_grad_dtype),
-                                            d.weight_grad_accumulate ? "+acc" : "", dtype_label(d.index_dtype),
-                                            dtype_label(d.routing_dtype));
+                    job.label = fmt::format("{} {} {} wgrad={}{} index={} routing={}", spec.name, dtype_name(dtype),
+                                            layout, dtype_name(d.weight_grad_dtype),
+                                            d.weight_grad_accumulate ? "+acc" : "", dtype_name(d.index_dtype),
+                                            dtype_name(d.routing_dtype));
                     if (options.tokens_hints.size() > 1 || d.tokens_hint != 0)
                         job.label += fmt::format(" tokens_hint={}", d.tokens_hint);
                     jobs.push_back(std::move(job));

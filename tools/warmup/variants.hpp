@@ -37,6 +37,4 @@ struct VariantOptions {
 std::vector<WarmupJob> enumerate_jobs(const std::vector<ModelSpec> &specs, const VariantOptions &options,
                                       const moejit_plan_desc_t &defaults);
 
-const char *dtype_label(moejit_dtype_t dtype);
-
 }  // namespace warmup
