@@ -182,6 +182,20 @@ BOOST_AUTO_TEST_CASE(split_layout_rejects_transposed_weights_and_biases) {
         d.fc1_layout = MOEJIT_FC1_INTERLEAVED;
         BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, nullptr) == MOEJIT_SUCCESS, moejit_last_error());
     }
+    // gpt-oss as transformers stores it: every kernel of the plan compiles (NVRTC, sm_90a),
+    // with the bias kernels on top of a plain plan's.
+    moejit_plan_desc_t d = small_desc();
+    int plain = 0, gpt_oss = 0;
+    BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, &plain) == MOEJIT_SUCCESS, moejit_last_error());
+    d.fc1_layout = MOEJIT_FC1_INTERLEAVED;
+    d.activation = MOEJIT_ACTIVATION_GPT_OSS;
+    d.swiglu_limit = 7.0f;
+    d.weights_transposed = 1;
+    d.has_bias = 1;
+    d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
+    d.weight_grad_accumulate = 1;
+    BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, &gpt_oss) == MOEJIT_SUCCESS, moejit_last_error());
+    BOOST_TEST(gpt_oss > plain);
 }
 
 // The edges of the valid range are accepted (validation is not stricter than documented).
