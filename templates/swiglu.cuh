@@ -67,7 +67,7 @@ template <class T> __device__ __forceinline__ void store_vec(void *base, long lo
     reinterpret_cast<Vec16<T> *>(base)[index] = v;
 }
 
-// The gate and up vectors of output vector v (8 or 4... kCount elements each) of the row whose
+// The gate and up vectors of output vector v (kCount elements each) of the row whose
 // first vector is `base` (in 16-byte vectors). Split: gate and up are separate tensors;
 // merged: up sits kVecs vectors after gate in one row; interleaved: vectors 2v and 2v+1 hold
 // the pairs (g, u) of the kCount columns.

@@ -142,16 +142,19 @@ def fake_backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, save
     return dx, drw, {n: g32.to(w_down.dtype) for n, g32 in grads.items()}
 
 
-def install(monkeypatch):
-    """Replaces the library's launches by the emulation (for one test, through pytest's
-    monkeypatch) and lets CPU tensors through the device check."""
-    real_info = _op._info
-
+def cpu_as_cuda(real_info):
+    """_op._info that lets CPU tensors through the device check (as cuda:0)."""
     def info(where, name, tensor):
         i = real_info(where, name, tensor)
         if i is not None and i.device == "cpu":
             i = TensorInfo(i.shape, i.dtype, "cuda:0", i.contiguous)
         return i
-    monkeypatch.setattr(_op, "_info", info)
+    return info
+
+
+def install(monkeypatch):
+    """Replaces the library's launches by the emulation (for one test, through pytest's
+    monkeypatch) and lets CPU tensors through the device check."""
+    monkeypatch.setattr(_op, "_info", cpu_as_cuda(_op._info))
     monkeypatch.setattr(_op, "_forward", fake_forward)
     monkeypatch.setattr(_op, "_backward", fake_backward)

@@ -387,16 +387,10 @@ def emulated_default_local_experts(rank, world, seed):
     wrappers and autograd) with the library's launches emulated in float32 as in
     test_torch_op_emulated.py, in bf16 on gloo, against the float64 global reference."""
     from moejit import _op
-    from moejit._validate import TensorInfo
     import moe_emulation as emu
-    real_info = _op._info
-
-    def info(where, name, tensor):
-        i = real_info(where, name, tensor)
-        if i is not None and i.device == "cpu":
-            i = TensorInfo(i.shape, i.dtype, "cuda:0", i.contiguous)
-        return i
-    _op._info, _op._forward, _op._backward = info, emu.fake_forward, emu.fake_backward
+    # A forked worker process: patched for its whole life, not through monkeypatch.
+    _op._info, _op._forward, _op._backward = (emu.cpu_as_cuda(_op._info), emu.fake_forward,
+                                              emu.fake_backward)
     e_local = 2
     for i, name in enumerate(CASES):
         case = make_case(name, world, e_local, seed + i)
