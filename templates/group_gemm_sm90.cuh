@@ -832,7 +832,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
 // every expert with more than split_rows rows (the others were written by the GEMM), reading
 // only slots below max_slots. A grid-stride loop of a few blocks per SM over each split expert's
 // M*N elements: most experts are not split, and a block per (expert, element range) cost more
-// in empty blocks than the sums (device run 2 of 0.3). float4 reads, deterministic.
+// in empty blocks than the sums (docs/PERF_LOG.md). float4 reads, deterministic.
 template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
 __device__ __forceinline__ void split_reduce_sm90(CT *__restrict__ c, const int *__restrict__ offsets, int rows,
                                                   int num_experts, int split_rows, int max_slots,

@@ -26,8 +26,8 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     // Split fc1: dxs = dg·W_gate + du·W_up. The wgmma engine reduces over both operand pairs in
     // one GEMM (K = 2I, k_split = I; the same fp32 sum as merged fc1's single GEMM). Elsewhere
     // dxs = dg·W_gate, then += du·W_up, rounding dxs to the layer dtype in between, so the two
-    // layouts' dx may differ by rounding there (device run 2 of 0.3: the accumulating second
-    // GEMM took 2-5x the first, reading C in its register epilogue).
+    // layouts' dx may differ by rounding there (the one-GEMM form exists because the accumulating
+    // second GEMM took 2-5x the first, reading C in its register epilogue; docs/PERF_LOG.md).
     s.fc1_dgrad = make_nk_spec(t, t, H, fc1_n, xw, false, rows_hint, E, cc);
     s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, xw, true, rows_hint, E, cc);
     if (!merged && I % 64 == 0 && s.fc1_dgrad.tile.engine == GemmEngine::wgmma) {
@@ -48,7 +48,7 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     // fc1 can compute SwiGLU in its epilogue on the wgmma engine: g and u (saved for the
     // backward) and aw out of one GEMM over N = 2I, without the activation's read of [S, 2I].
     // Opt-in (MOEJIT_FUSE_SWIGLU=1, read at plan creation): it measured 1-14 % slower than the
-    // two GEMMs and the standalone kernel (docs/DECISIONS.md, device run 5 of 0.3).
+    // two GEMMs and the standalone kernel (docs/DECISIONS.md, docs/PERF_LOG.md).
     // The epilogue computes SwiGLU over [gate | up] column blocks without biases, for weights
     // stored [E,N,K]: other activations, layouts and biases use the standalone kernel.
     const bool epilogue_fits = d.activation == MOEJIT_ACTIVATION_SWIGLU && d.fc1_layout != MOEJIT_FC1_INTERLEAVED &&
