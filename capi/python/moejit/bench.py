@@ -5,11 +5,18 @@ loop, forward and forward+backward, on the same inputs (routing from a softmax t
 logits), timed with CUDA events (median of reps after warm-up), with a dense 8192^3 GEMM
 measured in the same run as the practical ceiling. FLOPs: forward 6*S*H*I, backward 12*S*H*I,
 S = T*k. The table comes last; --json writes every number.
+
+Optional fused peers (moejit/peers_fast.py, installed separately): sonicmoe (SonicMoE, QuACK GEMMs
+at tuned=False; --sonic-tuned adds a sonicmoe-tuned row that autotunes first, minutes per shape)
+and quack (VeOmni's QuACK grouped-GEMM backend). A peer that is missing or fails is a skip line
+with the reason; each peer is checked against moejit (forward output and dx, relative error
+< 2e-2) before it is timed, and one that disagrees is reported WRONG and not timed.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import math
@@ -23,6 +30,7 @@ from . import core
 try:  # --help works without PyTorch; running the benchmark needs it
     import torch
 
+    from . import peers_fast
     from .peers import eager_loop_layer, grouped_mm_layer, routing_all_to_expert0, routing_topk
 except ImportError as _torch_missing:
     torch = None
@@ -44,6 +52,8 @@ IMPLS = ("moejit", "grouped_mm", "eager")
 # Opt-in (--impls): moejit under torch.compile(fullgraph=True), and moejit through a plain
 # autograd.Function without the custom-op dispatch (the binding before torch.ops.moejit).
 EXTRA_IMPLS = ("moejit-compile", "moejit-direct")
+# Optional peers (moejit/peers_fast.py): skipped with the reason when not installed.
+PEER_IMPLS = ("sonicmoe", "sonicmoe-tuned", "quack", "quack-tuned")  # = peers_fast.PEER_IMPLS
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
 
 
@@ -126,8 +136,9 @@ def make_inputs(T, E, H, I, k, dtype, routing, merged, seed):
     return x, sel, rw, weights, dout
 
 
-def bench_impl(name, x, sel, rw, weights, dout, limit, warmup, reps, eager_budget_s):
-    layer = LAYERS[name]
+def bench_impl(name, x, sel, rw, weights, dout, limit, warmup, reps, eager_budget_s,
+               layer=None):
+    layer = layer or LAYERS[name]
     inputs = [x, rw] + list(weights.values())
 
     def fwd():
@@ -167,13 +178,26 @@ def run_shape(name, dims, args, dtype, dense_tflops) -> Dict[str, object]:
                                             args.layout == "merged", args.seed)
     limit = args.swiglu_limit
     outs = {}
+    ref = None
+    if not hasattr(args, "peer_status"):
+        args.peer_status = peers_fast.status(args.impls)
     for impl in args.impls:
         if impl == "eager" and args.no_eager:
             continue
         log(f"[{name}] {impl} ...")
         try:
-            r = bench_impl(impl, x, sel, rw, weights, dout, limit, args.warmup, args.reps,
-                           args.eager_budget)
+            if impl in PEER_IMPLS:
+                if ref is None:  # moejit's out and dx, the peers' correctness gate
+                    ref = peers_fast.reference([(n, LAYERS[n]) for n in ("moejit", "grouped_mm")],
+                                               x, sel, rw, weights, dout, limit, log)
+                timer = functools.partial(bench_impl, impl, x, sel, rw, dout=dout, limit=limit,
+                                          warmup=args.warmup, reps=args.reps,
+                                          eager_budget_s=args.eager_budget)
+                r = peers_fast.run_peer(impl, args.peer_status, ref, x, sel, rw, weights, dout,
+                                        limit, timer)
+            else:
+                r = bench_impl(impl, x, sel, rw, weights, dout, limit, args.warmup, args.reps,
+                               args.eager_budget)
             if "fwd_ms" in r:
                 r["fwd_tflops"] = flops_fwd / (r["fwd_ms"] * 1e-3) / 1e12
                 r["fwd_bwd_tflops"] = (flops_fwd + flops_bwd) / (r["fwd_bwd_ms"] * 1e-3) / 1e12
@@ -186,6 +210,10 @@ def run_shape(name, dims, args, dtype, dense_tflops) -> Dict[str, object]:
                                                   **weights).float()
         except Exception as e:  # report and go on: one failing peer must not hide the rest
             r = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+        if "skipped" in r and impl in PEER_IMPLS:
+            log(f"[{name}] {impl}: skipped: {r['skipped']}")
+        elif "wrong" in r:
+            log(f"[{name}] {impl}: WRONG, not timed: {r['wrong']}")
         log(f"[{name}] {impl}: {json.dumps(r)}")
         record["impls"][impl] = r
         gc.collect()
@@ -195,12 +223,12 @@ def run_shape(name, dims, args, dtype, dense_tflops) -> Dict[str, object]:
         record["out_rel_diff_vs_grouped_mm"] = ((a - b).norm() / b.norm()).item()
     impls = record["impls"]
     ours = impls.get("moejit", {})
-    for peer in ("grouped_mm", "eager"):
+    for peer in ("grouped_mm", "eager") + PEER_IMPLS:
         theirs = impls.get(peer, {})
         for metric in ("fwd_tflops", "fwd_bwd_tflops"):
             if ours.get(metric) and theirs.get(metric):
                 record[f"ratio_{metric}_vs_{peer}"] = ours[metric] / theirs[metric]
-    del x, sel, rw, weights, dout, outs
+    del x, sel, rw, weights, dout, outs, ref
     gc.collect()
     torch.cuda.empty_cache()
     return record
@@ -210,20 +238,24 @@ def _num(value: Optional[float], fmt: str) -> str:
     return format(value, fmt) if isinstance(value, (int, float)) and math.isfinite(value) else "-"
 
 
-def format_table(records, dense_tflops) -> str:
-    header = (f"{'shape':<18} {'impl':<11} {'fwd ms':>9} {'fwd TF/s':>9} {'f+b ms':>9} "
+def format_table(records, dense_tflops, peers=None) -> str:
+    header = (f"{'shape':<18} {'impl':<14} {'fwd ms':>9} {'fwd TF/s':>9} {'f+b ms':>9} "
               f"{'f+b TF/s':>9} {'bwd TF/s':>9} {'f+b/dense':>9}  note")
-    lines = [f"dense 8192^3 GEMM ceiling: {dense_tflops:.0f} TFLOP/s", header, "-" * len(header)]
+    lines = [f"dense 8192^3 GEMM ceiling: {dense_tflops:.0f} TFLOP/s"]
+    lines += [f"peer {impl}: {status}" for impl, status in (peers or {}).items()]
+    lines += [header, "-" * len(header)]
     for rec in records:
         for impl, r in rec["impls"].items():
             note = r.get("error") or (f"skipped: {r['skipped']}" if "skipped" in r else "")
+            if "wrong" in r:
+                note = f"WRONG (not timed): {r['wrong']}"
             lines.append(
-                f"{rec['shape']:<18} {impl:<11} {_num(r.get('fwd_ms'), '9.3f')} "
+                f"{rec['shape']:<18} {impl:<14} {_num(r.get('fwd_ms'), '9.3f')} "
                 f"{_num(r.get('fwd_tflops'), '9.1f')} {_num(r.get('fwd_bwd_ms'), '9.3f')} "
                 f"{_num(r.get('fwd_bwd_tflops'), '9.1f')} {_num(r.get('bwd_tflops'), '9.1f')} "
                 f"{_num(r.get('fwd_bwd_of_dense'), '9.1%')}  {note}".rstrip())
         ratios = []
-        for peer in ("grouped_mm", "eager"):
+        for peer in ("grouped_mm", "eager") + PEER_IMPLS:
             fb = rec.get(f"ratio_fwd_bwd_tflops_vs_{peer}")
             fw = rec.get(f"ratio_fwd_tflops_vs_{peer}")
             if fb:
@@ -231,7 +263,7 @@ def format_table(records, dense_tflops) -> str:
         if "out_rel_diff_vs_grouped_mm" in rec:
             ratios.append(f"|out-peer|/|peer| {rec['out_rel_diff_vs_grouped_mm']:.1e}")
         if ratios:
-            lines.append(f"{'':<18} {'':<11} " + "; ".join(ratios))
+            lines.append(f"{'':<18} {'':<14} " + "; ".join(ratios))
     return "\n".join(lines)
 
 
@@ -249,7 +281,10 @@ def parse_args(argv=None):
                    help="softmax top-k of random logits, or every route to expert 0")
     p.add_argument("--swiglu-limit", type=float, default=None)
     p.add_argument("--impls", default=",".join(IMPLS),
-                   help="subset of " + ",".join(IMPLS + EXTRA_IMPLS))
+                   help="subset of " + ",".join(IMPLS + EXTRA_IMPLS + PEER_IMPLS))
+    p.add_argument("--sonic-tuned", action="store_true",
+                   help="also time SonicMoE with QuACK's autotuning (minutes per shape), as "
+                        "sonicmoe-tuned")
     p.add_argument("--no-eager", action="store_true", help="skip the per-expert eager loop")
     p.add_argument("--eager-budget", type=float, default=20.0,
                    help="seconds the eager loop may take per shape before it is skipped")
@@ -259,9 +294,12 @@ def parse_args(argv=None):
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     args.reps = args.reps if args.reps is not None else (5 if args.quick else 20)
     args.impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    unknown = [i for i in args.impls if i not in IMPLS + EXTRA_IMPLS]
+    unknown = [i for i in args.impls if i not in IMPLS + EXTRA_IMPLS + PEER_IMPLS]
     if unknown:
-        p.error(f"unknown --impls {unknown}; choose from {IMPLS + EXTRA_IMPLS}")
+        p.error(f"unknown --impls {unknown}; choose from {IMPLS + EXTRA_IMPLS + PEER_IMPLS}")
+    if args.sonic_tuned and "sonicmoe-tuned" not in args.impls:
+        at = args.impls.index("sonicmoe") + 1 if "sonicmoe" in args.impls else len(args.impls)
+        args.impls.insert(at, "sonicmoe-tuned")
     wanted = [s.strip() for s in args.shapes.split(",") if s.strip()]
     # An exact name selects that shape; any other word selects the names containing it.
     args.shape_names = [n for n in SHAPES if not wanted or n in wanted or
@@ -289,6 +327,9 @@ def main(argv=None) -> int:
     log(f"device {device}, torch {torch.__version__}, moejit {version}, "
         f"{args.dtype}, {args.layout}, routing {args.routing}, warmup {args.warmup}, "
         f"reps {args.reps}")
+    args.peer_status = peers_fast.status(args.impls)
+    for impl, status in args.peer_status.items():
+        log(f"peer {impl}: {status}")
     dense = dense_ceiling(dtype, args.warmup, args.reps)
     log(f"dense 8192^3 {args.dtype} GEMM: {dense:.1f} TFLOP/s")
     records = [run_shape(name, SHAPES[name], args, dtype, dense) for name in args.shape_names]
@@ -298,9 +339,10 @@ def main(argv=None) -> int:
                        "moejit": version, "dtype": args.dtype,
                        "layout": args.layout, "routing": args.routing,
                        "swiglu_limit": args.swiglu_limit, "warmup": args.warmup,
-                       "reps": args.reps, "dense_tflops": dense, "results": records}, f,
+                       "reps": args.reps, "dense_tflops": dense,
+                       "peers": args.peer_status, "results": records}, f,
                       indent=2)
-    print(format_table(records, dense))
+    print(format_table(records, dense, args.peer_status))
     return 0
 
 
