@@ -15,25 +15,7 @@ constexpr int kDotWarps = 4;
 
 KernelSource render(const std::string &name, const std::string &constants, const char *params, const char *call,
                     std::uint32_t threads) {
-    KernelSource ks;
-    ks.name = name;
-    ks.template_name = "expert_bias.cuh";
-    ks.entry = "moejit_" + name;
-    ks.source = fmt::format(
-        "// moejit {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"expert_bias.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "{constants}"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
-        "    moejit::bias::{call};\n"
-        "}}\n",
-        fmt::arg("name", name), fmt::arg("constants", constants), fmt::arg("threads", threads),
-        fmt::arg("entry", ks.entry), fmt::arg("params", params), fmt::arg("call", call));
-    return ks;
+    return wrap_kernel({name, "expert_bias.cuh", name, constants, threads, params, std::string("moejit::bias::") + call});
 }
 
 void require_ptr(const void *p, const char *name, std::size_t alignment) {

@@ -21,59 +21,24 @@ constexpr std::int32_t kMinRowsPerWarp = 128;
 constexpr std::uint32_t kRowScanWarps = 8;  // one warp per expert
 constexpr std::int64_t kMaxRows = std::numeric_limits<std::int32_t>::max();  // int32 indices
 
-std::string entry_of(const std::string &name) { return "moejit_" + name; }
 
 // One translation unit of the histogram or rank kernel.
 KernelSource render_chunk_kernel(const RoutingSpec &spec, const char *kind, const char *params,
                                  const char *call) {
     const std::int32_t warps = routing_warps(spec.num_experts);
-    KernelSource ks;
-    ks.name = fmt::format("routing_{}_{}_e{}", kind, dtype_name(spec.index_dtype),
-                          spec.num_experts);
-    ks.template_name = "routing.cuh";
-    ks.entry = entry_of(ks.name);
-    ks.source = fmt::format(
-        "// moejit routing index, {kind}: {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"routing.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "using Id = {id};\n"
-        "constexpr int kExperts = {e};\n"
-        "constexpr int kWarps = {warps};\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
-        "    moejit::routing::{call};\n"
-        "}}\n",
-        fmt::arg("kind", kind), fmt::arg("name", ks.name),
-        fmt::arg("id", dtype_cuda_type(spec.index_dtype)), fmt::arg("e", spec.num_experts),
-        fmt::arg("warps", warps), fmt::arg("threads", warps * 32), fmt::arg("entry", ks.entry),
-        fmt::arg("params", params), fmt::arg("call", call));
-    return ks;
+    const std::string name = fmt::format("routing_{}_{}_e{}", kind, dtype_name(spec.index_dtype), spec.num_experts);
+    return wrap_kernel({name, "routing.cuh", fmt::format("routing index, {}: {}", kind, name),
+                        fmt::format("using Id = {};\nconstexpr int kExperts = {};\nconstexpr int kWarps = {};\n",
+                                    dtype_cuda_type(spec.index_dtype), spec.num_experts, warps),
+                        static_cast<std::uint32_t>(warps * 32), params, std::string("moejit::routing::") + call});
 }
 
 KernelSource render_row_scan() {
-    KernelSource ks;
-    ks.name = "routing_row_scan";
-    ks.template_name = "routing.cuh";
-    ks.entry = entry_of(ks.name);
-    ks.source = fmt::format(
-        "// moejit routing index, per-expert scan over chunks: {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"routing.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "constexpr int kMaxChunks = {max_chunks};\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}(int *hist, "
-        "int num_chunks, int num_experts, int *counts) {{\n"
-        "    moejit::routing::row_scan<kMaxChunks>(hist, num_chunks, num_experts, counts);\n"
-        "}}\n",
-        fmt::arg("name", ks.name), fmt::arg("max_chunks", kTargetChunks),
-        fmt::arg("threads", kRowScanWarps * 32), fmt::arg("entry", ks.entry));
-    return ks;
+    const std::string name = "routing_row_scan";
+    return wrap_kernel({name, "routing.cuh", "routing index, per-expert scan over chunks: " + name,
+                        fmt::format("constexpr int kMaxChunks = {};\n", kTargetChunks), kRowScanWarps * 32,
+                        "int *hist, int num_chunks, int num_experts, int *counts",
+                        "moejit::routing::row_scan<kMaxChunks>(hist, num_chunks, num_experts, counts)"});
 }
 
 void validate_counts(std::int64_t num_tokens, std::int32_t top_k) {

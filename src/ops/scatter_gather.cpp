@@ -71,56 +71,19 @@ std::uint32_t next_pow2(std::int64_t v) {
 KernelSource render_rows(const std::string &name, const std::string &constants,
                          std::int64_t hidden_size, const char *params, const char *call) {
     const RowGeometry g = row_geometry(hidden_size);
-    KernelSource ks;
-    ks.name = name;
-    ks.template_name = "scatter_gather.cuh";
-    ks.entry = "moejit_" + name;
-    ks.source = fmt::format(
-        "// moejit {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"scatter_gather.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "{constants}"
-        "constexpr int kHidden = {h};\n"
-        "constexpr int kThreadsPerRow = {tpr};\n"
-        "constexpr int kVecsPerThread = {vpt};\n"
-        "constexpr int kRowsPerBlock = {rpb};\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
-        "    moejit::sg::{call};\n"
-        "}}\n",
-        fmt::arg("name", name), fmt::arg("constants", constants), fmt::arg("h", hidden_size),
-        fmt::arg("tpr", g.threads_per_row), fmt::arg("vpt", g.vectors_per_thread),
-        fmt::arg("rpb", g.rows_per_block), fmt::arg("threads", g.block_threads),
-        fmt::arg("entry", ks.entry), fmt::arg("params", params), fmt::arg("call", call));
-    return ks;
+    return wrap_kernel({name, "scatter_gather.cuh", name,
+                        constants + fmt::format("constexpr int kHidden = {};\nconstexpr int kThreadsPerRow = {};\n"
+                                                "constexpr int kVecsPerThread = {};\nconstexpr int kRowsPerBlock = {};\n",
+                                                hidden_size, g.threads_per_row, g.vectors_per_thread, g.rows_per_block),
+                        static_cast<std::uint32_t>(g.block_threads), params, std::string("moejit::sg::") + call});
 }
 
 KernelSource render_weights(const char *kind, moejit_dtype_t weight_dtype, const char *params,
                             const char *call) {
     validate_weight_dtype(weight_dtype);
-    KernelSource ks;
-    ks.name = fmt::format("{}_{}", kind, dtype_name(weight_dtype));
-    ks.template_name = "scatter_gather.cuh";
-    ks.entry = "moejit_" + ks.name;
-    ks.source = fmt::format(
-        "// moejit {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"scatter_gather.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "using W = {w};\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
-        "    moejit::sg::{call};\n"
-        "}}\n",
-        fmt::arg("name", ks.name), fmt::arg("w", dtype_cuda_type(weight_dtype)),
-        fmt::arg("threads", kWeightThreads), fmt::arg("entry", ks.entry),
-        fmt::arg("params", params), fmt::arg("call", call));
-    return ks;
+    const std::string name = fmt::format("{}_{}", kind, dtype_name(weight_dtype));
+    return wrap_kernel({name, "scatter_gather.cuh", name, fmt::format("using W = {};\n", dtype_cuda_type(weight_dtype)),
+                        kWeightThreads, params, std::string("moejit::sg::") + call});
 }
 
 LaunchShape row_launch(std::int64_t num_tokens, const RowGeometry &g) {

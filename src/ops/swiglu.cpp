@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -26,48 +25,26 @@ std::string spec_suffix(const SwigluSpec &spec) {
 }
 
 // Renders one translation unit: constants, the template, the extern "C" wrapper.
-KernelSource render(const SwigluSpec &spec, const char *direction, const char *function,
+// bias_arg: the forward's kBias template argument (", true" / ", false"); the backward has none.
+KernelSource render(const SwigluSpec &spec, const char *direction, const char *function, const char *bias_arg,
                     const char *params, const char *call_args) {
     validate_swiglu_spec(spec);
-    KernelSource ks;
     // Names predate the other activations: "swiglu_" is the op family, the suffix the activation.
-    ks.name = fmt::format("swiglu_{}_{}", direction, spec_suffix(spec));
-    ks.template_name = "swiglu.cuh";
-    ks.entry = "moejit_" + ks.name;
-    ks.source = fmt::format(
-        "// moejit SwiGLU {direction}: {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"swiglu.cuh\"\n"
-        "\n"
-        "namespace {{\n"
-        "using T = {type};\n"
-        "constexpr int kI = {i};\n"
-        "constexpr int kLayout = {layout};\n"
-        "constexpr int kAct = {act};\n"
-        "constexpr bool kLimit = {limit};\n"
-        "constexpr bool kWeights = {weights};\n"
-        "constexpr int kWarpsPerBlock = {warps};\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
-        "    moejit::{function}<T, kI, kLayout, kAct, kLimit, kWeights{bias}, kWarpsPerBlock>({call_args});\n"
-        "}}\n",
-        fmt::arg("direction", direction), fmt::arg("name", ks.name),
-        fmt::arg("type", dtype_cuda_type(spec.dtype)), fmt::arg("i", spec.intermediate),
-        fmt::arg("layout", spec.interleaved ? 2 : spec.merged ? 1 : 0),
-        fmt::arg("act", static_cast<int>(spec.activation)), fmt::arg("limit", spec.has_limit),
-        fmt::arg("bias", std::string_view(direction) == "fwd" ? (spec.has_bias ? ", true" : ", false") : ""),
-        fmt::arg("weights", spec.has_weights), fmt::arg("warps", kSwigluWarpsPerBlock),
-        fmt::arg("threads", kThreadsPerBlock), fmt::arg("entry", ks.entry),
-        fmt::arg("params", params), fmt::arg("function", function),
-        fmt::arg("call_args", call_args));
-    return ks;
+    const std::string name = fmt::format("swiglu_{}_{}", direction, spec_suffix(spec));
+    return wrap_kernel(
+        {name, "swiglu.cuh", fmt::format("SwiGLU {}: {}", direction, name),
+         fmt::format("using T = {};\nconstexpr int kI = {};\nconstexpr int kLayout = {};\nconstexpr int kAct = {};\n"
+                     "constexpr bool kLimit = {};\nconstexpr bool kWeights = {};\nconstexpr int kWarpsPerBlock = {};\n",
+                     dtype_cuda_type(spec.dtype), spec.intermediate, spec.interleaved ? 2 : spec.merged ? 1 : 0,
+                     static_cast<int>(spec.activation), spec.has_limit, spec.has_weights, kSwigluWarpsPerBlock),
+         kThreadsPerBlock, params,
+         fmt::format("moejit::{}<T, kI, kLayout, kAct, kLimit, kWeights{}, kWarpsPerBlock>({})", function, bias_arg,
+                     call_args)});
 }
 
 // The common scalar checks of forward and backward.
-void validate_shape(moejit_dtype_t dtype, std::int64_t rows, std::int64_t intermediate,
-                    float limit) {
-    validate_swiglu_spec(SwigluSpec{dtype, intermediate});
+void validate_shape(const SwigluSpec &spec, std::int64_t rows, float limit) {
+    validate_swiglu_spec(spec);
     MOEJIT_REQUIRE(rows >= 0, "rows must be >= 0 (S, the scattered row count), got {}", rows);
     MOEJIT_REQUIRE(!std::isnan(limit) && !std::isinf(limit),
                    "limit must be finite (> 0 enables the limit, <= 0 disables it), got {}",
@@ -93,10 +70,8 @@ void require_null(const void *ptr, const char *name, bool merged) {
 
 // Inputs shared by forward and backward; returns (gate base, up base) for the kernel: in the
 // merged layout `up` is gate_up + I elements, and the row stride (2I) is compiled in.
-std::pair<const void *, const void *> input_pointers(bool merged, std::int64_t intermediate,
-                                                     moejit_dtype_t dtype, const void *gate,
-                                                     const void *up, const void *gate_up,
-                                                     const float *w_s, bool check) {
+std::pair<const void *, const void *> input_pointers(bool merged, const void *gate, const void *up,
+                                                     const void *gate_up, const float *w_s, bool check) {
     if (check && w_s) require_tensor(w_s, "w_s", 4, "[S] fp32");
     if (merged) {
         if (check) {
@@ -105,8 +80,6 @@ std::pair<const void *, const void *> input_pointers(bool merged, std::int64_t i
             require_null(up, "up", true);
         }
         // The kernel finds up in the same row (merged: I columns on; interleaved: odd columns).
-        (void)intermediate;
-        (void)dtype;
         return {gate_up, nullptr};
     }
     if (check) {
@@ -155,7 +128,7 @@ void validate_swiglu_spec(const SwigluSpec &spec) {
 }
 
 KernelSource render_swiglu_forward(const SwigluSpec &spec) {
-    return render(spec, "fwd", "gated_forward",
+    return render(spec, "fwd", "gated_forward", spec.has_bias ? ", true" : ", false",
                   "const void *gate, const void *up, const float *w_s, void *a, void *aw, "
                   "long long rows, float limit, float alpha, const void *bias, const int *offsets, "
                   "int num_experts",
@@ -165,7 +138,7 @@ KernelSource render_swiglu_forward(const SwigluSpec &spec) {
 KernelSource render_swiglu_backward(const SwigluSpec &spec) {
     SwigluSpec s = spec;
     s.has_bias = false;  // the backward reads the forward's biased g and u
-    return render(s, "bwd", "gated_backward",
+    return render(s, "bwd", "gated_backward", "",
                   "const void *gate, const void *up, const float *w_s, const void *daw, "
                   "void *d_gate, void *d_up, float *d_w_s, void *aw, long long rows, "
                   "float limit, float alpha",
@@ -183,10 +156,11 @@ SwigluSpec swiglu_spec(const SwigluBackwardArgs &args) {
 }
 
 void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *bound) {
-    validate_shape(args.dtype, args.rows, args.intermediate, args.limit);
+    const SwigluSpec spec = swiglu_spec(args);
+    validate_shape(spec, args.rows, args.limit);
     // Empty tensors may come as NULL (frameworks do that); there is nothing to check then.
     const bool check = args.rows > 0;
-    auto [gate, up] = input_pointers(args.merged, args.intermediate, args.dtype, args.gate,
+    auto [gate, up] = input_pointers(args.merged, args.gate,
                                      args.up, args.gate_up, args.w_s, check);
     if (check) {
         MOEJIT_REQUIRE(args.a != nullptr || args.aw != nullptr,
@@ -194,8 +168,6 @@ void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *b
         if (args.a) require_tensor(args.a, "a", 16, "[S,I]");
         if (args.aw) require_tensor(args.aw, "aw", 16, "[S,I]");
     }
-    const SwigluSpec spec = swiglu_spec(args);
-    validate_swiglu_spec(spec);
     MOEJIT_REQUIRE(std::isfinite(args.alpha), "alpha must be finite, got {}", args.alpha);
     if (check && args.bias) {
         require_tensor(args.bias, "bias", 16, "[E,2I]");
@@ -218,9 +190,10 @@ void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *b
 }
 
 void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel *bound) {
-    validate_shape(args.dtype, args.rows, args.intermediate, args.limit);
+    const SwigluSpec spec = swiglu_spec(args);
+    validate_shape(spec, args.rows, args.limit);
     const bool check = args.rows > 0;
-    auto [gate, up] = input_pointers(args.merged, args.intermediate, args.dtype, args.gate,
+    auto [gate, up] = input_pointers(args.merged, args.gate,
                                      args.up, args.gate_up, args.w_s, check);
     void *d_gate = args.d_gate, *d_up = args.d_up;
     if (check) {
@@ -243,7 +216,7 @@ void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel 
         d_gate = args.d_gate_up;  // the kernel finds up in the same row
         d_up = nullptr;
     }
-    const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_backward(swiglu_spec(args)));
+    const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_backward(spec));
     const float *w_s = args.w_s;
     const void *daw = args.daw;
     float *d_w_s = args.d_w_s;
