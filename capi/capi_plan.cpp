@@ -20,6 +20,8 @@ void moejit::StructAbi<moejit_plan_desc_t>::defaults(moejit_plan_desc_t &desc) {
 }
 void moejit::StructAbi<moejit_forward_args_t>::defaults(moejit_forward_args_t &) {}
 void moejit::StructAbi<moejit_backward_args_t>::defaults(moejit_backward_args_t &) {}
+void moejit::StructAbi<moejit_experts_forward_args_t>::defaults(moejit_experts_forward_args_t &) {}
+void moejit::StructAbi<moejit_experts_backward_args_t>::defaults(moejit_experts_backward_args_t &) {}
 
 extern "C" {
 
@@ -114,6 +116,47 @@ MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan, const moejit
                        args->struct_size);
         Plan &p = require_handle(plan, "plan").impl;
         p.backward(a);
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_experts_forward_args_init_sized(moejit_experts_forward_args_t *args,
+                                                                   size_t struct_size) {
+    return capi_guard([&] { init_struct(args, struct_size, "args"); });
+}
+
+MOEJIT_API moejit_status_t moejit_experts_backward_args_init_sized(moejit_experts_backward_args_t *args,
+                                                                    size_t struct_size) {
+    return capi_guard([&] { init_struct(args, struct_size, "args"); });
+}
+
+MOEJIT_API moejit_status_t moejit_plan_experts_saved_size(moejit_plan_t plan, int64_t num_rows, size_t *bytes) {
+    return capi_guard([&] {
+        Plan &p = require_handle(plan, "plan").impl;
+        MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
+        *bytes = p.experts_layout(num_rows).saved_bytes;
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_plan_experts_workspace_size(moejit_plan_t plan, int64_t num_rows, size_t *bytes) {
+    return capi_guard([&] {
+        Plan &p = require_handle(plan, "plan").impl;
+        MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
+        *bytes = p.experts_layout(num_rows).workspace_bytes;
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_plan_experts_forward(moejit_plan_t plan, const moejit_experts_forward_args_t *args) {
+    return capi_guard([&] {
+        const moejit_experts_forward_args_t a = read_struct(args, "args");
+        require_handle(plan, "plan").impl.experts_forward(a);
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_plan_experts_backward(moejit_plan_t plan,
+                                                        const moejit_experts_backward_args_t *args) {
+    return capi_guard([&] {
+        const moejit_experts_backward_args_t a = read_struct(args, "args");
+        require_handle(plan, "plan").impl.experts_backward(a);
     });
 }
 

@@ -53,6 +53,10 @@ MOEJIT_STRUCT_ABI(moejit_forward_args_t, "moejit_forward_args_t", "moejit_forwar
 MOEJIT_STRUCT_ABI(moejit_backward_args_t, "moejit_backward_args_t", "moejit_backward_args_init",
                   offsetof(moejit_backward_args_t, x) /* 0.1 */, offsetof(moejit_backward_args_t, b_down) /* 0.2 */,
                   sizeof(moejit_backward_args_t) /* 0.5 */);
+MOEJIT_STRUCT_ABI(moejit_experts_forward_args_t, "moejit_experts_forward_args_t", "moejit_experts_forward_args_init",
+                  sizeof(moejit_experts_forward_args_t) /* 0.6 */);
+MOEJIT_STRUCT_ABI(moejit_experts_backward_args_t, "moejit_experts_backward_args_t", "moejit_experts_backward_args_init",
+                  sizeof(moejit_experts_backward_args_t) /* 0.6 */);
 #undef MOEJIT_STRUCT_ABI
 
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -66,6 +70,7 @@ static_assert(offsetof(moejit_plan_desc_t, activation_alpha) == 80 && sizeof(moe
 static_assert(offsetof(moejit_forward_args_t, b_gate_up) == 120 && sizeof(moejit_forward_args_t) == 136);
 static_assert(offsetof(moejit_backward_args_t, x) == 152 && offsetof(moejit_backward_args_t, b_down) == 160 &&
               sizeof(moejit_backward_args_t) == 184);
+static_assert(sizeof(moejit_experts_forward_args_t) == 136 && sizeof(moejit_experts_backward_args_t) == 192);
 #endif
 
 // What the exported unsized *_init(T *) entry points (kept for binaries built against 0.1-0.3

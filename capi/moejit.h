@@ -446,6 +446,91 @@ MOEJIT_API moejit_status_t moejit_plan_forward(moejit_plan_t plan,
 MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan,
                                                 const moejit_backward_args_t *args);
 
+/* ---------------------------------------------------------------- pre-dispatched experts
+ * Since 0.6. The plan's experts on rows already grouped by expert, for expert parallelism
+ * (the rows a rank received from the others) and any caller that routes by itself: no routing
+ * index, scatter or gather. The layer is this plus routing, scatter and gather.
+ *
+ * Rows: xs [R,H], the rows of local expert e being [expert_offsets[e], expert_offsets[e+1]),
+ * expert_offsets an int32 [E+1] array on the device with expert_offsets[0] = 0, non-decreasing,
+ * and expert_offsets[E] = R (E = desc->num_experts; the library reads it on the device only, so
+ * it is not checked: rows past expert_offsets[E] are not computed and are left unwritten).
+ * R is not bounded by anything but 2^31-1: every grid comes from R and the offsets.
+ * ys[r] = w[r]·(h(xs[r]·W1[e]ᵀ + b1[e])·W2[e]ᵀ + b2[e]) with h the plan's activation, w the row
+ * weights (fp32 [R]; NULL: 1) — the layer's math for one route per row. desc->top_k is not
+ * used here except to scale desc->tokens_hint for tile choice (plans made for this entry: set
+ * top_k 1 and tokens_hint to a typical R); index_dtype and routing_dtype are not used.
+ * The backward gives dxs [R,H], d_row_weights (fp32 [R], only with row_weights) and the
+ * experts' weight (and bias) gradients with the plan's weight_grad_dtype and accumulation.
+ * Weights, biases and their gradients are as in moejit_forward_args_t/moejit_backward_args_t.
+ * No host synchronisation; saved is written by the forward and read by the backward. */
+typedef struct moejit_experts_forward_args {
+    size_t struct_size;
+    int64_t num_rows;               /* R >= 0 */
+    const void *xs;                 /* [R,H] in dtype, grouped by expert */
+    const int32_t *expert_offsets;  /* [E+1] on the device */
+    const float *row_weights;       /* [R] fp32, or NULL (every weight 1) */
+    const void *w_gate;             /* split */
+    const void *w_up;               /* split */
+    const void *w_gate_up;          /* merged / interleaved */
+    const void *w_down;
+    const void *b_gate_up;          /* has_bias */
+    const void *b_down;             /* has_bias */
+    void *ys;                       /* [R,H] in dtype */
+    void *saved;                    /* moejit_plan_experts_saved_size bytes, kept for backward */
+    size_t saved_size;
+    void *workspace;                /* moejit_plan_experts_workspace_size bytes, scratch */
+    size_t workspace_size;
+    void *stream;
+} moejit_experts_forward_args_t;
+
+typedef struct moejit_experts_backward_args {
+    size_t struct_size;
+    int64_t num_rows;               /* R, as in forward */
+    const void *xs;                 /* as in forward */
+    const int32_t *expert_offsets;  /* as in forward */
+    const float *row_weights;       /* as in forward */
+    const void *dys;                /* [R,H]: the gradient of ys */
+    const void *w_gate;
+    const void *w_up;
+    const void *w_gate_up;
+    const void *w_down;
+    const void *b_down;             /* has_bias (d_row_weights needs it) */
+    const void *saved;              /* written by the forward call */
+    size_t saved_size;
+    void *dxs;                      /* [R,H] in dtype */
+    float *d_row_weights;           /* [R] fp32: with row_weights (else NULL) */
+    void *dw_gate;                  /* split, [E,I,H] in weight_grad_dtype */
+    void *dw_up;
+    void *dw_gate_up;               /* merged / interleaved */
+    void *dw_down;
+    void *db_gate_up;               /* has_bias */
+    void *db_down;                  /* has_bias */
+    void *workspace;
+    size_t workspace_size;
+    void *stream;
+} moejit_experts_backward_args_t;
+
+MOEJIT_API moejit_status_t moejit_experts_forward_args_init_sized(moejit_experts_forward_args_t *args,
+                                                                   size_t struct_size);
+#define moejit_experts_forward_args_init(args) \
+    moejit_experts_forward_args_init_sized((args), sizeof(moejit_experts_forward_args_t))
+MOEJIT_API moejit_status_t moejit_experts_backward_args_init_sized(moejit_experts_backward_args_t *args,
+                                                                    size_t struct_size);
+#define moejit_experts_backward_args_init(args) \
+    moejit_experts_backward_args_init_sized((args), sizeof(moejit_experts_backward_args_t))
+
+/* Sizes for R = num_rows (0 <= R <= 2^31-1, else MOEJIT_ERROR_INVALID_ARGUMENT naming
+ * num_rows). */
+MOEJIT_API moejit_status_t moejit_plan_experts_saved_size(moejit_plan_t plan, int64_t num_rows,
+                                                          size_t *bytes);
+MOEJIT_API moejit_status_t moejit_plan_experts_workspace_size(moejit_plan_t plan, int64_t num_rows,
+                                                              size_t *bytes);
+MOEJIT_API moejit_status_t moejit_plan_experts_forward(moejit_plan_t plan,
+                                                       const moejit_experts_forward_args_t *args);
+MOEJIT_API moejit_status_t moejit_plan_experts_backward(moejit_plan_t plan,
+                                                        const moejit_experts_backward_args_t *args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Expert parallelism benchmark: moejit.distributed (local experts = moejit's layer, top_k = 1)
-against the same dispatch/combine with torch._grouped_mm local experts, in the same run, over
-NCCL on 2 GPUs (one process per GPU).
+"""Expert parallelism benchmark: moejit.distributed (local experts = moejit's pre-dispatched
+experts entry) against the same dispatch/combine with torch._grouped_mm local experts, in the
+same run, over NCCL on 2 GPUs (one process per GPU); moejit_layer: the local experts through
+moejit's whole layer with top_k = 1 instead (what the entry saves).
 
     MOEJIT_LIBRARY=build/capi/libmoejit.so PYTHONPATH=capi/python python3 scripts/bench_ep.py
     torchrun --nproc-per-node 2 scripts/bench_ep.py --out ep.json      # the same, via torchrun
@@ -38,7 +39,7 @@ SHAPES = {
     "qwen3-30b-a3b": (128, 2048, 768, 8, 16384),
     "smoke": (16, 512, 256, 4, 1024),
 }
-IMPLS = ("moejit", "grouped_mm")
+IMPLS = ("moejit", "grouped_mm", "moejit_layer")
 STAGES = (("fwd dispatch", "dispatch", "experts"), ("fwd experts", "experts", "combine"),
           ("fwd combine", "combine", "end"),
           ("bwd combine", "backward.combine", "backward.experts"),
@@ -51,7 +52,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", default="deepseek-v3,qwen3-30b-a3b",
                    help=f"comma-separated, of {', '.join(SHAPES)}")
-    p.add_argument("--impls", default=",".join(IMPLS), help="moejit, grouped_mm")
+    p.add_argument("--impls", default=",".join(IMPLS), help=", ".join(IMPLS))
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--nprocs", type=int, default=2, help="GPUs (without torchrun)")
@@ -108,7 +109,9 @@ def bench_shape(name, impls, args, rank, world, dev):
     results = {}
     outputs = {}
     for impl in impls:
-        fn = ep.expert_parallel_moe if impl == "moejit" else ep.expert_parallel_grouped_mm
+        fn = {"moejit": ep.expert_parallel_moe, "grouped_mm": ep.expert_parallel_grouped_mm,
+              "moejit_layer": lambda *a, **kw: ep.expert_parallel_moe(
+                  *a, local_experts=ep.moejit_layer_local_experts, **kw)}[impl]
         samples = []
         for it in range(args.warmup + args.iters):
             xl = x.detach().requires_grad_()

@@ -8,6 +8,7 @@
 
 #include "core/dtype.hpp"
 #include "moe/layer_gemms.hpp"
+#include "ops/expert_rows.hpp"
 #include "ops/routing.hpp"
 #include "ops/scatter_gather.hpp"
 #include "ops/swiglu.hpp"
@@ -182,6 +183,10 @@ BoundSources plan_bound_sources(const moejit_plan_desc_t &d, const LayerSpecs &g
             p.bias_grad_scaled.reduce = k;  // the reduction does not depend on the scale
         });
     }
+    b.add(render_prepare_rows(false, gemms.gathered), [](PlanKernels &p, Kernel *k) { p.prepare_rows = k; });
+    b.add(render_prepare_rows(true, gemms.gathered), [](PlanKernels &p, Kernel *k) { p.prepare_rows_weighted = k; });
+    if (has_bias(d))
+        b.add(render_add_row_bias(d.dtype), [](PlanKernels &p, Kernel *k) { p.add_row_bias = k; });
     b.add(render_scatter_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.scatter_weights = k; });
     b.add(render_gather_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.gather_weights = k; });
     SwigluSpec act = swiglu_spec_of(d);
@@ -228,32 +233,136 @@ const void *Plan::scatter_rows(const std::int32_t *scatter_index, std::int64_t n
     return out;
 }
 
+void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
+    const moejit_plan_desc_t &d = desc_;
+    const std::int64_t S = r.rows, I = d.intermediate_size;
+    const std::size_t el = dtype_size(d.dtype);
+    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, r.offsets, r.row_token, r.stream);
+    char *gate_up = r.gate_up;
+    void *g = gate_up;
+    void *u = gate_up + S * I * el;
+    if (gemm_specs_.fused_swiglu) {
+        // g, u (saved for the backward) and aw from fc1's epilogue.
+        if (merged(d))
+            gemms.fc1_swiglu(r.xs, w.w_gate_up, nullptr, gate_up, gate_up + I * el, r.aw, r.w_s);
+        else
+            gemms.fc1_swiglu(r.xs, w.w_gate, w.w_up, g, u, r.aw, r.w_s);
+    } else {
+        if (merged(d)) {
+            gemms.fc1_merged(r.xs, w.w_gate_up, gate_up);
+        } else {
+            gemms.fc1_split(r.xs, w.w_gate, g);
+            gemms.fc1_split(r.xs, w.w_up, u);
+        }
+        SwigluForwardArgs act = swiglu_args<SwigluForwardArgs>(d, S, gate_up, r.w_s, r.stream);
+        act.aw = r.aw;
+        if (has_bias(d)) {
+            act.bias = w.b_gate_up;  // g, u += b_gate_up[e], written back to the saved gate_up
+            act.offsets = r.offsets;
+            act.num_experts = d.num_experts;
+        }
+        swiglu_forward(ctx_, act, kernels_.swiglu_forward);
+    }
+    gemms.fc2(r.aw, w.w_down, r.y);
+}
+
+void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, const ExpertGrads &g) {
+    const moejit_plan_desc_t &d = desc_;
+    const std::int64_t S = r.rows, H = d.hidden_size, I = d.intermediate_size;
+    const std::size_t el = dtype_size(d.dtype);
+    // Weight gradients of every expert are written even with no rows (zeros, or untouched when
+    // accumulating), so the GEMMs run whatever the row count; the row ops are skipped then.
+    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, r.bound, r.offsets, nullptr /* backward gathers nothing */,
+                     r.stream, r.wgrad_split, r.wgrad_split_bytes);
+    gemms.fc2_dgrad(r.dy, w.w_down, r.daw);
+    gemms.fc2_wgrad(r.dy, r.aw, g.dw_down);
+
+    SwigluBackwardArgs act = swiglu_args<SwigluBackwardArgs>(d, S, r.gate_up, r.w_s, r.stream);
+    act.daw = r.daw;
+    act.d_gate = merged(d) ? nullptr : r.d_gate_up;
+    act.d_up = merged(d) ? nullptr : r.d_gate_up + S * I * el;
+    act.d_gate_up = merged(d) ? r.d_gate_up : nullptr;
+    act.d_w_s = r.d_w_s;
+    if (S > 0) swiglu_backward(ctx_, act, kernels_.swiglu_backward);
+    if (has_bias(d)) {
+        // d_w_s += dy·b_down[e]; db_down[e] = Σ w_s·dy and db_gate_up[e] = Σ d_gate_up over e's
+        // rows (written with no rows too, like the weight gradients).
+        if (S > 0)
+            bias_row_dot(ctx_, BiasRowDotArgs{r.dy, w.b_down, r.offsets, d.num_experts, S, H, r.d_w_s, r.stream},
+                         *kernels_.bias_row_dot);
+        bias_grad(ctx_, bias_grad_spec_of(d, true),
+                  BiasGradArgs{r.dy, r.w_s, r.offsets, d.num_experts, S, H, g.db_down, r.bias_partial,
+                               r.bias_partial_bytes, r.stream},
+                  kernels_.bias_grad_scaled);
+        bias_grad(ctx_, bias_grad_spec_of(d, false),
+                  BiasGradArgs{r.d_gate_up, nullptr, r.offsets, d.num_experts, S, 2 * I, g.db_gate_up,
+                               r.bias_partial, r.bias_partial_bytes, r.stream},
+                  kernels_.bias_grad);
+    }
+    if (merged(d)) {
+        gemms.fc1_dgrad_merged(r.d_gate_up, w.w_gate_up, r.dxs);
+        gemms.fc1_wgrad_merged(r.d_gate_up, r.xs, g.dw_gate_up);
+    } else {
+        gemms.fc1_dgrad_split(act.d_gate, w.w_gate, act.d_up, w.w_up, r.dxs);
+        gemms.fc1_wgrad_split(act.d_gate, r.xs, g.dw_gate);
+        gemms.fc1_wgrad_split(act.d_up, r.xs, g.dw_up);
+    }
+}
+
+namespace {
+
+template <class Args> ExpertWeights weights_of(const Args &a) {
+    ExpertWeights w;
+    w.w_gate = a.w_gate;
+    w.w_up = a.w_up;
+    w.w_gate_up = a.w_gate_up;
+    w.w_down = a.w_down;
+    if constexpr (requires { a.b_gate_up; }) w.b_gate_up = a.b_gate_up;
+    w.b_down = a.b_down;
+    return w;
+}
+template <class Args> ExpertGrads grads_of(const Args &a) {
+    return ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
+}
+
+// The weights every call reads (and, with `grads`, the gradients every backward writes).
+void require_weights(const moejit_plan_desc_t &d, const ExpertWeights &w, bool bias_needed) {
+    require_tensor(w.w_gate, "args->w_gate", !merged(d));
+    require_tensor(w.w_up, "args->w_up", !merged(d));
+    require_tensor(w.w_gate_up, "args->w_gate_up", merged(d));
+    require_tensor(w.w_down, "args->w_down", true);
+    require_tensor(w.b_down, "args->b_down", has_bias(d) && bias_needed);
+}
+void require_grads(const moejit_plan_desc_t &d, const ExpertGrads &g) {
+    require_tensor(g.dw_gate, "args->dw_gate", !merged(d));
+    require_tensor(g.dw_up, "args->dw_up", !merged(d));
+    require_tensor(g.dw_gate_up, "args->dw_gate_up", merged(d));
+    require_tensor(g.dw_down, "args->dw_down", true);
+    require_tensor(g.db_gate_up, "args->db_gate_up", has_bias(d));
+    require_tensor(g.db_down, "args->db_down", has_bias(d));
+}
+
+}  // namespace
+
 void Plan::forward(const moejit_forward_args_t &a) {
     const moejit_plan_desc_t &d = desc_;
     PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
+    const ExpertWeights w = weights_of(a);
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.selected_experts, "args->selected_experts", T0);
     require_tensor(a.routing_weights, "args->routing_weights", T0);
-    require_tensor(a.w_gate, "args->w_gate", !merged(d));
-    require_tensor(a.w_up, "args->w_up", !merged(d));
-    require_tensor(a.w_gate_up, "args->w_gate_up", merged(d));
-    require_tensor(a.w_down, "args->w_down", true);
-    require_tensor(a.out, "args->out", T0);
+    require_weights(d, w, true);
     require_tensor(a.b_gate_up, "args->b_gate_up", has_bias(d));
-    require_tensor(a.b_down, "args->b_down", has_bias(d));
+    require_tensor(a.out, "args->out", T0);
     require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_forward");
 
-    const std::int64_t S = L.rows, I = d.intermediate_size;
-    const std::size_t el = dtype_size(d.dtype);
     auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
     // Only a gathering fc1 reads row_token; otherwise it is neither kept nor written.
     auto *row_token = gemm_specs_.gathered ? L.row_token.in<std::int32_t>(a.saved) : nullptr;
     auto *w_s = L.w_s.in<float>(a.saved);
-    char *gate_up = L.gate_up.in<char>(a.saved);
-    void *aw = L.aw.in<char>(a.saved);
     void *y = L.y.in<char>(a.workspace);
 
     routing_index(ctx_, RoutingIndexArgs{d.index_dtype, a.selected_experts, a.num_tokens, d.top_k, d.num_experts,
@@ -266,33 +375,9 @@ void Plan::forward(const moejit_forward_args_t &a) {
                     *kernels_.scatter_weights);
     // fc1 reads x's rows by row_token (gathered) or from its scatter.
     const void *xs = gemm_specs_.gathered ? a.x : scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
-
-    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, offsets, row_token, a.stream);
-    void *g = gate_up;
-    void *u = gate_up + S * I * el;
-    if (gemm_specs_.fused_swiglu) {
-        // g, u (saved for the backward) and aw from fc1's epilogue.
-        if (merged(d))
-            gemms.fc1_swiglu(xs, a.w_gate_up, nullptr, gate_up, gate_up + I * el, aw, w_s);
-        else
-            gemms.fc1_swiglu(xs, a.w_gate, a.w_up, g, u, aw, w_s);
-    } else {
-        if (merged(d)) {
-            gemms.fc1_merged(xs, a.w_gate_up, gate_up);
-        } else {
-            gemms.fc1_split(xs, a.w_gate, g);
-            gemms.fc1_split(xs, a.w_up, u);
-        }
-        SwigluForwardArgs act = swiglu_args<SwigluForwardArgs>(d, S, gate_up, w_s, a.stream);
-        act.aw = aw;
-        if (has_bias(d)) {
-            act.bias = a.b_gate_up;  // g, u += b_gate_up[e], written back to the saved gate_up
-            act.offsets = offsets;
-            act.num_experts = d.num_experts;
-        }
-        swiglu_forward(ctx_, act, kernels_.swiglu_forward);
-    }
-    gemms.fc2(aw, a.w_down, y);
+    run_experts_forward(ForwardRows{L.rows, offsets, row_token, xs, w_s, L.gate_up.in<char>(a.saved),
+                                    L.aw.in<char>(a.saved), y, a.stream},
+                        w);
     // y holds w·(a·W_down) per row; the gather adds w·b_down[e] (out = Σ_j w·(fc2 + b_down)).
     GatherArgs fc2_out{gather_spec_of(d, has_bias(d)), y, scatter_index, nullptr, a.num_tokens, a.out, a.stream};
     if (has_bias(d)) {
@@ -308,92 +393,126 @@ void Plan::backward(const moejit_backward_args_t &a) {
     const moejit_plan_desc_t &d = desc_;
     PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
+    const ExpertWeights w = weights_of(a);
+    const ExpertGrads g = grads_of(a);
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.dout, "args->dout", T0);
-    require_tensor(a.w_gate, "args->w_gate", !merged(d));
-    require_tensor(a.w_up, "args->w_up", !merged(d));
-    require_tensor(a.w_gate_up, "args->w_gate_up", merged(d));
-    require_tensor(a.w_down, "args->w_down", true);
+    require_weights(d, w, T0);
     require_tensor(a.dx, "args->dx", T0);
     require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
-    require_tensor(a.dw_gate, "args->dw_gate", !merged(d));
-    require_tensor(a.dw_up, "args->dw_up", !merged(d));
-    require_tensor(a.dw_gate_up, "args->dw_gate_up", merged(d));
-    require_tensor(a.dw_down, "args->dw_down", true);
-    require_tensor(a.b_down, "args->b_down", has_bias(d) && T0);
-    require_tensor(a.db_gate_up, "args->db_gate_up", has_bias(d));
-    require_tensor(a.db_down, "args->db_down", has_bias(d));
+    require_grads(d, g);
     require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_backward");
 
-    const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
-    const std::size_t el = dtype_size(d.dtype);
-    const auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
-    const auto *w_s = L.w_s.in<float>(a.saved);
-    const char *gate_up = L.gate_up.in<char>(a.saved);
-    const void *aw = L.aw.in<char>(a.saved);
-    void *daw = L.daw.in<char>(a.workspace);
-    char *d_gate_up = L.d_gate_up.in<char>(a.workspace);
     float *d_w_s = L.d_w_s.in<float>(a.workspace);
     void *dxs = L.dxs.in<char>(a.workspace);
-
-    // Weight gradients of every expert are written even at T = 0 (zeros, or untouched when
-    // accumulating), so the GEMMs run whatever T is; the row ops are skipped when T = 0.
-    // The launch bound is S, the scattered tensors' rows (docs/DESIGN.md §3). The test hook passes
-    // T instead — the historical bug — so the regression suite can prove it catches it.
-    const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : S;
-    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, bound, offsets, nullptr /* backward gathers nothing */,
-                     a.stream,
-                     L.wgrad_split.in<char>(a.workspace),
-                     L.wgrad_split.bytes);
     // dout's and x's rows scattered for the GEMMs (T = 0: nothing to read).
     const void *dy = a.dout, *xs = a.x;
     if (T0) {
         dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
         xs = scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
     }
-    gemms.fc2_dgrad(dy, a.w_down, daw);
-    gemms.fc2_wgrad(dy, aw, a.dw_down);
+    // The launch bound is S, the scattered tensors' rows (docs/DESIGN.md §3). The test hook
+    // passes T instead — the historical bug — so the regression suite can prove it catches it.
+    const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : L.rows;
+    run_experts_backward(BackwardRows{L.rows, bound, L.offsets.in<std::int32_t>(a.saved), xs, dy,
+                                      L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
+                                      L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, dxs,
+                                      L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
+                                      L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream},
+                         w, g);
+    if (!T0) return;
+    gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
+                                           a.d_routing_weights, a.stream},
+                   *kernels_.gather_weights);
+    gather(ctx_, GatherArgs{gather_spec_of(d, false), dxs, scatter_index, nullptr, a.num_tokens, a.dx, a.stream},
+           *kernels_.gather);
+}
 
-    SwigluBackwardArgs act = swiglu_args<SwigluBackwardArgs>(d, S, gate_up, w_s, a.stream);
-    act.daw = daw;
-    act.d_gate = merged(d) ? nullptr : d_gate_up;
-    act.d_up = merged(d) ? nullptr : d_gate_up + S * I * el;
-    act.d_gate_up = merged(d) ? d_gate_up : nullptr;
-    act.d_w_s = d_w_s;
-    if (T0) swiglu_backward(ctx_, act, kernels_.swiglu_backward);
-    if (has_bias(d)) {
-        // d_w_s += dy·b_down[e]; db_down[e] = Σ w_s·dy and db_gate_up[e] = Σ d_gate_up over e's
-        // rows (written at T = 0 too, like the weight gradients).
-        if (T0)
-            bias_row_dot(ctx_, BiasRowDotArgs{dy, a.b_down, offsets, d.num_experts, S, H, d_w_s, a.stream},
-                         *kernels_.bias_row_dot);
-        void *partial = L.bias_partial.in<char>(a.workspace);
-        bias_grad(ctx_, bias_grad_spec_of(d, true),
-                  BiasGradArgs{dy, w_s, offsets, d.num_experts, S, H, a.db_down, partial, L.bias_partial.bytes,
-                               a.stream},
-                  kernels_.bias_grad_scaled);
-        bias_grad(ctx_, bias_grad_spec_of(d, false),
-                  BiasGradArgs{d_gate_up, nullptr, offsets, d.num_experts, S, 2 * I, a.db_gate_up, partial,
-                               L.bias_partial.bytes, a.stream},
-                  kernels_.bias_grad);
-    }
-    if (T0)
-        gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
-                                               a.d_routing_weights, a.stream},
-                       *kernels_.gather_weights);
-    if (merged(d)) {
-        gemms.fc1_dgrad_merged(d_gate_up, a.w_gate_up, dxs);
-        gemms.fc1_wgrad_merged(d_gate_up, xs, a.dw_gate_up);
-    } else {
-        gemms.fc1_dgrad_split(act.d_gate, a.w_gate, act.d_up, a.w_up, dxs);
-        gemms.fc1_wgrad_split(act.d_gate, xs, a.dw_gate);
-        gemms.fc1_wgrad_split(act.d_up, xs, a.dw_up);
-    }
-    if (T0)
-        gather(ctx_, GatherArgs{gather_spec_of(d, false), dxs, scatter_index, nullptr, a.num_tokens, a.dx, a.stream},
-               *kernels_.gather);
+namespace {
+
+void require_experts_buffers(const ExpertsLayout &L, const void *saved, std::size_t saved_size, const void *workspace,
+                             std::size_t workspace_size) {
+    require_tensor(saved, "args->saved", L.saved_bytes > 0);
+    require_tensor(workspace, "args->workspace", L.workspace_bytes > 0);
+    MOEJIT_REQUIRE(saved_size >= L.saved_bytes,
+                   "args->saved_size is {}, expected >= {} (moejit_plan_experts_saved_size for R={})", saved_size,
+                   L.saved_bytes, L.rows);
+    MOEJIT_REQUIRE(workspace_size >= L.workspace_bytes,
+                   "args->workspace_size is {}, expected >= {} (moejit_plan_experts_workspace_size for R={})",
+                   workspace_size, L.workspace_bytes, L.rows);
+}
+
+void require_row_weights(const float *p, const char *name) {
+    if (!p) return;
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % 4 == 0, "{} ({}) is not 4-byte aligned (fp32)", name,
+                   static_cast<const void *>(p));
+}
+
+}  // namespace
+
+void Plan::experts_forward(const moejit_experts_forward_args_t &a) {
+    const moejit_plan_desc_t &d = desc_;
+    const ExpertsLayout L(d, a.num_rows, gemm_specs_.gathered, "args->num_rows");
+    const bool R0 = a.num_rows > 0;
+    const ExpertWeights w = weights_of(a);
+    require_tensor(a.xs, "args->xs", R0);
+    MOEJIT_REQUIRE(a.expert_offsets != nullptr, "args->expert_offsets is NULL (int32 [E+1] on the device)");
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(a.expert_offsets) % 4 == 0,
+                   "args->expert_offsets ({}) is not 4-byte aligned (int32)", static_cast<const void *>(a.expert_offsets));
+    require_row_weights(a.row_weights, "args->row_weights");
+    require_weights(d, w, true);
+    require_tensor(a.b_gate_up, "args->b_gate_up", has_bias(d));
+    require_tensor(a.ys, "args->ys", R0);
+    require_experts_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    ctx_.require_device("moejit_plan_experts_forward");
+    if (!R0) return;  // no rows: nothing to write (the backward still writes weight gradients)
+
+    auto *w_s = L.w_s.in<float>(a.saved);
+    auto *row_token = gemm_specs_.gathered ? L.row_token.in<std::int32_t>(a.workspace) : nullptr;
+    prepare_rows(ctx_, PrepareRowsArgs{a.row_weights, a.num_rows, w_s, row_token, a.stream},
+                 a.row_weights ? *kernels_.prepare_rows_weighted : *kernels_.prepare_rows);
+    run_experts_forward(ForwardRows{a.num_rows, a.expert_offsets, row_token, a.xs, w_s, L.gate_up.in<char>(a.saved),
+                                    L.aw.in<char>(a.saved), a.ys, a.stream},
+                        w);
+    if (has_bias(d))
+        add_row_bias(ctx_, AddRowBiasArgs{a.ys, a.b_down, w_s, a.expert_offsets, d.num_experts, a.num_rows,
+                                          d.hidden_size, a.stream},
+                     *kernels_.add_row_bias);
+}
+
+void Plan::experts_backward(const moejit_experts_backward_args_t &a) {
+    const moejit_plan_desc_t &d = desc_;
+    const ExpertsLayout L(d, a.num_rows, gemm_specs_.gathered, "args->num_rows");
+    const bool R0 = a.num_rows > 0;
+    const ExpertWeights w = weights_of(a);
+    const ExpertGrads g = grads_of(a);
+    require_tensor(a.xs, "args->xs", R0);
+    require_tensor(a.dys, "args->dys", R0);
+    MOEJIT_REQUIRE(a.expert_offsets != nullptr, "args->expert_offsets is NULL (int32 [E+1] on the device)");
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(a.expert_offsets) % 4 == 0,
+                   "args->expert_offsets ({}) is not 4-byte aligned (int32)", static_cast<const void *>(a.expert_offsets));
+    require_row_weights(a.row_weights, "args->row_weights");
+    require_row_weights(a.d_row_weights, "args->d_row_weights");
+    MOEJIT_REQUIRE((a.d_row_weights != nullptr) == (a.row_weights != nullptr) || !R0,
+                   "args->d_row_weights is {} but args->row_weights is {}: the row-weight gradient is given exactly "
+                   "when the forward had row weights",
+                   a.d_row_weights ? "set" : "NULL", a.row_weights ? "set" : "NULL");
+    require_weights(d, w, R0);
+    require_tensor(a.dxs, "args->dxs", R0);
+    require_grads(d, g);
+    require_experts_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    ctx_.require_device("moejit_plan_experts_backward");
+
+    // The row weights' gradient goes straight to the caller's fp32 buffer.
+    float *d_w_s = a.d_row_weights ? a.d_row_weights : L.d_w_s.in<float>(a.workspace);
+    run_experts_backward(BackwardRows{a.num_rows, a.num_rows, a.expert_offsets, a.xs, a.dys, L.w_s.in<float>(a.saved),
+                                      L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
+                                      L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, a.dxs,
+                                      L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
+                                      L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream},
+                         w, g);
 }
 
 }  // namespace moejit

@@ -1,6 +1,7 @@
 #include "moe/plan_layout.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/checked_math.hpp"
 #include "core/dtype.hpp"
@@ -57,6 +58,31 @@ PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, 
     dxs = bwd.take(bytes({S, H, el}));
     wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
     if (desc.has_bias) bias_partial = bwd.take(bias_grad_workspace_bytes(S, desc.num_experts, std::max(2 * I, H)));
+    workspace_bytes = std::max(fwd.end, bwd.end);
+}
+
+ExpertsLayout::ExpertsLayout(const moejit_plan_desc_t &desc, std::int64_t num_rows, bool gathered,
+                             const char *rows_arg)
+    : rows(num_rows) {
+    MOEJIT_REQUIRE(num_rows >= 0 && num_rows <= std::numeric_limits<std::int32_t>::max(),
+                   "{} is {}, expected 0 .. 2^31-1 (rows and offsets are int32)", rows_arg, num_rows);
+    const std::int64_t R = rows, H = desc.hidden_size, I = desc.intermediate_size;
+    const std::int64_t el = static_cast<std::int64_t>(dtype_size(desc.dtype));
+    auto bytes = [rows_arg](std::initializer_list<std::int64_t> f) { return checked_bytes(f, rows_arg); };
+
+    Allocator saved{rows_arg};
+    w_s = saved.take(bytes({R, 4}));
+    gate_up = saved.take(bytes({R, 2, I, el}));
+    aw = saved.take(bytes({R, I, el}));
+    saved_bytes = saved.end;
+
+    Allocator fwd{rows_arg}, bwd{rows_arg};
+    if (gathered) row_token = fwd.take(bytes({R, 4}));
+    daw = bwd.take(bytes({R, I, el}));
+    d_gate_up = bwd.take(bytes({R, 2, I, el}));
+    d_w_s = bwd.take(bytes({R, 4}));
+    wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, R));
+    if (desc.has_bias) bias_partial = bwd.take(bias_grad_workspace_bytes(R, desc.num_experts, std::max(2 * I, H)));
     workspace_bytes = std::max(fwd.end, bwd.end);
 }
 

@@ -62,4 +62,27 @@ struct PlanLayout {
     std::size_t workspace_bytes = 0;
 };
 
+// The pre-dispatched experts entry's buffers for R rows already grouped by expert (the caller
+// owns xs, offsets, the row weights, ys and their gradients): the layer's per-row tensors
+// without the routing index, the scatters and the gather.
+struct ExpertsLayout {
+    // Validates R (0 <= R <= 2^31-1, offsets are int32) and every size, blamed on `rows_arg`.
+    ExpertsLayout(const moejit_plan_desc_t &desc, std::int64_t num_rows, bool gathered,
+                  const char *rows_arg = "num_rows");
+
+    std::int64_t rows = 0;  // R
+    // saved
+    Region w_s;        // [R] fp32: the row weights (1 without)
+    Region gate_up;    // as PlanLayout's
+    Region aw;         // [R,I]
+    std::size_t saved_bytes = 0;
+    // forward workspace
+    Region row_token;  // [R] int32 identity, when fc1 gathers
+    // backward workspace
+    Region daw, d_gate_up;
+    Region d_w_s;      // [R] fp32, when the caller wants no row-weight gradient
+    Region wgrad_split, bias_partial;
+    std::size_t workspace_bytes = 0;
+};
+
 }  // namespace moejit

@@ -10,6 +10,8 @@
 // (accumulated gradients get a random fp32 prefill instead); afterwards every value must be
 // finite and match the reference. Cases cover softmax top-k, duplicate routes, empty experts,
 // every route to one expert, T = 1 and T = 0 (weight and bias gradients still written).
+// The same cases run the pre-dispatched experts entry (moejit_plan_experts_forward/backward) on
+// rows grouped by expert, against the reference with one route per row.
 #include "gpu_main.hpp"
 
 #include <algorithm>
@@ -51,6 +53,10 @@ struct Case {
     Routing routing = Routing::softmax_topk;
     std::int32_t active = 0;  // routes use experts [0, active) (0: all)
     double fc1_scale = 3.0;   // std of g and u: ~2 % beyond the limit 7
+    // The pre-dispatched experts entry instead of the layer: T rows (k = 1) sorted by expert,
+    // with fp32 row weights or none (row_weights false: every weight 1, no weight gradient).
+    bool experts_entry = false;
+    bool row_weights = true;
     std::int64_t S() const { return T * k; }
 };
 
@@ -205,6 +211,21 @@ void run_case(const Case &c) {
         }
     }
 
+    if (c.experts_entry) {
+        // Rows grouped by expert: a stable sort of the one-route rows by expert id.
+        std::vector<std::size_t> order(sel.size());
+        std::iota(order.begin(), order.end(), std::size_t{0});
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sel[a] < sel[b]; });
+        std::vector<std::int64_t> sorted_sel(sel.size());
+        std::vector<float> sorted_rw(rw.size());
+        for (std::size_t i = 0; i < order.size(); ++i) {
+            sorted_sel[i] = sel[order[i]];
+            sorted_rw[i] = c.row_weights ? rw[order[i]] : 1.0f;
+        }
+        sel = std::move(sorted_sel);
+        rw = std::move(sorted_rw);
+    }
+
     MoeRefConfig cfg;
     cfg.tokens = T;
     cfg.hidden = H;
@@ -244,8 +265,13 @@ void run_case(const Case &c) {
     moejit_plan_t plan = nullptr;
     MOEJIT_TEST_OK(moejit_plan_create(gpu_context(), &d, &plan));
     std::size_t saved_bytes = 0, ws_bytes = 0;
-    MOEJIT_TEST_OK(moejit_plan_saved_size(plan, T, &saved_bytes));
-    MOEJIT_TEST_OK(moejit_plan_workspace_size(plan, T, &ws_bytes));
+    if (c.experts_entry) {
+        MOEJIT_TEST_OK(moejit_plan_experts_saved_size(plan, T, &saved_bytes));
+        MOEJIT_TEST_OK(moejit_plan_experts_workspace_size(plan, T, &ws_bytes));
+    } else {
+        MOEJIT_TEST_OK(moejit_plan_saved_size(plan, T, &saved_bytes));
+        MOEJIT_TEST_OK(moejit_plan_workspace_size(plan, T, &ws_bytes));
+    }
 
     auto upload = [](const auto &host) { return DeviceBuffer::from(host); };
     DeviceBuffer d_x = upload(x.bits), d_dout = upload(dout.bits), d_sel = upload(sel), d_rw = upload(rw);
@@ -270,46 +296,95 @@ void run_case(const Case &c) {
         prefill(dbd, pre_bd);
     }
 
-    moejit_forward_args_t fa;
-    MOEJIT_TEST_OK(moejit_forward_args_init(&fa));
-    fa.num_tokens = T;
-    fa.x = d_x.get();
-    fa.selected_experts = d_sel.get();
-    fa.routing_weights = d_rw.get();
-    fa.w_gate_up = d_wgu.get();
-    fa.w_down = d_wd.get();
-    fa.out = out.get();
-    fa.saved = saved.get();
-    fa.saved_size = saved_bytes;
-    fa.workspace = ws.get();
-    fa.workspace_size = ws_bytes;
-    if (c.bias) {
-        fa.b_gate_up = d_bgu.get();
-        fa.b_down = d_bd.get();
+    if (c.experts_entry) {
+        // The routing index of the reference is the experts' grouping: rows of e are
+        // [offsets[e], offsets[e+1]).
+        DeviceBuffer d_offsets = upload(ref.offsets);
+        const float *row_w = c.row_weights ? static_cast<const float *>(d_rw.get()) : nullptr;
+        moejit_experts_forward_args_t fa;
+        MOEJIT_TEST_OK(moejit_experts_forward_args_init(&fa));
+        fa.num_rows = T;
+        fa.xs = d_x.get();
+        fa.expert_offsets = static_cast<const std::int32_t *>(d_offsets.get());
+        fa.row_weights = row_w;
+        fa.w_gate_up = d_wgu.get();
+        fa.w_down = d_wd.get();
+        fa.ys = out.get();
+        fa.saved = saved.get();
+        fa.saved_size = saved_bytes;
+        fa.workspace = ws.get();
+        fa.workspace_size = ws_bytes;
+        if (c.bias) {
+            fa.b_gate_up = d_bgu.get();
+            fa.b_down = d_bd.get();
+        }
+        MOEJIT_TEST_OK(moejit_plan_experts_forward(plan, &fa));
+        moejit_experts_backward_args_t ba;
+        MOEJIT_TEST_OK(moejit_experts_backward_args_init(&ba));
+        ba.num_rows = T;
+        ba.xs = d_x.get();
+        ba.expert_offsets = fa.expert_offsets;
+        ba.row_weights = row_w;
+        ba.dys = d_dout.get();
+        ba.w_gate_up = d_wgu.get();
+        ba.w_down = d_wd.get();
+        ba.saved = saved.get();
+        ba.saved_size = saved_bytes;
+        ba.dxs = dx.get();
+        ba.d_row_weights = c.row_weights ? static_cast<float *>(drw.get()) : nullptr;
+        ba.dw_gate_up = dwgu.get();
+        ba.dw_down = dwd.get();
+        ba.workspace = ws.get();
+        ba.workspace_size = ws_bytes;
+        if (c.bias) {
+            ba.b_down = d_bd.get();
+            ba.db_gate_up = dbgu.get();
+            ba.db_down = dbd.get();
+        }
+        MOEJIT_TEST_OK(moejit_plan_experts_backward(plan, &ba));
+        synchronize();  // before d_offsets goes
+    } else {
+        moejit_forward_args_t fa;
+        MOEJIT_TEST_OK(moejit_forward_args_init(&fa));
+        fa.num_tokens = T;
+        fa.x = d_x.get();
+        fa.selected_experts = d_sel.get();
+        fa.routing_weights = d_rw.get();
+        fa.w_gate_up = d_wgu.get();
+        fa.w_down = d_wd.get();
+        fa.out = out.get();
+        fa.saved = saved.get();
+        fa.saved_size = saved_bytes;
+        fa.workspace = ws.get();
+        fa.workspace_size = ws_bytes;
+        if (c.bias) {
+            fa.b_gate_up = d_bgu.get();
+            fa.b_down = d_bd.get();
+        }
+        MOEJIT_TEST_OK(moejit_plan_forward(plan, &fa));
+        moejit_backward_args_t ba;
+        MOEJIT_TEST_OK(moejit_backward_args_init(&ba));
+        ba.num_tokens = T;
+        ba.dout = d_dout.get();
+        ba.x = d_x.get();
+        ba.routing_weights = d_rw.get();
+        ba.w_gate_up = d_wgu.get();
+        ba.w_down = d_wd.get();
+        ba.saved = saved.get();
+        ba.saved_size = saved_bytes;
+        ba.dx = dx.get();
+        ba.d_routing_weights = drw.get();
+        ba.dw_gate_up = dwgu.get();
+        ba.dw_down = dwd.get();
+        ba.workspace = ws.get();
+        ba.workspace_size = ws_bytes;
+        if (c.bias) {
+            ba.b_down = d_bd.get();
+            ba.db_gate_up = dbgu.get();
+            ba.db_down = dbd.get();
+        }
+        MOEJIT_TEST_OK(moejit_plan_backward(plan, &ba));
     }
-    MOEJIT_TEST_OK(moejit_plan_forward(plan, &fa));
-    moejit_backward_args_t ba;
-    MOEJIT_TEST_OK(moejit_backward_args_init(&ba));
-    ba.num_tokens = T;
-    ba.dout = d_dout.get();
-    ba.x = d_x.get();
-    ba.routing_weights = d_rw.get();
-    ba.w_gate_up = d_wgu.get();
-    ba.w_down = d_wd.get();
-    ba.saved = saved.get();
-    ba.saved_size = saved_bytes;
-    ba.dx = dx.get();
-    ba.d_routing_weights = drw.get();
-    ba.dw_gate_up = dwgu.get();
-    ba.dw_down = dwd.get();
-    ba.workspace = ws.get();
-    ba.workspace_size = ws_bytes;
-    if (c.bias) {
-        ba.b_down = d_bd.get();
-        ba.db_gate_up = dbgu.get();
-        ba.db_down = dbd.get();
-    }
-    MOEJIT_TEST_OK(moejit_plan_backward(plan, &ba));
     synchronize();
 
     // Expected gradients: the float64 sums, or added to the prefill (accumulate).
@@ -328,7 +403,9 @@ void run_case(const Case &c) {
     Result r;
     r.check("out", bf16_values(out), ref.out, kTol);
     r.check("dx", bf16_values(dx), ref.dx_merged, kTol);
-    r.check("d_routing_weights", drw.download<float>(), ref.d_routing_weights, kTol);
+    if (!c.experts_entry || c.row_weights)
+        r.check(c.experts_entry ? "d_row_weights" : "d_routing_weights", drw.download<float>(), ref.d_routing_weights,
+                kTol);
     r.check("dW_gate", got_g, expected(ref.dw_gate, pre_g), kTol);
     r.check("dW_up", got_u, expected(ref.dw_up, pre_u), kTol);
     r.check("dW_down", got_d, expected(ref.dw_down, pre_d), kTol);
@@ -340,7 +417,7 @@ void run_case(const Case &c) {
         r.check("db_up", gu, expected(ref.db_up, pu), kTol);
         r.check("db_down", dbd.download<float>(), expected(ref.db_down, pre_bd), kTol);
     }
-    std::printf("[gpt_oss] %s (T=%lld H=%lld I=%lld E=%d k=%d) |%s | %s\n", c.name.c_str(), (long long)T,
+    std::printf(c.experts_entry ? "[experts] %s (R=%lld" : "[gpt_oss] %s (T=%lld H=%lld I=%lld E=%d k=%d) |%s | %s\n", c.name.c_str(), (long long)T,
                 (long long)H, (long long)I, c.E, c.k, r.line.c_str(), r.ok ? "PASS" : "FAIL");
     std::fflush(stdout);
     BOOST_TEST(r.ok, c.name << ":" << r.line);
@@ -401,4 +478,44 @@ BOOST_AUTO_TEST_CASE(other_layouts) {
     big.I = 2880;
     big.E = 32;
     run_case(big);
+}
+
+// The pre-dispatched experts entry (moejit_plan_experts_*): the rows of one route each, grouped
+// by expert, against the same float64 reference with k = 1 (its routing index is then the
+// identity and its offsets the grouping). The SwiGLU merged layout without biases (Qwen,
+// DeepSeek, Mixtral) and gpt-oss's; the rows one GPU of an expert-parallel layer receives:
+// some experts empty, every row on one expert, R = 1, R = 0, no row weights.
+BOOST_AUTO_TEST_CASE(pre_dispatched_experts) {
+    auto experts = [](std::string name, std::int64_t R, bool gpt) {
+        Case c = gpt_oss(std::move(name), R, Routing::uniform_duplicates);
+        c.experts_entry = true;
+        c.k = 1;
+        if (!gpt) {
+            c.layout = MOEJIT_FC1_MERGED;
+            c.transposed = false;
+            c.bias = false;
+            c.activation = MOEJIT_ACTIVATION_SWIGLU;
+            c.limit = 0.0f;
+            c.fc1_scale = 1.0;
+        }
+        return c;
+    };
+    run_case(experts("SwiGLU merged, rows over 16 experts", 3000, false));
+    Case sparse = experts("SwiGLU merged, 5 of 16 experts own rows", 1500, false);
+    sparse.active = 5;
+    run_case(sparse);
+    Case one = experts("SwiGLU merged, every row on expert 0", 2048, false);
+    one.routing = Routing::all_to_one;
+    run_case(one);
+    Case plain = experts("SwiGLU merged, no row weights", 1000, false);
+    plain.row_weights = false;
+    run_case(plain);
+    run_case(experts("SwiGLU merged R=1", 1, false));
+    run_case(experts("SwiGLU merged R=0", 0, false));
+    run_case(experts("gpt-oss interleaved, transposed, biases", 2000, true));
+    Case acc = experts("gpt-oss, fp32 accumulation, expert 0 only", 700, true);
+    acc.routing = Routing::all_to_one;
+    acc.accumulate = true;
+    run_case(acc);
+    run_case(experts("gpt-oss R=0", 0, true));
 }

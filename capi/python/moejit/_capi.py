@@ -270,6 +270,59 @@ class BackwardArgs(_Struct):
     ]
 
 
+class ExpertsForwardArgs(_Struct):
+    """moejit_experts_forward_args_t (since 0.6)."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("num_rows", c_int64),
+        ("xs", c_void_p),
+        ("expert_offsets", c_void_p),
+        ("row_weights", c_void_p),
+        ("w_gate", c_void_p),
+        ("w_up", c_void_p),
+        ("w_gate_up", c_void_p),
+        ("w_down", c_void_p),
+        ("b_gate_up", c_void_p),
+        ("b_down", c_void_p),
+        ("ys", c_void_p),
+        ("saved", c_void_p),
+        ("saved_size", c_size_t),
+        ("workspace", c_void_p),
+        ("workspace_size", c_size_t),
+        ("stream", c_void_p),
+    ]
+
+
+class ExpertsBackwardArgs(_Struct):
+    """moejit_experts_backward_args_t (since 0.6)."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("num_rows", c_int64),
+        ("xs", c_void_p),
+        ("expert_offsets", c_void_p),
+        ("row_weights", c_void_p),
+        ("dys", c_void_p),
+        ("w_gate", c_void_p),
+        ("w_up", c_void_p),
+        ("w_gate_up", c_void_p),
+        ("w_down", c_void_p),
+        ("b_down", c_void_p),
+        ("saved", c_void_p),
+        ("saved_size", c_size_t),
+        ("dxs", c_void_p),
+        ("d_row_weights", c_void_p),
+        ("dw_gate", c_void_p),
+        ("dw_up", c_void_p),
+        ("dw_gate_up", c_void_p),
+        ("dw_down", c_void_p),
+        ("db_gate_up", c_void_p),
+        ("db_down", c_void_p),
+        ("workspace", c_void_p),
+        ("workspace_size", c_size_t),
+        ("stream", c_void_p),
+    ]
+
+
 # Each struct, its C name and the function that initialises it.
 STRUCTS: Dict[Type[_Struct], Tuple[str, str]] = {
     ContextOptions: ("moejit_context_options_t", "moejit_context_options_init"),
@@ -280,6 +333,8 @@ STRUCTS: Dict[Type[_Struct], Tuple[str, str]] = {
     PlanDesc: ("moejit_plan_desc_t", "moejit_plan_desc_init"),
     ForwardArgs: ("moejit_forward_args_t", "moejit_forward_args_init"),
     BackwardArgs: ("moejit_backward_args_t", "moejit_backward_args_init"),
+    ExpertsForwardArgs: ("moejit_experts_forward_args_t", "moejit_experts_forward_args_init"),
+    ExpertsBackwardArgs: ("moejit_experts_backward_args_t", "moejit_experts_backward_args_init"),
 }
 
 # ---------------------------------------------------------------- function prototypes
@@ -343,6 +398,13 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
     "moejit_plan_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
     "moejit_plan_forward": (status_t, [c_void_p, _P(ForwardArgs)]),
     "moejit_plan_backward": (status_t, [c_void_p, _P(BackwardArgs)]),
+    # the pre-dispatched experts (since 0.6)
+    "moejit_experts_forward_args_init_sized": (status_t, [_P(ExpertsForwardArgs), c_size_t]),
+    "moejit_experts_backward_args_init_sized": (status_t, [_P(ExpertsBackwardArgs), c_size_t]),
+    "moejit_plan_experts_saved_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
+    "moejit_plan_experts_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
+    "moejit_plan_experts_forward": (status_t, [c_void_p, _P(ExpertsForwardArgs)]),
+    "moejit_plan_experts_backward": (status_t, [c_void_p, _P(ExpertsBackwardArgs)]),
 }
 
 

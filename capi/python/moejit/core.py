@@ -333,6 +333,64 @@ class Plan(_OwnedHandle):
         args.db_down = p(db_down)
         _capi.check(_capi.lib().moejit_plan_backward(self.handle, byref(args)))
 
+    # ---- the pre-dispatched experts (since 0.6): rows already grouped by expert
+
+    def experts_saved_size(self, num_rows: int) -> int:
+        out = c_size_t()
+        _capi.check(_capi.lib().moejit_plan_experts_saved_size(self.handle, num_rows, byref(out)))
+        return out.value
+
+    def experts_workspace_size(self, num_rows: int) -> int:
+        out = c_size_t()
+        _capi.check(_capi.lib().moejit_plan_experts_workspace_size(self.handle, num_rows,
+                                                                   byref(out)))
+        return out.value
+
+    def experts_forward(self, *, num_rows: int, xs, expert_offsets, w_down, ys, saved,
+                        saved_size: int, workspace, workspace_size: int, row_weights=None,
+                        w_gate=None, w_up=None, w_gate_up=None, b_gate_up=None, b_down=None,
+                        stream: Optional[int] = None) -> None:
+        """xs [R,H] grouped by expert, expert_offsets int32 [E+1] on the device, row_weights
+        fp32 [R] or None (1); writes ys [R,H] and saved (moejit_plan_experts_forward)."""
+        p = _capi.pointer
+        args = _capi.init_struct(_capi.ExpertsForwardArgs)
+        args.num_rows = num_rows
+        for name, value in (("xs", xs), ("expert_offsets", expert_offsets),
+                            ("row_weights", row_weights), ("w_gate", w_gate), ("w_up", w_up),
+                            ("w_gate_up", w_gate_up), ("w_down", w_down),
+                            ("b_gate_up", b_gate_up), ("b_down", b_down), ("ys", ys),
+                            ("saved", saved), ("workspace", workspace)):
+            setattr(args, name, p(value))
+        args.saved_size = saved_size
+        args.workspace_size = workspace_size
+        args.stream = stream
+        _capi.check(_capi.lib().moejit_plan_experts_forward(self.handle, byref(args)))
+
+    def experts_backward(self, *, num_rows: int, xs, expert_offsets, dys, w_down, saved,
+                         saved_size: int, dxs, dw_down, workspace, workspace_size: int,
+                         row_weights=None, d_row_weights=None, w_gate=None, w_up=None,
+                         w_gate_up=None, dw_gate=None, dw_up=None, dw_gate_up=None,
+                         b_down=None, db_gate_up=None, db_down=None,
+                         stream: Optional[int] = None) -> None:
+        """The backward of experts_forward: dxs [R,H], d_row_weights fp32 [R] (exactly when
+        row_weights is given), the weight and bias gradients (moejit_plan_experts_backward)."""
+        p = _capi.pointer
+        args = _capi.init_struct(_capi.ExpertsBackwardArgs)
+        args.num_rows = num_rows
+        for name, value in (("xs", xs), ("expert_offsets", expert_offsets),
+                            ("row_weights", row_weights), ("dys", dys), ("w_gate", w_gate),
+                            ("w_up", w_up), ("w_gate_up", w_gate_up), ("w_down", w_down),
+                            ("b_down", b_down), ("saved", saved), ("dxs", dxs),
+                            ("d_row_weights", d_row_weights), ("dw_gate", dw_gate),
+                            ("dw_up", dw_up), ("dw_gate_up", dw_gate_up), ("dw_down", dw_down),
+                            ("db_gate_up", db_gate_up), ("db_down", db_down),
+                            ("workspace", workspace)):
+            setattr(args, name, p(value))
+        args.saved_size = saved_size
+        args.workspace_size = workspace_size
+        args.stream = stream
+        _capi.check(_capi.lib().moejit_plan_experts_backward(self.handle, byref(args)))
+
     def __repr__(self) -> str:
         d = self.desc
         layout = {_capi.FC1_SPLIT: "split", _capi.FC1_MERGED: "merged",

@@ -30,8 +30,9 @@ Steps of the forward (one host synchronisation, in step 2):
     after this point comes from R.
  4. experts: local_experts(x_rows [R, H], local_ids [R], row_weights [R], w_gate_up, w_down,
     swiglu_limit) -> [R, H], the routing weight applied inside (so d routing_weights comes
-    from the expert op's backward). The default runs moejit's layer with top_k = 1
-    (moejit.torch.fused_moe_merged over the R rows; its grids come from R);
+    from the expert op's backward). The default groups the rows by local expert (a stable
+    device sort, no sync) and runs moejit's pre-dispatched experts entry on them
+    (moejit.torch.experts; its grids come from R);
     grouped_mm_local_experts is the torch._grouped_mm baseline; tests pass a float64 one.
  5. combine: the [R, H] results go back with all_to_all_single (the splits of step 3
     reversed), are placed in a [T, k, H] buffer by route (a permutation, no atomics) and summed
@@ -62,6 +63,7 @@ from . import errors
 
 __all__ = ["RoutePlan", "route_plan", "combine_routes", "place_routes", "expert_parallel_moe",
            "expert_parallel_grouped_mm", "ExpertParallelMoE", "moejit_local_experts",
+           "moejit_layer_local_experts", "group_rows",
            "grouped_mm_local_experts", "LocalExperts", "STAGES"]
 
 # (x_rows [R, H], local_ids [R] int32, row_weights [R], w_gate_up, w_down, swiglu_limit)
@@ -131,12 +133,43 @@ def combine_routes(rows: torch.Tensor, routes: torch.Tensor, num_tokens: int,
 # ------------------------------------------------------------------ local experts
 
 
+def group_rows(local_ids: torch.Tensor, num_experts: int):
+    """The received rows grouped by local expert, on the device and without a host sync:
+    (order [R] int64, the rows in expert order (a stable sort, so within an expert the receive
+    order is kept); offsets int32 [E_local + 1], expert e's rows at [offsets[e], offsets[e+1]))."""
+    ids = local_ids.long()
+    order = torch.sort(ids, stable=True).indices
+    counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=ids.device)
+    counts.scatter_add_(0, ids + 1, torch.ones_like(ids))  # bincount would sync for its size
+    return order, torch.cumsum(counts, 0).to(torch.int32)
+
+
 def moejit_local_experts(x_rows: torch.Tensor, local_ids: torch.Tensor,
                          row_weights: torch.Tensor, w_gate_up: torch.Tensor,
                          w_down: torch.Tensor, swiglu_limit: Optional[float] = None
                          ) -> torch.Tensor:
-    """The local experts on the received rows through moejit's layer with top_k = 1 (routing,
-    scatter and gather of one route per row are permutations; the op's grids come from R)."""
+    """The local experts on the received rows through moejit's pre-dispatched experts entry
+    (moejit.torch.experts, moejit_plan_experts_* in moejit.h): the rows grouped by local
+    expert (group_rows), the experts run over R rows with the routing weights inside, and the
+    results put back in receive order. Every grid comes from R."""
+    from . import torch as mt
+    order, offsets = group_rows(local_ids, w_gate_up.shape[0])
+    xs = x_rows.index_select(0, order)
+    ws = row_weights.index_select(0, order).float()
+    ys = mt.experts(xs, offsets, w_gate_up, w_down, ws, swiglu_limit)
+    # The inverse permutation: receive position order[i] gets sorted row i.
+    inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(),
+                                                                      device=order.device))
+    return ys.index_select(0, inverse)
+
+
+def moejit_layer_local_experts(x_rows: torch.Tensor, local_ids: torch.Tensor,
+                               row_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                               w_down: torch.Tensor, swiglu_limit: Optional[float] = None
+                               ) -> torch.Tensor:
+    """The local experts through moejit's whole layer with top_k = 1 (its routing index,
+    scatter and gather of one route per row instead of group_rows): what the pre-dispatched
+    entry saves, for benchmarks."""
     from . import torch as mt
     rows = x_rows.shape[0]
     return mt.fused_moe_merged(x_rows, local_ids.view(rows, 1), row_weights.view(rows, 1),

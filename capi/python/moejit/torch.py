@@ -60,7 +60,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import _capi, _op, errors
+from . import _capi, _experts_op, _op, errors  # noqa: F401  (_experts_op registers its ops)
 from ._op import _plans, clear_caches, saved_bytes_bound  # noqa: F401  (_plans: tests look)
 from .core import ACTIVATIONS
 
@@ -323,6 +323,38 @@ def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
     out, _ = _ops.fused_moe_gated(x, selected_experts, routing_weights, w_gate_up, w_down,
                                   b_gate_up, b_down, *options)
     return out
+
+
+def experts(xs: torch.Tensor, expert_offsets: torch.Tensor, w_gate_up: torch.Tensor,
+            w_down: torch.Tensor, row_weights: Optional[torch.Tensor] = None,
+            swiglu_limit: Optional[float] = None, *, activation: str = "swiglu",
+            alpha: Optional[float] = None, interleaved: bool = False,
+            weights_transposed: bool = False, b_gate_up: Optional[torch.Tensor] = None,
+            b_down: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The experts on rows already grouped by expert (since 0.6; moejit.h's
+    moejit_plan_experts_*): no routing, scatter or gather. For expert parallelism (the rows a
+    rank received) and for callers that route by themselves.
+
+    xs [R, H] bf16/fp16, the rows of expert e at [expert_offsets[e], expert_offsets[e+1]);
+    expert_offsets int32 [E+1] on xs' device, expert_offsets[0] = 0, non-decreasing,
+    expert_offsets[E] = R (read on the device only: not checked); row_weights float32 [R] or
+    None (1). The weights and keywords are fused_moe_merged's. Returns ys [R, H] with
+    ys[r] = w[r]·(h(xs[r]·W1ᵀ + b1)·W2ᵀ + b2), differentiable in xs, row_weights, the weights
+    and the biases (torch.ops.moejit.experts, moejit/_experts_op.py).
+    """
+    where = "moejit.torch.experts"
+    _require_tensors(where, xs=xs, expert_offsets=expert_offsets, w_gate_up=w_gate_up,
+                     w_down=w_down)
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise errors.InvalidArgumentError(
+            f"{where}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got "
+            f"{activation!r}")
+    options = (_limit(where, swiglu_limit), activation, _alpha(where, activation, alpha),
+               _flag(where, "interleaved", interleaved),
+               _flag(where, "weights_transposed", weights_transposed))
+    ys, _ = _ops.experts(xs, expert_offsets, row_weights, w_gate_up, w_down, b_gate_up, b_down,
+                         *options)
+    return ys
 
 
 class _DirectFunction(torch.autograd.Function):

@@ -142,6 +142,40 @@ def fake_backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, save
     return dx, drw, {n: g32.to(w_down.dtype) for n, g32 in grads.items()}
 
 
+def _rows_as_routes(xs, offsets, rw):
+    """The pre-dispatched experts' rows as a layer of one route per row: the expert id of each
+    row (from the offsets) [R, 1] int32 and its weight [R, 1] float32 (1 without weights)."""
+    rows = xs.shape[0]
+    ids = torch.searchsorted(offsets[1:].long(), torch.arange(rows, device=xs.device),
+                             right=True)
+    weights = rw if rw is not None else torch.ones(rows, device=xs.device)
+    return ids.to(torch.int32).view(rows, 1), weights.float().view(rows, 1)
+
+
+def fake_experts_forward(where, xs, offsets, rw, w_gate_up, w_down, swiglu_limit, **gated):
+    """moejit._experts_op._forward emulated: the layer's emulation, one route per row."""
+    from moejit import _experts_op
+    spec = _experts_op.check(where, xs, offsets, rw, w_gate_up, w_down, swiglu_limit, **gated)
+    sel, weights = _rows_as_routes(xs, offsets, rw)
+    ys, _ = fake_forward(where, xs, sel, weights, None, None, w_gate_up, w_down, swiglu_limit,
+                         **gated)
+    return ys, torch.zeros(_experts_op._saved_bound(spec), dtype=torch.uint8, device=xs.device)
+
+
+def fake_experts_backward(where, dys, xs, offsets, rw, w_gate_up, w_down, saved, swiglu_limit,
+                          **gated):
+    from moejit import _experts_op
+    _experts_op._backward_check(where, dys, xs, offsets, rw, w_gate_up, w_down, saved,
+                                swiglu_limit, **gated)
+    sel, weights = _rows_as_routes(xs, offsets, rw)
+    spec = _op.check(where, xs, sel, weights, None, None, w_gate_up, w_down, swiglu_limit,
+                     **gated)
+    layer_saved = torch.zeros(_op._saved_bound(spec), dtype=torch.uint8, device=xs.device)
+    dxs, drw, grads = fake_backward(where, dys, xs, sel, weights, None, None, w_gate_up, w_down,
+                                    layer_saved, swiglu_limit, **gated)
+    return dxs, (drw.reshape(-1) if rw is not None else None), grads
+
+
 def cpu_as_cuda(real_info):
     """_op._info that lets CPU tensors through the device check (as cuda:0)."""
     def info(where, name, tensor):
@@ -158,3 +192,6 @@ def install(monkeypatch):
     monkeypatch.setattr(_op, "_info", cpu_as_cuda(_op._info))
     monkeypatch.setattr(_op, "_forward", fake_forward)
     monkeypatch.setattr(_op, "_backward", fake_backward)
+    from moejit import _experts_op
+    monkeypatch.setattr(_experts_op, "_forward", fake_experts_forward)
+    monkeypatch.setattr(_experts_op, "_backward", fake_experts_backward)

@@ -383,14 +383,16 @@ def worker(rank, world, port, seed, emulate):
 
 
 def emulated_default_local_experts(rank, world, seed):
-    """The default local experts (moejit.torch.fused_moe_merged with top_k = 1: the real op,
-    wrappers and autograd) with the library's launches emulated in float32 as in
+    """The default local experts (rows grouped by expert, then moejit.torch.experts: the real
+    op, wrappers and autograd) with the library's launches emulated in float32 as in
     test_torch_op_emulated.py, in bf16 on gloo, against the float64 global reference."""
-    from moejit import _op
+    from moejit import _experts_op, _op
     import moe_emulation as emu
     # A forked worker process: patched for its whole life, not through monkeypatch.
     _op._info, _op._forward, _op._backward = (emu.cpu_as_cuda(_op._info), emu.fake_forward,
                                               emu.fake_backward)
+    _experts_op._forward, _experts_op._backward = (emu.fake_experts_forward,
+                                                   emu.fake_experts_backward)
     e_local = 2
     for i, name in enumerate(CASES):
         case = make_case(name, world, e_local, seed + i)

@@ -1,6 +1,6 @@
 """Expert parallelism (moejit/distributed.py) on two GPUs over NCCL: 2 processes
 (torch.multiprocessing spawn, one GPU each, NCCL_NVLS_ENABLE=0: NVLink multicast stays off),
-bf16, the default local experts (moejit's layer with top_k = 1) and the torch._grouped_mm
+bf16, the default local experts (moejit's pre-dispatched experts entry) and the torch._grouped_mm
 baseline, against the single-GPU moejit layer (moejit.torch.fused_moe_merged with the full
 expert set) on the same global batch, computed on each rank: the rank's output rows and
 input/routing-weight gradients, and the gradients of the rank's local experts.
