@@ -417,8 +417,9 @@ void run_case(const Case &c) {
         r.check("db_up", gu, expected(ref.db_up, pu), kTol);
         r.check("db_down", dbd.download<float>(), expected(ref.db_down, pre_bd), kTol);
     }
-    std::printf(c.experts_entry ? "[experts] %s (R=%lld" : "[gpt_oss] %s (T=%lld H=%lld I=%lld E=%d k=%d) |%s | %s\n", c.name.c_str(), (long long)T,
-                (long long)H, (long long)I, c.E, c.k, r.line.c_str(), r.ok ? "PASS" : "FAIL");
+    std::printf("[%s] %s (%s=%lld H=%lld I=%lld E=%d k=%d) |%s | %s\n", c.experts_entry ? "experts" : "gpt_oss",
+                c.name.c_str(), c.experts_entry ? "R" : "T", (long long)T, (long long)H, (long long)I, c.E, c.k,
+                r.line.c_str(), r.ok ? "PASS" : "FAIL");
     std::fflush(stdout);
     BOOST_TEST(r.ok, c.name << ":" << r.line);
     moejit_plan_destroy(plan);
