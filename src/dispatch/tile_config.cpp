@@ -94,7 +94,7 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t
     const std::size_t stages = static_cast<std::size_t>(std::max(c.stages, 0));
     const std::size_t stage = static_cast<std::size_t>(c.block_m + c.block_n) * c.block_k * 2;
     std::size_t bytes = stage * stages;
-    if (c.engine == GemmEngine::wgmma) {  // host mirror of group_gemm_sm90.cuh's layout
+    if (c.engine == GemmEngine::wgmma) {  // host mirror of templates/sm90/pipeline.cuh's layout
         bytes += 1024 + stages * 16 + 16 * sizeof(int);
         if (c.tma_store) bytes += static_cast<std::size_t>(c.block_m) * c.block_n * 2;
         // same_mn: cum_items[E+1] and cum_slots[E+1] of the split schedule

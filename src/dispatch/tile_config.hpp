@@ -16,7 +16,7 @@ namespace moejit {
 enum class GemmEngine {
     mma_sync,  // portable (sm_80+): ldmatrix + mma.sync m16n8k16, cp.async ring (group_gemm.cuh)
     wgmma,     // sm_90a: TMA + mbarrier ring, producer warpgroup + 2 wgmma consumer warpgroups
-               // (group_gemm_sm90.cuh); block_m 128, block_k 64, warps and o fixed by the kernel
+               // (templates/sm90/); block_m 128, block_k 64, warps and o fixed by the kernel
 };
 
 // One specialization's tiling. mma.sync: warp tile = (block_m / warps_m) x (block_n / warps_n).

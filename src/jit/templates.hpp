@@ -10,7 +10,7 @@
 namespace moejit {
 
 struct EmbeddedTemplate {
-    std::string_view name;    // "group_gemm.cuh"
+    std::string_view name;    // the path under templates/: "group_gemm.cuh", "sm90/ptx.cuh"
     std::string_view source;
 };
 

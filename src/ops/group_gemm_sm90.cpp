@@ -68,7 +68,7 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
     u.entry_suffix = "_sm90";
     u.title = ", sm_90a wgmma/TMA";
-    u.template_name = "group_gemm_sm90.cuh";
+    u.template_name = "sm90/group_gemm.cuh";
     u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}>", dtype_cuda_type(dtype), dtype_cuda_type(c_dtype),
                         t.block_n, t.stages, t.group_m, bool_text(t.tma_store));
     u.min_blocks = 1;
@@ -82,7 +82,7 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     return u;
 }
 
-// The epilogue policy type of group_gemm_nk_sm90 (templates/group_gemm_sm90.cuh).
+// The epilogue policy type of group_gemm_nk_sm90 (templates/sm90/group_gemm.cuh).
 std::string glu_policy(const GemmNkSpec &s) {
     if (!s.swiglu.on) return "moejit::sm90::NoGlu";
     const std::int64_t I = s.n / 2;
@@ -131,12 +131,12 @@ KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
 KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
     KernelSource ks;
     ks.name = fmt::format("split_reduce_c{}_m{}_n{}{}", dtype_name(s.c_dtype), s.m, s.n, s.accumulate ? "_acc" : "");
-    ks.template_name = "group_gemm_sm90.cuh";
+    ks.template_name = "sm90/group_gemm.cuh";
     ks.entry = "moejit_split_reduce_sm90";
     ks.source = fmt::format(
         "// moejit split same_mn reduction: {name}\n"
         "#include \"moejit_common.cuh\"\n"
-        "#include \"group_gemm_sm90.cuh\"\n"
+        "#include \"sm90/group_gemm.cuh\"\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__({threads})\n"
         "{entry}({CT} *c, const int *offsets, int rows, int num_experts, int split_rows, int max_slots,\n"

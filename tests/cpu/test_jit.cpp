@@ -75,6 +75,12 @@ BOOST_AUTO_TEST_CASE(templates_are_embedded) {
     auto closure = template_include_closure("#include \"moejit_common.cuh\"\n#include <x.h>\n");
     BOOST_TEST(closure.size() == 1u);
     BOOST_CHECK_THROW(template_include_closure("#include \"missing.cuh\"\n"), Error);
+    // Templates in a folder are named by their path; the key hashes every header the kernel
+    // reaches through them.
+    auto sm90 = template_include_closure("#include \"sm90/group_gemm.cuh\"\n");
+    for (std::string_view name : {"sm90/ptx.cuh", "sm90/pipeline.cuh", "sm90/epilogue.cuh", "sm90/split_reduce.cuh",
+                                  "swiglu.cuh", "group_gemm_schedule.cuh", "expert_scan.cuh", "moejit_common.cuh"})
+        BOOST_TEST((std::find(sm90.begin(), sm90.end(), name) != sm90.end()), name);
 }
 
 BOOST_AUTO_TEST_CASE(key_changes_with_every_field) {

@@ -1,0 +1,149 @@
+// The epilogues of the wgmma GEMMs, from a consumer's fp32 accumulators: predicated register
+// stores (any C type, optionally accumulating; also the fp32 partial tiles of split same_mn),
+// the TMA-store epilogue through a swizzled staging tile (16-bit C), and fc1's SwiGLU epilogue.
+#pragma once
+
+#include "moejit_common.cuh"
+#include "swiglu.cuh"
+#include "sm90/pipeline.cuh"
+
+namespace moejit {
+namespace sm90 {
+
+// Two values rounded to 16 bits and packed (the pointer only picks the type).
+__device__ __forceinline__ unsigned pack2(__nv_bfloat16 *, float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<unsigned *>(&v);
+}
+__device__ __forceinline__ unsigned pack2(__half *, float a, float b) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<unsigned *>(&v);
+}
+__device__ __forceinline__ unsigned pack2(float *, float, float) { return 0; }  // never staged
+
+// ---------------------------------------------------------------- register and TMA stores
+
+// Registers -> C (row-major, leading dimension ld), rows clipped to rows_valid, columns to
+// cols_valid; ACCUMULATE adds the old C. r_base: this thread's first row in the tile.
+template <class Cfg, bool ACCUMULATE, class CT>
+__device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], CT *c_tile, long long ld, int r_base,
+                                           int rows_valid, int cols_valid, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = r_base + 8 * h;
+        if (r >= rows_valid) continue;
+        CT *const row = c_tile + static_cast<long long>(r) * ld;
+#pragma unroll
+        for (int j = 0; j < Cfg::BN / 8; ++j) {
+            const int col = j * 8 + (lane & 3) * 2;
+            if (col >= cols_valid) continue;
+            float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+            if constexpr (ACCUMULATE) {
+                const float2 old = load2(row + col);
+                v0 = old.x + v0;
+                v1 = old.y + v1;
+            }
+            store2(row + col, v0, v1);
+        }
+    }
+}
+
+// The TMA-store epilogue of consumer `consumer`'s 64 x BN rows: registers -> its 128-byte
+// swizzled staging tile (64-column chunks, as the C map's 64 x 64 box expects), then one thread
+// stores the chunks with `store_chunk(j, src)` and commits; the previous tile's stores must
+// have finished reading the buffer first. Conflict-free: the swizzle spreads a warp's 8 rows
+// over all banks.
+template <class Cfg, class StoreChunk>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], const Smem<Cfg> &m, int consumer,
+                                               int warp_in_group, int lane, StoreChunk store_chunk) {
+    using CT = typename Cfg::CT;
+    const bool leader = warp_in_group == 0 && lane == 0;
+    const unsigned tile = m.cstage + consumer * Cfg::BN * 128;
+    if (leader) bulk_wait_read();
+    warpgroup_sync(consumer);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = warp_in_group * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+        for (int j = 0; j < Cfg::BN / 8; ++j) {
+            const unsigned addr = tile + (j / 8) * (64 * 128) + r * 128 + (((j % 8) ^ (r % 8)) << 4) + (lane & 3) * 4;
+            const unsigned bits = pack2(static_cast<CT *>(nullptr), acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
+        }
+    }
+    fence_proxy_async_smem();
+    warpgroup_sync(consumer);
+    if (leader) {
+#pragma unroll
+        for (int j = 0; j < Cfg::BN / 64; ++j) store_chunk(j, tile + j * (64 * 128));
+        bulk_commit();
+    }
+}
+
+// ---------------------------------------------------------------- the SwiGLU epilogue
+
+// fc1 fused with SwiGLU (docs/DESIGN.md §2): a same_nk over N = 2I columns whose every BN-wide tile
+// is [gate | up] of the same BN/2 intermediate columns j0 = n0/2..: B's first BN/2 rows are
+// W_gate's rows j0.. (tma_b), the other BN/2 W_up's (tma_b2 from row UP_ROW + j0: 0 for a
+// separate W_up, I for merged W_gate_up, where tma_b2 is tma_b). So each thread holds g and u of
+// the same elements: accumulator group j (gate) and j + BN/16 (up). The epilogue stores g to C,
+// u to `up` (row stride LD: I split, 2I merged) and aw = silu(g')·u'·w_s (row stride I), a from
+// the rounded g and u as the standalone SwiGLU kernel computes it: bitwise the same results.
+// With EPI_TMA (BN >= 128) g and u of full 64-row halves leave through the staging tile and
+// TMA (tma_c over g, tma_c2 over u, each [S, I] with row stride LD), aw from registers.
+struct GluArgs {
+    void *up;          // u's element 0 (split: its own [S, I]; merged: gate_up + I)
+    void *aw;          // [S, I]
+    const float *w_s;  // [S]
+    float limit;       // used when LIMIT
+};
+
+struct NoGlu {
+    static constexpr bool ON = false;
+    static constexpr int UP_ROW = 0;
+};
+
+template <bool LIMIT_, int LD_, int UP_ROW_> struct SwigluGlu {
+    static constexpr bool ON = true, LIMIT = LIMIT_;
+    static constexpr int LD = LD_, UP_ROW = UP_ROW_;
+};
+
+// Registers -> (STORE_GU) g (C) and u, and aw, for this thread's two rows of the tile, columns
+// clipped to the I - j0 left; row0: the tile's first row in S.
+template <class Cfg, class Glu, int I, bool STORE_GU>
+__device__ __forceinline__ void store_swiglu_tile(const float (&acc)[Cfg::ACC], typename Cfg::CT *__restrict__ g_out,
+                                                  const GluArgs &glu, int row0, int r_base, int rows_valid, int j0,
+                                                  int lane) {
+    using CT = typename Cfg::CT;
+    constexpr int UP_J = Cfg::BN / 16;  // the up half's first accumulator group
+    CT *const u_out = static_cast<CT *>(glu.up);
+    CT *const aw_out = static_cast<CT *>(glu.aw);
+    const int cols_valid = I - j0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = r_base + 8 * h;
+        if (r >= rows_valid) continue;
+        const long long row = row0 + r;
+        const float w = glu.w_s[row];
+#pragma unroll
+        for (int j = 0; j < UP_J; ++j) {
+            const int col = j * 8 + (lane & 3) * 2;
+            if (col >= cols_valid) continue;
+            const float g0 = to_float(from_float<CT>(acc[4 * j + 2 * h]));
+            const float g1 = to_float(from_float<CT>(acc[4 * j + 2 * h + 1]));
+            const float u0 = to_float(from_float<CT>(acc[4 * (j + UP_J) + 2 * h]));
+            const float u1 = to_float(from_float<CT>(acc[4 * (j + UP_J) + 2 * h + 1]));
+            if constexpr (STORE_GU) {
+                const long long at = row * Glu::LD + j0 + col;
+                store2(g_out + at, g0, g1);
+                store2(u_out + at, u0, u1);
+            }
+            const float a0 = swiglu_detail::swiglu_value<Glu::LIMIT>(g0, u0, glu.limit);
+            const float a1 = swiglu_detail::swiglu_value<Glu::LIMIT>(g1, u1, glu.limit);
+            store2(aw_out + row * I + j0 + col, a0 * w, a1 * w);
+        }
+    }
+}
+
+}  // namespace sm90
+}  // namespace moejit

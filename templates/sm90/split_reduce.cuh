@@ -1,0 +1,51 @@
+// The second launch of a split same_mn (sm90/group_gemm.cuh): sums the fp32 partial tiles into
+// C. Plain CUDA: it uses none of the wgmma machinery.
+#pragma once
+
+#include "moejit_common.cuh"
+#include "group_gemm_schedule.cuh"
+
+namespace moejit {
+namespace sm90 {
+
+// After a split same_mn launch: C[e] (+)= sum over s of partials[index[e] + s] in s order, for
+// every expert with more than split_rows rows (the others were written by the GEMM), reading
+// only slots below max_slots. A grid-stride loop of a few blocks per SM over each split expert's
+// M*N elements: most experts are not split, and a block per (expert, element range) cost more
+// in empty blocks than the sums (docs/PERF_LOG.md). float4 reads, deterministic.
+template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
+__device__ __forceinline__ void split_reduce_sm90(CT *__restrict__ c, const int *__restrict__ offsets, int rows,
+                                                  int num_experts, int split_rows, int max_slots,
+                                                  const int *__restrict__ index,
+                                                  const float *__restrict__ partials) {
+    constexpr long long MN = static_cast<long long>(M) * N;
+    const long long stride = static_cast<long long>(gridDim.x) * THREADS * 4;
+    for (int e = 0; e < num_experts; ++e) {
+        const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
+        if (!sched::mn_is_split(rr.end - rr.begin, split_rows)) continue;
+        const int first = sched::min_int(index[e], max_slots), count = sched::min_int(index[e + 1], max_slots) - first;
+        for (long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) * 4; i < MN; i += stride) {
+            float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int s = 0; s < count; ++s) {
+                const float4 p = *reinterpret_cast<const float4 *>(partials + (first + s) * MN + i);
+                sum.x += p.x;
+                sum.y += p.y;
+                sum.z += p.z;
+                sum.w += p.w;
+            }
+            CT *const out = c + e * MN + i;
+            if constexpr (ACCUMULATE) {
+                const float2 a = load2(out), b = load2(out + 2);
+                sum.x += a.x;
+                sum.y += a.y;
+                sum.z += b.x;
+                sum.w += b.y;
+            }
+            store2(out, sum.x, sum.y);
+            store2(out + 2, sum.z, sum.w);
+        }
+    }
+}
+
+}  // namespace sm90
+}  // namespace moejit
