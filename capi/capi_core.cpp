@@ -15,7 +15,8 @@ thread_local std::string last_error;
 void set_last_error(std::string message) { last_error = std::move(message); }
 void clear_last_error() { last_error.clear(); }
 
-// Every field's default is zero (NULL cache_dir and arch, device 0, MOEJIT_JIT_FROM_ENV).
+// Every field's default is zero (NULL cache_dir and arch, device 0, MOEJIT_JIT_FROM_ENV, and
+// since 0.6 MOEJIT_SWITCH_FROM_ENV switches and a NULL gemm_tile).
 void StructAbi<moejit_context_options_t>::defaults(moejit_context_options_t &) {}
 void StructAbi<moejit_cache_stats_t>::defaults(moejit_cache_stats_t &) {}
 }  // namespace moejit

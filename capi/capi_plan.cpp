@@ -6,6 +6,7 @@
 #include "capi_struct.hpp"
 #include "core/context.hpp"
 #include "moe/plan.hpp"
+#include "moe/plan_describe.hpp"
 #include "moejit.h"
 
 using namespace moejit;
@@ -68,7 +69,7 @@ MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context, const mo
     return capi_guard([&] {
         Context &ctx = require_handle(context, "context").impl;
         const moejit_plan_desc_t d = read_struct(desc, "desc");
-        std::vector<KernelSource> sources = plan_kernel_sources(d, ctx.compute_capability());
+        std::vector<KernelSource> sources = plan_kernel_sources(d, ctx.config(), ctx.compute_capability());
         ctx.kernels(sources);  // the missing ones in parallel, as moejit_plan_create does
         if (kernels) *kernels = static_cast<int>(sources.size());
     });
@@ -157,6 +158,49 @@ MOEJIT_API moejit_status_t moejit_plan_experts_backward(moejit_plan_t plan,
     return capi_guard([&] {
         const moejit_experts_backward_args_t a = read_struct(args, "args");
         require_handle(plan, "plan").impl.experts_backward(a);
+    });
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------- configuration (since 0.6)
+
+namespace {
+
+// moejit_plan_describe's buffer contract: *required = the text's size with its NUL; buf gets
+// as much as fits, NUL-terminated; a size too small is INVALID_ARGUMENT naming `size`.
+void copy_text(const std::string &text, char *buf, size_t size, size_t *required) {
+    MOEJIT_REQUIRE(buf || size == 0, "buf is NULL but size is {}; pass size 0 to ask for the size only", size);
+    if (required) *required = text.size() + 1;
+    if (size > 0) {
+        const size_t n = text.size() < size ? text.size() : size - 1;
+        std::memcpy(buf, text.data(), n);
+        buf[n] = '\0';
+    }
+    MOEJIT_REQUIRE(size == 0 || size > text.size(), "size is {}, but the description needs {} bytes (its NUL "
+                   "included; *required says so)", size, text.size() + 1);
+}
+
+}  // namespace
+
+extern "C" {
+
+MOEJIT_API moejit_status_t moejit_plan_describe(moejit_plan_t plan, char *buf, size_t size, size_t *required) {
+    return capi_guard([&] {
+        Plan &p = require_handle(plan, "plan").impl;
+        const Context &ctx = p.context();
+        copy_text(describe_plan(ctx.config(), ctx.arch(), p.desc(), p.gemm_specs()), buf, size, required);
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_plan_describe_desc(moejit_context_t context, const struct moejit_plan_desc *desc,
+                                                     char *buf, size_t size, size_t *required) {
+    return capi_guard([&] {
+        Context &ctx = require_handle(context, "context").impl;
+        const moejit_plan_desc_t d = read_struct(desc, "desc");
+        validate_plan_desc(d);
+        const LayerSpecs specs = layer_specs(d, ctx.config(), ctx.compute_capability());
+        copy_text(describe_plan(ctx.config(), ctx.arch(), d, specs), buf, size, required);
     });
 }
 

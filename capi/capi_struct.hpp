@@ -37,9 +37,10 @@ template <class T> struct StructAbi;
 // Released sizes: 0.1.0 (the first release) then each growth: 0.2.0 appended `x` to
 // moejit_backward_args_t; 0.5.0 appended the gpt-oss fields (activation_alpha,
 // weights_transposed, has_bias) to moejit_plan_desc_t and the bias pointers to the forward and
-// backward args.
+// backward args; 0.6.0 appended the configuration switches (tune, gather, fuse_swiglu,
+// gemm_tile) to moejit_context_options_t.
 MOEJIT_STRUCT_ABI(moejit_context_options_t, "moejit_context_options_t", "moejit_context_options_init",
-                  sizeof(moejit_context_options_t));
+                  offsetof(moejit_context_options_t, tune) /* 0.1 */, sizeof(moejit_context_options_t) /* 0.6 */);
 MOEJIT_STRUCT_ABI(moejit_cache_stats_t, "moejit_cache_stats_t", "moejit_cache_stats_init", sizeof(moejit_cache_stats_t));
 MOEJIT_STRUCT_ABI(moejit_group_gemm_nk_args_t, "moejit_group_gemm_nk_args_t", "moejit_group_gemm_nk_args_init",
                   sizeof(moejit_group_gemm_nk_args_t));
@@ -61,7 +62,7 @@ MOEJIT_STRUCT_ABI(moejit_experts_backward_args_t, "moejit_experts_backward_args_
 
 #if defined(__x86_64__) || defined(__aarch64__)
 // LP64 pins: a change here breaks every binary built against an earlier header.
-static_assert(sizeof(moejit_context_options_t) == 56);
+static_assert(offsetof(moejit_context_options_t, tune) == 56 && sizeof(moejit_context_options_t) == 80);
 static_assert(sizeof(moejit_cache_stats_t) == 72);
 static_assert(sizeof(moejit_group_gemm_nk_args_t) == 96);
 static_assert(sizeof(moejit_group_gemm_mn_args_t) == 88);
@@ -77,6 +78,7 @@ static_assert(sizeof(moejit_experts_forward_args_t) == 136 && sizeof(moejit_expe
 // headers, whose callers pass no size) write: the struct as it was in 0.3.0, frozen. Growing a
 // struct must not change this, or those binaries' structs are overrun.
 template <class T> inline constexpr std::size_t kLegacyInitSize = sizeof(T);
+template <> inline constexpr std::size_t kLegacyInitSize<moejit_context_options_t> = 56;
 template <> inline constexpr std::size_t kLegacyInitSize<moejit_plan_desc_t> = 80;
 template <> inline constexpr std::size_t kLegacyInitSize<moejit_forward_args_t> = 120;
 template <> inline constexpr std::size_t kLegacyInitSize<moejit_backward_args_t> = 160;

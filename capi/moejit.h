@@ -151,6 +151,19 @@ typedef struct moejit_context_options {
     /* Receives warnings (e.g. an unwritable cache folder) and compile logs. NULL: silent. */
     moejit_log_fn log_fn;
     void *log_user_data;
+    /* ---- since 0.6: the behaviour switches as data ("configuration" below). Each takes its
+     * value from, in order: this field when set, else its environment variable (read when the
+     * context is created), else the built-in default. Zero (what *_init sets) = not set. */
+    int32_t tune;        /* a moejit_switch_t; $MOEJIT_TUNE; default off: time candidate tiles
+                            at each grouped-GEMM problem's first call, keep the fastest */
+    int32_t gather;      /* a moejit_switch_t; $MOEJIT_GATHER; default: on where I <= 2048 on
+                            the wgmma engine. fc1 reads x's rows instead of their scatter */
+    int32_t fuse_swiglu; /* a moejit_switch_t; $MOEJIT_FUSE_SWIGLU; default off: SwiGLU in
+                            fc1's epilogue (wgmma engine, plain SwiGLU, [E,N,K], no bias) */
+    /* Force this tile (e.g. "wgmma_128x256x64_s3_g8_e1") for every grouped GEMM of the context:
+     * tests and experiments. NULL: $MOEJIT_GEMM_TILE, else the heuristic; "": the heuristic,
+     * whatever the environment says. A forced tile turns tuning off. */
+    const char *gemm_tile;
 } moejit_context_options_t;
 
 MOEJIT_API moejit_status_t moejit_context_options_init(moejit_context_options_t *options);
@@ -187,6 +200,45 @@ MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
 
 /* NVRTC version as major * 100 + minor. */
 MOEJIT_API moejit_status_t moejit_nvrtc_version(int *version);
+
+/* ---------------------------------------------------------------- configuration (since 0.6)
+ * The switches of moejit_context_options_t (tune, gather, fuse_swiglu; gemm_tile is text) and
+ * what a plan made of them. Precedence, per switch: an explicit option > its MOEJIT_*
+ * environment variable > the built-in default. The environment is read once, when a context is
+ * created, and every MOEJIT_* variable is validated then, set option or not (a bad value is
+ * MOEJIT_ERROR_INVALID_ARGUMENT naming the variable); a context never changes its configuration.
+ */
+typedef MOEJIT_ENUM(moejit_switch) {
+    MOEJIT_SWITCH_FROM_ENV = 0, /* the environment variable, else the built-in default */
+    MOEJIT_SWITCH_ON = 1,
+    MOEJIT_SWITCH_OFF = 2
+} moejit_switch_t;
+
+struct moejit_plan_desc; /* moejit_plan_desc_t, below */
+
+/* The configuration `plan` resolved, as text: "key=value" lines, each ending in '\n':
+ *   arch=sm_90a
+ *   jit=on|off                    jit_from=option|environment|default
+ *   tune=on|off                   tune_from=...         (off while a tile is forced)
+ *   gather=on|off                 gather_from=...
+ *   fuse_swiglu=on|off            fuse_swiglu_from=...
+ *   gemm_tile=<tile>|heuristic    gemm_tile_from=...
+ *   tile_<role>=<tile>            one per grouped GEMM the plan runs: fc1, fc2, fc2_dgrad,
+ *                                 fc1_dgrad, fc1_dgrad_acc (split fc1 without the one-GEMM
+ *                                 dgrad only), fc2_wgrad, fc1_wgrad
+ * gather and fuse_swiglu say what the plan does: a request it cannot honour (gather off the
+ * wgmma engine; the SwiGLU epilogue with another activation, interleaved or transposed weights
+ * or biases) reads off, its _from still "option". Keys are only ever added.
+ * Writes at most `size` bytes, NUL included, into buf (NULL when size is 0); *required (may be
+ * NULL) receives the size the whole text needs, NUL included. A size below that is
+ * MOEJIT_ERROR_INVALID_ARGUMENT naming `size`, with buf holding the truncated, NUL-terminated
+ * text. */
+MOEJIT_API moejit_status_t moejit_plan_describe(moejit_plan_t plan, char *buf, size_t size, size_t *required);
+/* The same text for the plan that `desc` would make on `context`, without making it (compiles
+ * nothing; works on a compile-only context): what moejit_plan_warmup and moejit-warmup warm. */
+MOEJIT_API moejit_status_t moejit_plan_describe_desc(moejit_context_t context, const struct moejit_plan_desc *desc,
+                                                     char *buf, size_t size, size_t *required);
+/* ---------------------------------------------------------------- end of configuration */
 
 /* ---------------------------------------------------------------- routing ops
  * S = T * k scattered rows. Expert ids: int32 or int64, values in [0, E).

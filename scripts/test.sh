@@ -11,7 +11,8 @@ ninja -C "$build"
 # MOEJIT_SANITIZE=0 skips it. Runs before the main suite, so the output still ends with the
 # main run's summary. To fit CI's time budget the default pass covers the C ABI, the host-side
 # code the hardening is about and the pure arithmetic — bad_input, abi_*, checked_math, capi,
-# header_*, plan, jit_concurrency, cache_trust, config, launch_bounds, tuning, reference_moe —
+# header_*, plan, jit_concurrency, cache_trust, config, config_options, warmup_config,
+# launch_bounds, tuning, reference_moe —
 # and leaves out the NVRTC-bound tests (minutes each, nearly all in NVRTC, which is not
 # instrumented), the tools and the install test (MOEJIT_SANITIZE_SKIP; set it empty for the
 # whole suite).

@@ -9,8 +9,8 @@ warm-up (the JIT compile is part of the warm-up), plus a dense 8192^3 bf16 matmu
 measured in the same run. Prints a table of TFLOP/s and ratios last; --json PATH writes it.
 
   MOEJIT_LIBRARY=build/src/libmoejit.so python3 tools/bench_group_gemm.py [--shapes a,b]
-  --tiles 128x128x64_s3,wgmma_128x256x64_s4   sweeps tile configs (MOEJIT_GEMM_TILE) per GEMM
-  ("heuristic" in the list: the library's own choice)
+  --tiles 128x128x64_s3,wgmma_128x256x64_s4   sweeps tile configs per GEMM (one context per
+  tile, created with the gemm_tile option; "heuristic" in the list: the library's own choice)
 """
 import argparse
 import ctypes
@@ -50,17 +50,38 @@ class MnArgs(ctypes.Structure):  # moejit_group_gemm_mn_args_t
                 ("offsets", ctypes.c_void_p), ("stream", ctypes.c_void_p)]
 
 
+class ContextOptions(ctypes.Structure):  # moejit_context_options_t (0.6)
+    _fields_ = [("struct_size", ctypes.c_size_t), ("cache_dir", ctypes.c_char_p), ("arch", ctypes.c_char_p),
+                ("device_ordinal", ctypes.c_int), ("jit_mode", ctypes.c_int), ("compile_only", ctypes.c_int),
+                ("log_fn", ctypes.c_void_p), ("log_user_data", ctypes.c_void_p), ("tune", ctypes.c_int32),
+                ("gather", ctypes.c_int32), ("fuse_swiglu", ctypes.c_int32), ("gemm_tile", ctypes.c_char_p)]
+
+
 class Moejit:
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)
         self.lib.moejit_last_error.restype = ctypes.c_char_p
-        self.lib.moejit_context_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+        self.lib.moejit_context_create.argtypes = [ctypes.POINTER(ContextOptions), ctypes.POINTER(ctypes.c_void_p)]
+        self.lib.moejit_context_options_init_sized.argtypes = [ctypes.POINTER(ContextOptions), ctypes.c_size_t]
         self.lib.moejit_group_gemm_same_nk.argtypes = [ctypes.c_void_p, ctypes.POINTER(NkArgs)]
         self.lib.moejit_group_gemm_same_mn.argtypes = [ctypes.c_void_p, ctypes.POINTER(MnArgs)]
         self.lib.moejit_group_gemm_nk_args_init.argtypes = [ctypes.POINTER(NkArgs)]
         self.lib.moejit_group_gemm_mn_args_init.argtypes = [ctypes.POINTER(MnArgs)]
-        self.ctx = ctypes.c_void_p()
-        self.check(self.lib.moejit_context_create(None, ctypes.byref(self.ctx)), "context_create")
+        self.contexts = {}  # tile ("": the heuristic) -> context: the tile is a context option
+        self.use_tile(None)
+
+    def use_tile(self, tile):
+        """The context later nk()/mn() calls use: one forcing `tile`, or (None) the heuristic."""
+        key = tile or ""
+        if key not in self.contexts:
+            options = ContextOptions()
+            self.check(self.lib.moejit_context_options_init_sized(ctypes.byref(options), ctypes.sizeof(options)),
+                       "context_options_init")
+            options.gemm_tile = key.encode()
+            ctx = ctypes.c_void_p()
+            self.check(self.lib.moejit_context_create(ctypes.byref(options), ctypes.byref(ctx)), "context_create")
+            self.contexts[key] = ctx
+        self.ctx = self.contexts[key]
 
     def check(self, status, what):
         if status != 0:
@@ -157,11 +178,8 @@ def bench_shape(mj, shape, args, gen):
         best = None
         for tile in args.tiles or [None]:
             tile = None if tile == "heuristic" else tile
-            if tile:
-                os.environ["MOEJIT_GEMM_TILE"] = tile
-            else:
-                os.environ.pop("MOEJIT_GEMM_TILE", None)
             try:
+                mj.use_tile(tile)
                 fn = build()
                 ms = time_ms(fn, args.warmup, args.reps)
                 err = rel_err(c, ref) if ref is not None else float("nan")
@@ -172,7 +190,7 @@ def bench_shape(mj, shape, args, gen):
                 print(f"  {name:18s} {label:10s} {tile:28s} {flops / ms / 1e9:7.1f} TFLOP/s  err {err:.2e}")
             if best is None or ms < best[0]:
                 best = (ms, tile, err)
-        os.environ.pop("MOEJIT_GEMM_TILE", None)
+        mj.use_tile(None)
         if best:
             row["moejit_ms"], row["tile"], row["rel_err_vs_torch"] = best
         rows.append(row)
@@ -195,7 +213,7 @@ def main():
                    help="path of libmoejit.so (default: $MOEJIT_LIBRARY)")
     p.add_argument("--shapes", help="comma-separated subset of shape names")
     p.add_argument("--gemms", help="comma-separated subset, e.g. 'fc1 fprop,fc2 wgrad'")
-    p.add_argument("--tiles", help="comma-separated MOEJIT_GEMM_TILE configs to sweep (best kept)")
+    p.add_argument("--tiles", help="comma-separated tile configs to sweep (gemm_tile; best kept)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--json", help="write the results here")

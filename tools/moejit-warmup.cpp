@@ -47,7 +47,8 @@ struct Failure {
 
 const char *kHelp = R"(usage: moejit-warmup [--preset NAME | --spec H,I,E,k[,limit] | --spec-file FILE]...
                      [--arch ARCH] [--cache-dir DIR] [--jobs N] [--dtype bf16|fp16]
-                     [--tokens-hint N[,N...]] [--check] [--verbose]
+                     [--tokens-hint N[,N...]] [--gather on|off] [--fuse-swiglu on|off]
+                     [--gemm-tile TILE|heuristic] [--check] [--verbose]
        moejit-warmup --info | --clear [--cache-dir DIR]
        moejit-warmup --list-presets | --help | --version
 
@@ -78,6 +79,20 @@ Options:
   --clear                remove the cache entries (*.cubin) and stale temp files of this library
                          version's cache folder; other files are left alone
   --verbose              per-kernel compile times and library messages
+
+Plan configuration (the library's context options; each flag left out takes its MOEJIT_*
+environment variable, else the library's default, as a context created without the option):
+  --gather on|off        fc1 gathers x's rows (options->gather, MOEJIT_GATHER; default: on
+                         where I <= 2048 on sm_90a)
+  --fuse-swiglu on|off   SwiGLU in fc1's epilogue (options->fuse_swiglu, MOEJIT_FUSE_SWIGLU;
+                         default off)
+  --gemm-tile TILE       one tile for every grouped GEMM, e.g. wgmma_128x256x64_s3_g8_e1, or
+                         "heuristic" for the heuristic's whatever MOEJIT_GEMM_TILE says
+                         (options->gemm_tile, MOEJIT_GEMM_TILE)
+The kernels warmed (and checked) are exactly those a plan loads on a context with the same
+configuration: give the options (or set the variables) the job that uses the cache runs with.
+Tuning (options->tune, MOEJIT_TUNE) loads no other kernel at plan creation: its candidate tiles
+compile at each GEMM problem's first call, so it has no flag here.
   --list-presets         list the model presets
   --version              print the library and NVRTC versions
 
@@ -106,6 +121,7 @@ struct Args {
     std::optional<std::string> arch, cache_dir;
     int jobs = 0;
     VariantOptions variants;
+    RunOptions run;  // the plan configuration flags (arch, cache and check are set in run_main)
     bool check = false, info = false, clear = false, verbose = false, list = false, help = false,
          version = false;
 };
@@ -175,6 +191,8 @@ Args parse_args(int argc, char **argv) {
                 if (comma == std::string::npos) break;
                 start = comma + 1;
             }
+        } else if (arg == "--gather" || arg == "--fuse-swiglu" || arg == "--gemm-tile") {
+            apply_config_flag(a.run, arg, take());
         } else if (arg == "--check") a.check = flag();
         else if (arg == "--info") a.info = flag();
         else if (arg == "--clear") a.clear = flag();
@@ -264,7 +282,7 @@ void validate_specs(const std::vector<WarmupJob> &jobs, RunOptions run, Reporter
         moejit_status_t st = moejit_plan_warmup(ctx.get(), &job.desc, nullptr);
         if (st == MOEJIT_ERROR_INVALID_ARGUMENT)
             throw Failure{exit_usage, fmt::format("the library rejects the layer {}: {}", job.label, moejit_last_error())};
-        if (st == MOEJIT_ERROR_UNSUPPORTED)  // e.g. a MOEJIT_GEMM_TILE that cannot run it
+        if (st == MOEJIT_ERROR_UNSUPPORTED)  // e.g. a forced tile (--gemm-tile, MOEJIT_GEMM_TILE) that cannot run it
             throw Failure{exit_other, fmt::format("the library cannot run the layer {}: {}", job.label, moejit_last_error())};
     }
 }
@@ -409,7 +427,7 @@ int run_main(int argc, char **argv) {
         return exit_ok;
     }
     Reporter reporter(::isatty(STDOUT_FILENO) == 1, args.verbose, args.check);
-    RunOptions run;
+    RunOptions run = args.run;
     run.cache_dir = args.cache_dir;
     run.check = args.check;
     // --info and --clear only locate the folder, which does not depend on the arch.

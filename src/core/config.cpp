@@ -4,10 +4,52 @@
 
 #include <cstdlib>
 
-#include "core/env.hpp"
 #include "core/error.hpp"
 
 namespace moejit {
+namespace {
+
+constexpr const char *kTileVariable = "environment variable MOEJIT_GEMM_TILE";
+constexpr const char *kTileOption = "options->gemm_tile";
+
+std::optional<bool> env_flag(const char *name) { return parse_flag(name, std::getenv(name)); }
+
+std::optional<GemmTileConfig> env_gemm_tile() {
+    const char *v = std::getenv("MOEJIT_GEMM_TILE");
+    if (!v || !*v) return std::nullopt;
+    return parse_tile_config(v, kTileVariable);
+}
+
+// options-><field>, a moejit_switch_t: nullopt when not set (MOEJIT_SWITCH_FROM_ENV).
+std::optional<bool> option_switch(std::int32_t value, const char *field, const char *variable,
+                                  const char *fallback) {
+    switch (value) {
+    case MOEJIT_SWITCH_FROM_ENV: return std::nullopt;
+    case MOEJIT_SWITCH_ON: return true;
+    case MOEJIT_SWITCH_OFF: return false;
+    }
+    fail(MOEJIT_ERROR_INVALID_ARGUMENT,
+         "options->{} is {}, expected MOEJIT_SWITCH_FROM_ENV (0: {}, else {}), MOEJIT_SWITCH_ON (1) or "
+         "MOEJIT_SWITCH_OFF (2)",
+         field, value, variable, fallback);
+}
+
+// The option if set, else the variable if set, else the default already in `setting`.
+void resolve(Setting<bool> &setting, std::optional<bool> option, std::optional<bool> env) {
+    if (option) setting = {*option, ConfigSource::option};
+    else if (env) setting = {*env, ConfigSource::environment};
+}
+
+}  // namespace
+
+const char *source_name(ConfigSource source) {
+    switch (source) {
+    case ConfigSource::option: return "option";
+    case ConfigSource::environment: return "environment";
+    case ConfigSource::built_in: break;
+    }
+    return "default";
+}
 
 std::optional<bool> parse_flag(const char *name, const char *value) {
     if (!value || !*value) return std::nullopt;
@@ -21,14 +63,6 @@ std::optional<bool> parse_flag(const char *name, const char *value) {
          name, value);
 }
 
-std::optional<bool> env_flag(const char *name) { return parse_flag(name, std::getenv(name)); }
-
-std::optional<GemmTileConfig> env_gemm_tile() {
-    const char *v = std::getenv("MOEJIT_GEMM_TILE");
-    if (!v || !*v) return std::nullopt;
-    return parse_tile_config(v, "environment variable MOEJIT_GEMM_TILE");
-}
-
 EnvironmentConfig read_environment() {
     EnvironmentConfig c;
     c.compile = env_flag("MOEJIT_COMPILE");
@@ -36,6 +70,36 @@ EnvironmentConfig read_environment() {
     c.gather = env_flag("MOEJIT_GATHER");
     c.fuse_swiglu = env_flag("MOEJIT_FUSE_SWIGLU");
     c.gemm_tile = env_gemm_tile();
+    return c;
+}
+
+Config resolve_config(const moejit_context_options_t &o) {
+    // The options first (a bad field is named before the environment is looked at), then every
+    // variable, set option or not: a typo in the environment fails wherever it is.
+    MOEJIT_REQUIRE(o.jit_mode >= MOEJIT_JIT_FROM_ENV && o.jit_mode <= MOEJIT_JIT_OFF,
+                   "options->jit_mode is {}, expected 0 (from env), 1 (on) or 2 (off)", o.jit_mode);
+    std::optional<bool> jit;
+    if (o.jit_mode != MOEJIT_JIT_FROM_ENV) jit = o.jit_mode == MOEJIT_JIT_ON;
+    const std::optional<bool> tune = option_switch(o.tune, "tune", "$MOEJIT_TUNE", "off");
+    const std::optional<bool> gather =
+        option_switch(o.gather, "gather", "$MOEJIT_GATHER", "on where I <= 2048 on the wgmma engine");
+    const std::optional<bool> fuse = option_switch(o.fuse_swiglu, "fuse_swiglu", "$MOEJIT_FUSE_SWIGLU", "off");
+    // NULL: not set; "": the heuristic, explicitly (over MOEJIT_GEMM_TILE).
+    std::optional<std::optional<ForcedTile>> tile;
+    if (o.gemm_tile) {
+        if (*o.gemm_tile) tile = ForcedTile{parse_tile_config(o.gemm_tile, kTileOption), kTileOption};
+        else tile = std::optional<ForcedTile>{};
+    }
+    const EnvironmentConfig env = read_environment();
+
+    Config c;
+    resolve(c.jit, jit, env.compile);
+    resolve(c.tune, tune, env.tune);
+    if (gather) c.gather = {*gather, ConfigSource::option};
+    else if (env.gather) c.gather = {*env.gather, ConfigSource::environment};
+    resolve(c.fuse_swiglu, fuse, env.fuse_swiglu);
+    if (tile) c.gemm_tile = {*tile, ConfigSource::option};
+    else if (env.gemm_tile) c.gemm_tile = {ForcedTile{*env.gemm_tile, kTileVariable}, ConfigSource::environment};
     return c;
 }
 

@@ -9,8 +9,6 @@
 #include <exception>
 #include <thread>
 
-#include "core/env.hpp"
-#include "dispatch/tuning.hpp"
 #include "driver/driver.hpp"
 #include "jit/cache_paths.hpp"
 #include "jit/nvrtc_archs.hpp"
@@ -26,19 +24,11 @@ int arch_number(std::string digits) {
     return std::stoi(digits);
 }
 
-bool jit_enabled_from(int mode) {
-    if (mode == MOEJIT_JIT_ON) return true;
-    if (mode == MOEJIT_JIT_OFF) return false;
-    return env_flag("MOEJIT_COMPILE").value_or(true);
-}
-
 }  // namespace
 
 Context::Context(const moejit_context_options_t &options)
-    : log_{options.log_fn, options.log_user_data}, compile_only_(options.compile_only != 0),
-      tuning_(tuning_enabled()), device_ordinal_(options.device_ordinal) {
-    MOEJIT_REQUIRE(options.jit_mode >= MOEJIT_JIT_FROM_ENV && options.jit_mode <= MOEJIT_JIT_OFF,
-                   "options->jit_mode is {}, expected 0 (from env), 1 (on) or 2 (off)", options.jit_mode);
+    : config_(resolve_config(options)), log_{options.log_fn, options.log_user_data},
+      compile_only_(options.compile_only != 0), device_ordinal_(options.device_ordinal) {
     std::string arch = options.arch ? options.arch : "";
     if (!arch.empty())
         MOEJIT_REQUIRE(valid_arch(arch), "options->arch is \"{}\", expected sm_XY or sm_XYa with XY >= 80 (e.g. sm_90a, sm_80)", arch);
@@ -92,7 +82,7 @@ Context::Context(const moejit_context_options_t &options)
     }
     JitOptions jit;
     jit.arch = arch;
-    jit.jit_enabled = jit_enabled_from(options.jit_mode);
+    jit.jit_enabled = config_.jit.value;
     jit.load_modules = !compile_only_;
     jit.cache_dir = versioned_cache_dir(cache_root(options.cache_dir));
     jit.max_shared_per_block = max_shared_per_block_;

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/logger.hpp"
 #include "jit/jit_engine.hpp"
@@ -29,8 +30,11 @@ public:
     Context &operator=(const Context &) = delete;
 
     bool compile_only() const { return compile_only_; }
-    // MOEJIT_TUNE (dispatch/tuning.hpp), read once when the context is created.
-    bool tuning() const { return tuning_; }
+    // The configuration resolved from the options, the environment and the defaults when the
+    // context was created (core/config.hpp); it never changes.
+    const Config &config() const { return config_; }
+    // Whether grouped GEMMs tune their tiles (Config::tuning()).
+    bool tuning() const { return config_.tuning(); }
     const std::string &arch() const { return jit_->arch(); }
     int sm_count() const { return sm_count_; }            // 0 when compile-only
     // The device's (major*10+minor), or the one the arch names on a compile-only context.
@@ -65,9 +69,9 @@ public:
     void require_device(const char *what) const;
 
 private:
+    Config config_;  // first: resolving it validates options and environment before any device work
     Logger log_;
     bool compile_only_ = false;
-    bool tuning_ = false;
     int device_ordinal_ = 0;
     CUdevice device_ = 0;
     CUcontext cu_context_ = nullptr;

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "core/config.hpp"
 #include "core/error.hpp"
 
 namespace moejit {
@@ -297,18 +296,18 @@ GemmTileConfig heuristic_tile_config(const GemmProblem &p, int cc) {
     return c;
 }
 
-GemmTileConfig choose_tile_config(const GemmProblem &p, int cc) {
-    if (std::optional<GemmTileConfig> forced = env_gemm_tile()) {
+GemmTileConfig choose_tile_config(const GemmProblem &p, int cc, const ForcedTile *forced) {
+    if (forced) {
         // A forced tile must fit the problem now (at plan creation), not fail in NVRTC or at
         // launch later, nor let a warmup "succeed" with kernels that can never run.
         try {
-            validate_tile_config(*forced, p, cc);
+            validate_tile_config(forced->tile, p, cc);
         } catch (const Error &e) {
-            fail(MOEJIT_ERROR_UNSUPPORTED, "environment variable MOEJIT_GEMM_TILE={} cannot run this GEMM on "
-                 "compute capability {}.{}: {} (unset it to use the heuristic)",
-                 to_string(*forced), cc / 10, cc % 10, e.what());
+            fail(MOEJIT_ERROR_UNSUPPORTED, "{}={} cannot run this GEMM on compute capability {}.{}: {} (unset it to "
+                 "use the heuristic)",
+                 forced->origin, to_string(forced->tile), cc / 10, cc % 10, e.what());
         }
-        return *forced;
+        return forced->tile;
     }
     return heuristic_tile_config(p, cc);
 }

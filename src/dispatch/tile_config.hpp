@@ -94,10 +94,18 @@ void require_engine_features(const GemmTileConfig &config, const GemmProblem &pr
 // always compiles cc 9.0 for sm_90a).
 bool wgmma_supports(const GemmProblem &problem, int compute_capability);
 
+// A tile forced on every grouped GEMM of a context (options->gemm_tile or MOEJIT_GEMM_TILE,
+// core/config.hpp), with its origin as messages name it ("options->gemm_tile", "environment
+// variable MOEJIT_GEMM_TILE").
+struct ForcedTile {
+    GemmTileConfig tile;
+    std::string origin;
+};
+
+// The forced tile when there is one (it must fit the problem: else MOEJIT_ERROR_UNSUPPORTED
+// naming its origin, the tile and the violated limit), else the heuristic.
+GemmTileConfig choose_tile_config(const GemmProblem &problem, int compute_capability, const ForcedTile *forced);
 // The heuristic (documented in tile_config.cpp). Always returns a config that validates.
-// MOEJIT_GEMM_TILE (same syntax as parse_tile_config) overrides it, for tests and tuning.
-GemmTileConfig choose_tile_config(const GemmProblem &problem, int compute_capability);
-// The heuristic alone, ignoring the environment.
 GemmTileConfig heuristic_tile_config(const GemmProblem &problem, int compute_capability);
 
 // Blocks per SM the persistent grid assumes: min_blocks_per_sm, reduced if shared memory

@@ -12,7 +12,6 @@
 
 #include "core/dtype.hpp"
 #include "core/atomic_file.hpp"
-#include "core/config.hpp"
 #include "jit/cache_paths.hpp"
 #include "core/error.hpp"
 #include "jit/sha256.hpp"
@@ -32,14 +31,6 @@ std::int64_t size_class(std::int64_t rows) {
 }
 
 }  // namespace
-
-bool tuning_enabled() {
-    // Reads (and strictly validates) every MOEJIT_* variable: a context calls this first when
-    // it is created, so a bad value fails context creation before any device work.
-    const EnvironmentConfig env = read_environment();
-    if (env.gemm_tile) return false;
-    return env.tune.value_or(false);
-}
 
 std::string tuning_key(const GemmProblem &p, std::int64_t rows, int cc) {
     return fmt::format("{}{} dtype={} c={} m={} n={} k={}{} bt={} acc={} experts={} rows<={} sm_{}",

@@ -1,4 +1,5 @@
-// Opt-in tile tuning (MOEJIT_TUNE=1): the first launch of a grouped-GEMM problem times a few
+// Opt-in tile tuning (options->tune or MOEJIT_TUNE=1, resolved per context: Config::tuning()
+// in core/config.hpp): the first launch of a grouped-GEMM problem times a few
 // candidate tiles on the caller's operands and keeps the fastest; winners persist as small
 // files next to the cubin cache (<cache>/tuning/<sha256 of the key>.txt, atomic writes), so
 // later processes and machines sharing the cache reuse them without timing anything.
@@ -16,11 +17,6 @@
 #include "dispatch/tile_config.hpp"
 
 namespace moejit {
-
-// MOEJIT_TUNE is 1/on/true/yes (case-insensitive) and MOEJIT_GEMM_TILE does not force a tile.
-// Reads and validates every MOEJIT_* variable (core/config.hpp): throws on a bad value.
-// A Context reads it once, when it is created (Context::tuning()).
-bool tuning_enabled();
 
 // Canonical text of everything a winner depends on: kind, dtypes, sizes, layout, expert count,
 // accumulate, the arch, and S rounded up to a power of two (one winner per size class).

@@ -4,12 +4,11 @@
 #include <utility>
 
 #include "core/checked_math.hpp"
-#include "core/env.hpp"
 #include "dispatch/tile_schedule.hpp"
 
 namespace moejit {
 
-LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
+LayerSpecs layer_specs(const moejit_plan_desc_t &d, const Config &config, int cc) {
     const bool merged = d.fc1_layout != MOEJIT_FC1_SPLIT;  // merged or interleaved: one [.,2I] fc1
     // Weights stored for x·W ([E,K,N] in the forward) flip every GEMM's B layout.
     const bool xw = d.weights_transposed != 0;
@@ -19,41 +18,43 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
     const std::int64_t rows_hint = checked_rows(d.tokens_hint > 0 ? d.tokens_hint : 4096, d.top_k, "desc->tokens_hint");
     const moejit_dtype_t t = d.dtype, wg = d.weight_grad_dtype;
     const bool acc = d.weight_grad_accumulate != 0;
+    const ForcedTile *forced = config.forced_tile();
     LayerSpecs s;
-    s.fc1 = make_nk_spec(t, t, fc1_n, H, !xw, false, rows_hint, E, cc);
-    s.fc2 = make_nk_spec(t, t, H, I, !xw, false, rows_hint, E, cc);
-    s.fc2_dgrad = make_nk_spec(t, t, I, H, xw, false, rows_hint, E, cc);
+    s.fc1 = make_nk_spec(t, t, fc1_n, H, !xw, false, rows_hint, E, cc, forced);
+    s.fc2 = make_nk_spec(t, t, H, I, !xw, false, rows_hint, E, cc, forced);
+    s.fc2_dgrad = make_nk_spec(t, t, I, H, xw, false, rows_hint, E, cc, forced);
     // Split fc1: dxs = dg·W_gate + du·W_up. The wgmma engine reduces over both operand pairs in
     // one GEMM (K = 2I, k_split = I; the same fp32 sum as merged fc1's single GEMM). Elsewhere
     // dxs = dg·W_gate, then += du·W_up, rounding dxs to the layer dtype in between, so the two
     // layouts' dx may differ by rounding there (the one-GEMM form exists because the accumulating
     // second GEMM took 2-5x the first, reading C in its register epilogue; docs/PERF_LOG.md).
-    s.fc1_dgrad = make_nk_spec(t, t, H, fc1_n, xw, false, rows_hint, E, cc);
-    s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, xw, true, rows_hint, E, cc);
+    s.fc1_dgrad = make_nk_spec(t, t, H, fc1_n, xw, false, rows_hint, E, cc, forced);
+    s.fc1_dgrad_acc = make_nk_spec(t, t, H, fc1_n, xw, true, rows_hint, E, cc, forced);
     if (!merged && I % 64 == 0 && s.fc1_dgrad.tile.engine == GemmEngine::wgmma) {
         s.fc1_dgrad.k = 2 * I;
         s.fc1_dgrad.k_split = I;
     }
     // Weight gradients in the weights' layout: dW_down [E,H,I] = dyᵀ·aw, [E,I,H] = awᵀ·dy (x·W),
     // and likewise for fc1 (LayerGemms swaps the operands).
-    s.fc2_wgrad = xw ? make_mn_spec(t, wg, I, H, acc, rows_hint, E, cc) : make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc);
-    s.fc1_wgrad = xw ? make_mn_spec(t, wg, H, fc1_n, acc, rows_hint, E, cc)
-                     : make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc);
+    s.fc2_wgrad = xw ? make_mn_spec(t, wg, I, H, acc, rows_hint, E, cc, forced)
+                     : make_mn_spec(t, wg, H, I, acc, rows_hint, E, cc, forced);
+    s.fc1_wgrad = xw ? make_mn_spec(t, wg, H, fc1_n, acc, rows_hint, E, cc, forced)
+                     : make_mn_spec(t, wg, fc1_n, H, acc, rows_hint, E, cc, forced);
     // fc1 gathers x's rows (no forward scatter) where that wins: the saved [S,H] pass is worth
     // more than the gathering producer costs the GEMM while I is small (docs/DECISIONS.md, device
-    // run 3: +4-16 % forward up to I = 2048, -4 % at I = 2880 and 14336). MOEJIT_GATHER=0/1
-    // (read when a plan is created) overrides the rule. Backward GEMMs gather nothing: their
-    // gathered variants measured slower than one scatter of dout and x.
-    s.gathered = env_flag("MOEJIT_GATHER").value_or(I <= 2048) && s.fc1.tile.engine == GemmEngine::wgmma;
+    // run 3: +4-16 % forward up to I = 2048, -4 % at I = 2880 and 14336). The context's gather
+    // setting (options->gather, MOEJIT_GATHER) overrides the rule. Backward GEMMs gather
+    // nothing: their gathered variants measured slower than one scatter of dout and x.
+    s.gathered = config.gather.value.value_or(I <= 2048) && s.fc1.tile.engine == GemmEngine::wgmma;
     // fc1 can compute SwiGLU in its epilogue on the wgmma engine: g and u (saved for the
     // backward) and aw out of one GEMM over N = 2I, without the activation's read of [S, 2I].
-    // Opt-in (MOEJIT_FUSE_SWIGLU=1, read at plan creation): it measured 1-14 % slower than the
+    // Opt-in (options->fuse_swiglu, MOEJIT_FUSE_SWIGLU=1): it measured 1-14 % slower than the
     // two GEMMs and the standalone kernel (docs/DECISIONS.md, docs/PERF_LOG.md).
     // The epilogue computes SwiGLU over [gate | up] column blocks without biases, for weights
     // stored [E,N,K]: other activations, layouts and biases use the standalone kernel.
     const bool epilogue_fits = d.activation == MOEJIT_ACTIVATION_SWIGLU && d.fc1_layout != MOEJIT_FC1_INTERLEAVED &&
                                !xw && !d.has_bias;
-    s.fused_swiglu = env_flag("MOEJIT_FUSE_SWIGLU").value_or(false) && epilogue_fits &&
+    s.fused_swiglu = config.fuse_swiglu.value && epilogue_fits &&
                      s.fc1.tile.engine == GemmEngine::wgmma;
     if (s.fused_swiglu) {
         GemmNkSpec f = s.fc1;
@@ -61,14 +62,14 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, int cc) {
         f.swiglu.on = true;
         f.swiglu.limit = d.swiglu_limit > 0.0f;
         f.swiglu.merged = merged;
-        s.fc1 = with_chosen_tile(f, rows_hint, E, cc);
+        s.fc1 = with_chosen_tile(f, rows_hint, E, cc, forced);
     }
     s.fc1.gather_a = s.gathered;
     return s;
 }
 
-std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, int cc) {
-    return layer_gemm_sources(d, layer_specs(d, cc));
+std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, const Config &config, int cc) {
+    return layer_gemm_sources(d, layer_specs(d, config, cc));
 }
 
 std::vector<LayerGemmRole> layer_gemm_roles(const moejit_plan_desc_t &d, const LayerSpecs &s) {

@@ -20,13 +20,15 @@ namespace moejit {
 // Split fc1's dgrad is one GEMM over both operand pairs (fc1_dgrad.k_split = I) where the wgmma
 // engine runs it; otherwise fc1_dgrad then fc1_dgrad_acc (C += du·W_up).
 // fused_swiglu: fc1 is one GEMM with the SwiGLU epilogue (fc1.swiglu), writing g, u and aw.
+// gathered and fused_swiglu follow the context's configuration (Config::gather, fuse_swiglu)
+// where the layer can honour it; every tile is the configuration's forced one or the heuristic's.
 struct LayerSpecs {
     GemmNkSpec fc1, fc2, fc2_dgrad, fc1_dgrad, fc1_dgrad_acc;
     GemmMnSpec fc2_wgrad, fc1_wgrad;
     bool gathered = false;
     bool fused_swiglu = false;
 };
-LayerSpecs layer_specs(const moejit_plan_desc_t &desc, int compute_capability);
+LayerSpecs layer_specs(const moejit_plan_desc_t &desc, const Config &config, int compute_capability);
 
 // The kernels of a LayerSpecs, fetched once when a plan is created, so that the layer's
 // launches neither render nor look up (null: a GEMM the layout does not run).
@@ -41,9 +43,10 @@ struct LayerGemmRole {
 };
 std::vector<LayerGemmRole> layer_gemm_roles(const moejit_plan_desc_t &desc, const LayerSpecs &specs);
 
-// Every GEMM specialization a plan of `desc` launches (pure; for warmup); the second form for
-// specs already chosen (a plan's own, so the environment is read once).
-std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, int compute_capability);
+// Every GEMM specialization a plan of `desc` launches with `config` (pure; for warmup); the
+// second form for specs already chosen (a plan's own).
+std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, const Config &config,
+                                             int compute_capability);
 std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, const LayerSpecs &specs);
 
 // Scratch the weight gradients need to split long reductions (dispatch/tile_schedule.hpp,

@@ -145,9 +145,10 @@ void validate_plan_desc(const moejit_plan_desc_t &d) {
     MOEJIT_REQUIRE(d.tokens_hint >= 0, "desc->tokens_hint is {}, expected >= 0", d.tokens_hint);
 }
 
-std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, int compute_capability) {
+std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const Config &config,
+                                              int compute_capability) {
     validate_plan_desc(d);
-    return plan_kernel_sources(d, layer_specs(d, compute_capability));
+    return plan_kernel_sources(d, layer_specs(d, config, compute_capability));
 }
 
 namespace {
@@ -216,7 +217,7 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const
 }
 
 Plan::Plan(Context &ctx, const moejit_plan_desc_t &desc)
-    : ctx_(ctx), desc_(desc), gemm_specs_((validate_plan_desc(desc), layer_specs(desc, ctx.compute_capability()))) {
+    : ctx_(ctx), desc_(desc), gemm_specs_((validate_plan_desc(desc), layer_specs(desc, ctx.config(), ctx.compute_capability()))) {
     // Compile or load every kernel now, the missing ones in parallel, so forward and backward
     // only launch. A source that serves two places (the same GEMM shape twice) resolves once.
     BoundSources bound = plan_bound_sources(desc_, gemm_specs_);

@@ -21,11 +21,12 @@ namespace moejit {
 // Throws MOEJIT_ERROR_INVALID_ARGUMENT / UNSUPPORTED naming the bad field.
 void validate_plan_desc(const moejit_plan_desc_t &desc);
 
-// Every kernel specialization a plan of `desc` launches, for `arch` (pure; used by plan
-// creation and by warmup on a compile-only context). Duplicates removed. The second form takes
-// the layer's GEMM specs already chosen for a validated `desc` (a plan's own, so the
-// environment is read once).
-std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, int compute_capability);
+// Every kernel specialization a plan of `desc` launches on a context with `config` and
+// `compute_capability` (pure; used by plan creation and by warmup on a compile-only context).
+// Duplicates removed. The second form takes the layer's GEMM specs already chosen for a
+// validated `desc` (a plan's own).
+std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, const Config &config,
+                                              int compute_capability);
 std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, const LayerSpecs &gemms);
 
 // Test-only hooks. backward_bound_from_tokens reproduces the historical bug: the backward
@@ -67,6 +68,8 @@ public:
     Plan(Context &ctx, const moejit_plan_desc_t &desc);
 
     const moejit_plan_desc_t &desc() const { return desc_; }
+    Context &context() const { return ctx_; }
+    const LayerSpecs &gemm_specs() const { return gemm_specs_; }
     PlanLayout layout(std::int64_t num_tokens) const { return PlanLayout(desc_, num_tokens, gemm_specs_.gathered); }
 
     void forward(const moejit_forward_args_t &args);

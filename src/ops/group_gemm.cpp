@@ -209,8 +209,9 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
     ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts);
 }
 
-// MOEJIT_TUNE: a tunable spec's tile becomes the problem's tuned winner (timed on these
-// operands on first use, or read from the cache folder), then the launch proceeds as usual.
+// Tuning (the context's Config::tuning()): a tunable spec's tile becomes the problem's tuned
+// winner (timed on these operands on first use, or read from the cache folder), then the launch
+// proceeds as usual.
 template <class Spec>
 void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const char *prefix, const char *what,
                   const GemmKernels *bound = nullptr) {
@@ -250,7 +251,9 @@ void launch_from_args(Context &ctx, Spec &spec, const Args &args, const GemmTile
     spec.accumulate = args.accumulate == 1;
     validate_shape(spec, prefix);
     check_experts(args.num_experts, prefix);
-    spec.tile = tile ? *tile : choose_tile_config(problem_of(spec, args.rows, args.num_experts), ctx.compute_capability());
+    spec.tile = tile ? *tile
+                     : choose_tile_config(problem_of(spec, args.rows, args.num_experts), ctx.compute_capability(),
+                                          ctx.config().forced_tile());
     spec.tunable = tile == nullptr;
     launch_tuned(ctx, spec, operands_of(args), prefix, what);
 }
@@ -259,7 +262,7 @@ void launch_from_args(Context &ctx, Spec &spec, const Args &args, const GemmTile
 
 GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n,
                         std::int64_t k, bool b_transposed, bool accumulate,
-                        std::int64_t rows_hint, std::int32_t num_experts, int cc) {
+                        std::int64_t rows_hint, std::int32_t num_experts, int cc, const ForcedTile *forced) {
     GemmNkSpec s;
     s.dtype = dtype;
     s.c_dtype = c_dtype;
@@ -267,25 +270,26 @@ GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64
     s.k = k;
     s.b_transposed = b_transposed;
     s.accumulate = accumulate;
-    return with_chosen_tile(s, rows_hint, num_experts, cc);
+    return with_chosen_tile(s, rows_hint, num_experts, cc, forced);
 }
 
-GemmNkSpec with_chosen_tile(GemmNkSpec s, std::int64_t rows_hint, std::int32_t num_experts, int cc) {
-    s.tile = choose_tile_config(problem_of(s, rows_hint, num_experts), cc);
+GemmNkSpec with_chosen_tile(GemmNkSpec s, std::int64_t rows_hint, std::int32_t num_experts, int cc,
+                            const ForcedTile *forced) {
+    s.tile = choose_tile_config(problem_of(s, rows_hint, num_experts), cc, forced);
     s.tunable = true;
     return s;
 }
 
 GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t m,
                         std::int64_t n, bool accumulate, std::int64_t rows_hint,
-                        std::int32_t num_experts, int cc) {
+                        std::int32_t num_experts, int cc, const ForcedTile *forced) {
     GemmMnSpec s;
     s.dtype = dtype;
     s.c_dtype = c_dtype;
     s.m = m;
     s.n = n;
     s.accumulate = accumulate;
-    s.tile = choose_tile_config(problem_of(s, rows_hint, num_experts), cc);
+    s.tile = choose_tile_config(problem_of(s, rows_hint, num_experts), cc, forced);
     s.tunable = true;
     return s;
 }

@@ -38,7 +38,7 @@ struct GemmNkSpec {
     bool b_transposed = true;
     bool accumulate = false;
     GemmTileConfig tile;
-    bool tunable = false;  // the tile is the heuristic's: MOEJIT_TUNE may replace it (gemm_tuner)
+    bool tunable = false;  // the tile is the heuristic's: tuning (Config::tuning()) may replace it
     bool gather_a = false;  // A's rows come from GemmOperands::row_token (wgmma engine only)
     // > 0: the reduction runs over two operand pairs, k < k_split from (a, b) and the rest
     // from (a2, b2), each laid out like a and b over its own K (k_split, k - k_split); wgmma
@@ -64,21 +64,23 @@ struct GemmMnSpec {
     std::int64_t n = 0;
     bool accumulate = false;  // requires c_dtype FP32
     GemmTileConfig tile;
-    bool tunable = false;  // the tile is the heuristic's: MOEJIT_TUNE may replace it (gemm_tuner)
+    bool tunable = false;  // the tile is the heuristic's: tuning (Config::tuning()) may replace it
 };
 
-// Specs with the tile config chosen for the problem (heuristic, or MOEJIT_GEMM_TILE); tunable.
+// Specs with the tile config chosen for the problem (choose_tile_config: `forced`, the
+// context's forced tile (Config::forced_tile()), or the heuristic); tunable.
 // rows_hint: the typical S (0 = unknown); compute_capability: e.g. ctx.compute_capability().
 GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n,
                         std::int64_t k, bool b_transposed, bool accumulate,
                         std::int64_t rows_hint, std::int32_t num_experts,
-                        int compute_capability);
+                        int compute_capability, const ForcedTile *forced = nullptr);
 // `spec` (every field but the tile set) with the tile chosen as make_nk_spec does.
 GemmNkSpec with_chosen_tile(GemmNkSpec spec, std::int64_t rows_hint, std::int32_t num_experts,
-                            int compute_capability);
+                            int compute_capability, const ForcedTile *forced = nullptr);
 GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t m,
                         std::int64_t n, bool accumulate, std::int64_t rows_hint,
-                        std::int32_t num_experts, int compute_capability);
+                        std::int32_t num_experts, int compute_capability,
+                        const ForcedTile *forced = nullptr);
 
 // Throws MOEJIT_ERROR_INVALID_ARGUMENT (bad dtype, size) or MOEJIT_ERROR_UNSUPPORTED (tile
 // config not runnable on the arch, sizes too large), naming the field.
@@ -142,8 +144,8 @@ void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperan
 void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
                           const GemmKernels *bound = nullptr);
 
-// The C ABI's ops: validate the args struct, pick the spec (tile: the heuristic unless given),
-// launch. Messages name the args fields ("args->n", ...).
+// The C ABI's ops: validate the args struct, pick the spec (tile: `tile` when given, else the
+// context's forced tile or the heuristic), launch. Messages name the args fields ("args->n", ...).
 void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
                         const GemmTileConfig *tile = nullptr);
 void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,

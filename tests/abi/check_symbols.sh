@@ -3,7 +3,7 @@
 #  - the exported functions are exactly the MOEJIT_API functions of moejit.h (nothing C++ leaks);
 #  - each has the symbol version of its node in moejit.map (MOEJIT_<x.y>, the release that
 #    added it: the unsized *_init and all 0.1 entry points MOEJIT_0.1, the *_init_sized
-#    MOEJIT_0.4, the experts entry MOEJIT_0.6);
+#    MOEJIT_0.4, the experts entry and the configuration queries MOEJIT_0.6);
 #  - the soname is libmoejit.so.<ABI major>;
 #  - a binary linked without versions (the 0.1 stand-in) has unversioned references, as binaries
 #    built against 0.1-0.3 do (so abi_old_binary_0_1 tests the default binding).

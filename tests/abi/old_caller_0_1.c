@@ -98,7 +98,8 @@ int main(void) {
     CHECK(sizeof(moejit_backward_args_t) == 152); /* 0.1's: no x (LP64) */
     CHECK(moejit_version_number() >= 300);
 
-    /* 0.1's context options are the current ones: the unsized legacy init writes exactly them. */
+    /* 0.1's context options (56 bytes, before 0.6's switches): the unsized legacy init writes
+     * exactly them, and a context is created from them (the switches from the environment). */
     {
         struct guarded_options g;
         moejit_context_t context = NULL;

@@ -7,6 +7,10 @@
 int main() {
     std::printf("moejit %s\n", moejit_version());
     moejit_context_destroy(nullptr);
+    moejit::api::ContextOptions options;  // since 0.6: the switches as C++ values
+    options.gather = true;
+    options.gemm_tile = "";
+    if (options.c_options().gather != MOEJIT_SWITCH_ON) return 1;
     try {
         moejit::api::check(MOEJIT_ERROR_INVALID_ARGUMENT);
     } catch (const moejit::api::Exception &e) {

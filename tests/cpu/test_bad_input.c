@@ -542,6 +542,55 @@ static void test_plan(moejit_context_t c) {
     CHECK_STATUS(moejit_plan_backward(NULL, &bb.a), INV, "args->x");
 }
 
+/* ------------------------------------------------------------ configuration (since 0.6) */
+static void test_configuration(moejit_context_t c) {
+    moejit_context_options_t o;
+    moejit_context_t bad = NULL;
+    moejit_plan_desc_t d;
+    char buf[16];
+    size_t need = 0;
+
+    moejit_context_options_init(&o);
+    o.compile_only = 1;
+    o.arch = "sm_90a";
+    o.cache_dir = "";
+    o.tune = 3;
+    CHECK_STATUS(moejit_context_create(&o, &bad), INV, "options->tune");
+    o.tune = MOEJIT_SWITCH_ON;
+    o.gather = -1;
+    CHECK_STATUS(moejit_context_create(&o, &bad), INV, "options->gather");
+    o.gather = MOEJIT_SWITCH_OFF;
+    o.fuse_swiglu = 9;
+    CHECK_STATUS(moejit_context_create(&o, &bad), INV, "options->fuse_swiglu");
+    o.fuse_swiglu = MOEJIT_SWITCH_ON;
+    o.gemm_tile = "128x";
+    CHECK_STATUS(moejit_context_create(&o, &bad), INV, "options->gemm_tile");
+    CHECK(bad == NULL);
+    o.gemm_tile = "";
+    CHECK_STATUS(moejit_context_create(&o, &bad), OK, NULL);
+    moejit_context_destroy(bad);
+
+    moejit_plan_desc_init(&d);
+    d.hidden_size = 256;
+    d.intermediate_size = 128;
+    d.num_experts = 4;
+    d.top_k = 2;
+    CHECK_STATUS(moejit_plan_describe(NULL, buf, sizeof buf, &need), INV, "plan");
+    CHECK_STATUS(moejit_plan_describe_desc(NULL, &d, buf, sizeof buf, &need), INV, "context");
+    CHECK_STATUS(moejit_plan_describe_desc(c, NULL, buf, sizeof buf, &need), INV, "desc");
+    CHECK_STATUS(moejit_plan_describe_desc(c, &d, NULL, 4, &need), INV, "buf");
+    memset(buf, GUARD, sizeof buf);
+    CHECK_STATUS(moejit_plan_describe_desc(c, &d, buf, sizeof buf, &need), INV, "size");
+    CHECK(need > sizeof buf && buf[sizeof buf - 1] == '\0' && strlen(buf) == sizeof buf - 1);
+    d.top_k = 0;
+    CHECK_STATUS(moejit_plan_describe_desc(c, &d, NULL, 0, &need), INV, "desc->top_k");
+    d.top_k = 2;
+    d.struct_size = 8;
+    CHECK_STATUS(moejit_plan_describe_desc(c, &d, NULL, 0, &need), INV, "desc->struct_size");
+    d.struct_size = sizeof d;
+    CHECK_STATUS(moejit_plan_describe_desc(c, &d, NULL, 0, NULL), OK, NULL);
+}
+
 int main(void) {
     moejit_context_t c;
     test_status_and_version();
@@ -552,6 +601,7 @@ int main(void) {
     test_group_gemm(c);
     test_swiglu(c);
     test_plan(c);
+    test_configuration(c);
     moejit_context_destroy(c);
     return c_check_result("bad_input");
 }

@@ -99,9 +99,9 @@ BOOST_AUTO_TEST_CASE(plan_layout_sizes_are_checked) {
 BOOST_AUTO_TEST_CASE(tokens_hint_overflow_names_the_field) {
     moejit_plan_desc_t d = small_desc();
     d.tokens_hint = kI64Max;
-    expect_error([&] { layer_specs(d, 90); }, MOEJIT_ERROR_INVALID_ARGUMENT, "desc->tokens_hint");
+    expect_error([&] { layer_specs(d, Config{}, 90); }, MOEJIT_ERROR_INVALID_ARGUMENT, "desc->tokens_hint");
     d.tokens_hint = std::int64_t{1} << 31;
-    expect_error([&] { layer_specs(d, 90); }, MOEJIT_ERROR_INVALID_ARGUMENT, "desc->tokens_hint");
+    expect_error([&] { layer_specs(d, Config{}, 90); }, MOEJIT_ERROR_INVALID_ARGUMENT, "desc->tokens_hint");
     d.tokens_hint = 4096;
-    BOOST_CHECK_NO_THROW(layer_specs(d, 90));
+    BOOST_CHECK_NO_THROW(layer_specs(d, Config{}, 90));
 }

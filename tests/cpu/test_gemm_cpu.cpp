@@ -178,7 +178,6 @@ BOOST_AUTO_TEST_CASE(tile_config_validation_names_the_problem) {
 // The heuristic's choice validates for every GEMM of every reference shape, on every arch
 // family, for the full batch and for a single token.
 BOOST_AUTO_TEST_CASE(heuristic_is_valid_for_every_reference_shape) {
-    ::unsetenv("MOEJIT_GEMM_TILE");
     for (int cc : {80, 86, 89, 90, 100, 120})
         for (const Shape &s : kShapes)
             for (std::int64_t rows : {s.tokens * s.top_k, std::int64_t{s.top_k}, std::int64_t{0}}) {
@@ -190,14 +189,18 @@ BOOST_AUTO_TEST_CASE(heuristic_is_valid_for_every_reference_shape) {
             }
 }
 
-BOOST_AUTO_TEST_CASE(environment_overrides_the_heuristic) {
-    ::setenv("MOEJIT_GEMM_TILE", "64x128x64_s4", 1);
-    GemmNkSpec spec = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 512, true, false, 4096, 8, 90);
-    ::unsetenv("MOEJIT_GEMM_TILE");
+// A forced tile (a context's options->gemm_tile or MOEJIT_GEMM_TILE, core/config.hpp) replaces
+// the heuristic; without one the spec gets the heuristic's, whatever the environment says (the
+// context resolved it, not the spec).
+BOOST_AUTO_TEST_CASE(forced_tile_overrides_the_heuristic) {
+    const ForcedTile forced{parse_tile_config("64x128x64_s4", "test"), "test"};
+    GemmNkSpec spec = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 512, true, false, 4096, 8, 90, &forced);
     BOOST_TEST(spec.tile.block_m == 64);
     BOOST_TEST(spec.tile.block_k == 64);
     BOOST_TEST(spec.tile.stages == 4);
+    ::setenv("MOEJIT_GEMM_TILE", "64x128x64_s4", 1);  // not read here
     GemmNkSpec plain = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 512, true, false, 4096, 8, 90);
+    ::unsetenv("MOEJIT_GEMM_TILE");
     BOOST_TEST((plain.tile == heuristic_tile_config(GemmProblem{GemmKind::same_nk, MOEJIT_DTYPE_BF16,
                                                                 MOEJIT_DTYPE_BF16, 0, 512, 512, true,
                                                                 false, 4096, 8},
@@ -240,7 +243,6 @@ BOOST_AUTO_TEST_CASE(render_names_are_readable_and_distinct) {
 // Every specialization a layer of each reference shape needs, compiled for sm_90a on two
 // threads (one compile-only context each: the 2-core CI machine), timed per kernel.
 BOOST_AUTO_TEST_CASE(every_reference_specialization_compiles_for_sm90a) {
-    ::unsetenv("MOEJIT_GEMM_TILE");
     std::map<std::string, KernelSource> sources;  // deduplicated by name
     for (const Shape &s : kShapes) {
         LayerGemms g = layer_gemms(s, 90, s.tokens * s.top_k);

@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
             d.num_experts = s.experts;
             d.top_k = 4;
             d.fc1_layout = layout;
-            for (KernelSource &ks : layer_gemm_sources(d, kHopper)) {
+            for (KernelSource &ks : layer_gemm_sources(d, Config{}, kHopper)) {
                 BOOST_TEST(ks.template_name == "sm90/group_gemm.cuh", ks.name);
                 sources.emplace(ks.name, ks);
             }
@@ -329,9 +329,9 @@ BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
         d.num_experts = 128;
         d.top_k = 8;
         d.fc1_layout = layout;
-        const LayerSpecs s = layer_specs(d, cc);
+        const LayerSpecs s = layer_specs(d, Config{}, cc);
         bool renders_acc = false;
-        for (const KernelSource &ks : layer_gemm_sources(d, cc))
+        for (const KernelSource &ks : layer_gemm_sources(d, Config{}, cc))
             renders_acc |= ks.name == render_group_gemm_nk(s.fc1_dgrad_acc).name;
         return std::pair{s.fc1_dgrad, renders_acc};
     };
@@ -353,9 +353,10 @@ BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
     BOOST_TEST(portable_acc);
 }
 
-// With MOEJIT_FUSE_SWIGLU=1 fc1 computes SwiGLU in its epilogue on the wgmma engine: one GEMM
-// over N = 2I for either layout, g and u through TMA stores, no standalone forward SwiGLU
-// kernel; by default, and on other engines, the unfused path.
+// With fuse_swiglu on (options->fuse_swiglu, MOEJIT_FUSE_SWIGLU=1) fc1 computes SwiGLU in its
+// epilogue on the wgmma engine: one GEMM over N = 2I for either layout, g and u through TMA
+// stores, no standalone forward SwiGLU kernel; by default, and on other engines, the unfused
+// path.
 BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     moejit_plan_desc_t d{};
     moejit_plan_desc_init(&d);
@@ -364,17 +365,18 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     d.num_experts = 128;
     d.top_k = 8;
     d.swiglu_limit = 7.0f;
+    Config config;
     auto has_swiglu_fwd = [&](int cc) {
-        for (const KernelSource &ks : plan_kernel_sources(d, cc))
+        for (const KernelSource &ks : plan_kernel_sources(d, config, cc))
             if (contains(ks.name, "swiglu_fwd")) return true;
         return false;
     };
-    BOOST_TEST(!layer_specs(d, kHopper).fused_swiglu, "opt-in");
+    BOOST_TEST(!layer_specs(d, config, kHopper).fused_swiglu, "opt-in");
     BOOST_TEST(has_swiglu_fwd(kHopper));
-    ::setenv("MOEJIT_FUSE_SWIGLU", "1", 1);
+    config.fuse_swiglu = {true, ConfigSource::option};
     for (auto layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
         d.fc1_layout = layout;
-        const LayerSpecs s = layer_specs(d, kHopper);
+        const LayerSpecs s = layer_specs(d, config, kHopper);
         BOOST_TEST(s.fused_swiglu);
         BOOST_TEST(s.fc1.n == 2 * 768);
         BOOST_TEST(s.fc1.swiglu.on);
@@ -382,13 +384,12 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
         BOOST_TEST(s.fc1.swiglu.merged == (layout == MOEJIT_FC1_MERGED));
         BOOST_TEST(s.fc1.tile.tma_store, "g and u leave through TMA stores");
         BOOST_TEST(!has_swiglu_fwd(kHopper));
-        const LayerSpecs portable = layer_specs(d, 80);
+        const LayerSpecs portable = layer_specs(d, config, 80);
         BOOST_TEST(!portable.fused_swiglu);
         BOOST_TEST(!portable.fc1.swiglu.on);
         BOOST_TEST(has_swiglu_fwd(80));
     }
-    const GemmNkSpec good = layer_specs(d, kHopper).fc1;
-    ::unsetenv("MOEJIT_FUSE_SWIGLU");
+    const GemmNkSpec good = layer_specs(d, config, kHopper).fc1;
     BOOST_TEST(good.swiglu.on);
 
     const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;

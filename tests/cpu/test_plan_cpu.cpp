@@ -244,8 +244,8 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_split_and_merged_then_disk_hits_only) {
     const moejit_plan_desc_t merged = small_desc(MOEJIT_FC1_MERGED);
 
     // The pure kernel list: unique sources, readable file-name-safe names.
-    const auto split_sources = moejit::plan_kernel_sources(split, 90);
-    const auto merged_sources = moejit::plan_kernel_sources(merged, 90);
+    const auto split_sources = moejit::plan_kernel_sources(split, moejit::Config{}, 90);
+    const auto merged_sources = moejit::plan_kernel_sources(merged, moejit::Config{}, 90);
     std::set<std::string> unique_sources;
     for (const auto *list : {&split_sources, &merged_sources})
         for (const moejit::KernelSource &s : *list) {

@@ -127,19 +127,33 @@ BOOST_AUTO_TEST_CASE(winners_persist_and_bad_files_are_ignored) {
     BOOST_TEST(memory.path_for(key).empty());
 }
 
-BOOST_AUTO_TEST_CASE(enabled_by_env_unless_a_tile_is_forced) {
+// Tuning is the context's: options->tune over MOEJIT_TUNE over off, and never with a forced
+// tile (options->gemm_tile or MOEJIT_GEMM_TILE). Read once, when the context is created.
+BOOST_AUTO_TEST_CASE(tuning_is_resolved_per_context_unless_a_tile_is_forced) {
     ::unsetenv("MOEJIT_GEMM_TILE");
     ::unsetenv("MOEJIT_TUNE");
-    BOOST_TEST(!tuning_enabled());
+    auto tuning = [](std::int32_t tune = MOEJIT_SWITCH_FROM_ENV, const char *tile = nullptr) {
+        moejit_context_options_t o;
+        moejit_context_options_init(&o);
+        o.tune = tune;
+        o.gemm_tile = tile;
+        return resolve_config(o).tuning();
+    };
+    BOOST_TEST(!tuning());
+    BOOST_TEST(tuning(MOEJIT_SWITCH_ON));
     for (const char *on : {"1", "on", "TRUE", "yes"}) {
         ::setenv("MOEJIT_TUNE", on, 1);
-        BOOST_TEST(tuning_enabled(), on);
+        BOOST_TEST(tuning(), on);
+        BOOST_TEST(!tuning(MOEJIT_SWITCH_OFF), "the option wins over " << on);
     }
     ::setenv("MOEJIT_TUNE", "0", 1);
-    BOOST_TEST(!tuning_enabled());
+    BOOST_TEST(!tuning());
+    BOOST_TEST(tuning(MOEJIT_SWITCH_ON));
     ::setenv("MOEJIT_TUNE", "1", 1);
+    BOOST_TEST(!tuning(MOEJIT_SWITCH_FROM_ENV, "128x128x64"), "an explicit tile wins");
     ::setenv("MOEJIT_GEMM_TILE", "128x128x64", 1);
-    BOOST_TEST(!tuning_enabled(), "an explicit tile wins");
+    BOOST_TEST(!tuning(), "a tile from the environment wins");
+    BOOST_TEST(tuning(MOEJIT_SWITCH_FROM_ENV, ""), "\"\": the heuristic, over MOEJIT_GEMM_TILE");
     ::unsetenv("MOEJIT_GEMM_TILE");
     // A context reads the switch once, when it is created.
     moejit::test::CompileOnlyContext tuned("sm_90a");

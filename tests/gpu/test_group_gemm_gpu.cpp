@@ -559,13 +559,12 @@ BOOST_AUTO_TEST_CASE(mn_split_stays_inside_its_workspace) {
     BOOST_TEST(guard_intact(c.download<std::uint8_t>(), c_bytes), "nothing past C");
 }
 
-// MOEJIT_TUNE=1 on a fresh context with its own cache folder: the first call of a problem times
+// options->tune on a fresh context with its own cache folder: the first call of a problem times
 // the candidates (one "tuned" log line), still computes the right result, and writes the winner
 // to <folder>/tuning; later calls and a later context reuse it without timing anything (in this
 // process from memory; tests/cpu/test_tuning_cpu.cpp shows a new store reading the files).
 BOOST_AUTO_TEST_CASE(tuning_times_once_and_persists_the_winner) {
     moejit::test::TempDir dir("moejit-tune");
-    ::setenv("MOEJIT_TUNE", "1", 1);
     static std::vector<std::string> tuned;
     tuned.clear();
     auto make_context = [&] {
@@ -573,6 +572,7 @@ BOOST_AUTO_TEST_CASE(tuning_times_once_and_persists_the_winner) {
         MOEJIT_TEST_OK(moejit_context_options_init(&o));
         const std::string folder = dir.string();
         o.cache_dir = folder.c_str();
+        o.tune = MOEJIT_SWITCH_ON;
         o.log_fn = [](moejit_log_level_t, const char *message, void *) {
             if (std::string(message).find("tuned") != std::string::npos) tuned.emplace_back(message);
         };
@@ -598,5 +598,4 @@ BOOST_AUTO_TEST_CASE(tuning_times_once_and_persists_the_winner) {
     run_mn({.name = "tuned_mn", .counts = counts, .m = 512, .n = 384, .c_dtype = MOEJIT_DTYPE_BF16, .context = later});
     BOOST_TEST(tuned.size() == 2u, "the later context reused both winners");
     moejit_context_destroy(later);
-    ::unsetenv("MOEJIT_TUNE");
 }

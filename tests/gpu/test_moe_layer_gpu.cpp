@@ -27,7 +27,6 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
-#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -136,8 +135,8 @@ struct LayerCase {
     bool accumulate = false;
     Routing routing = Routing::softmax_topk;
     std::vector<std::int32_t> active;  // experts routes may use (empty: all)
-    const char *tile = nullptr;        // MOEJIT_GEMM_TILE while the plan is created
-    const char *fuse_swiglu = nullptr; // MOEJIT_FUSE_SWIGLU while the plan is created
+    const char *tile = nullptr;        // options->gemm_tile of the plan's context (NULL: as gpu_context())
+    bool fuse_swiglu = false;          // options->fuse_swiglu on for the plan's context
     std::int64_t tokens_hint = 0;
     double fc1_scale = 1.0;  // standard deviation of g and u
 
@@ -313,39 +312,32 @@ struct DeviceInputs {
 
 struct PlanHandle {
     moejit_plan_t plan = nullptr;
+    moejit_context_t context = nullptr;  // the case's own context (a forced tile, fused SwiGLU), or null
     PlanHandle() = default;
     PlanHandle(const PlanHandle &) = delete;
     PlanHandle &operator=(const PlanHandle &) = delete;
-    ~PlanHandle() { moejit_plan_destroy(plan); }
+    ~PlanHandle() {
+        moejit_plan_destroy(plan);
+        moejit_context_destroy(context);  // after its plan
+    }
     moejit::Plan &impl() { return plan->impl; }
 };
 
-// An environment variable set (value non-null) for a scope; the plan reads MOEJIT_GEMM_TILE and
-// MOEJIT_FUSE_SWIGLU when it picks its kernels (at creation).
-class EnvOverride {
-public:
-    EnvOverride(const char *name, const char *value) : name_(name), active_(value != nullptr) {
-        if (!active_) return;
-        if (const char *old = std::getenv(name)) previous_ = old;
-        ::setenv(name, value, 1);
-    }
-    ~EnvOverride() {
-        if (!active_) return;
-        if (previous_) ::setenv(name_, previous_->c_str(), 1);
-        else ::unsetenv(name_);
-    }
-
-private:
-    const char *name_;
-    bool active_;
-    std::optional<std::string> previous_;
-};
-
+// The configuration is the context's (options over the environment, fixed at creation): a case
+// with its own tile or fused SwiGLU gets a context of its own, with those options, on the same
+// device and cache folder as gpu_context().
 void create_plan(PlanHandle &p, const LayerCase &c, moejit_fc1_layout_t layout) {
-    EnvOverride tile("MOEJIT_GEMM_TILE", c.tile);
-    EnvOverride fuse("MOEJIT_FUSE_SWIGLU", c.fuse_swiglu);
+    moejit_context_t context = gpu_context();
+    if (c.tile || c.fuse_swiglu) {
+        moejit_context_options_t o;
+        MOEJIT_TEST_OK(moejit_context_options_init(&o));
+        o.gemm_tile = c.tile;
+        o.fuse_swiglu = c.fuse_swiglu ? MOEJIT_SWITCH_ON : MOEJIT_SWITCH_FROM_ENV;
+        MOEJIT_TEST_OK(moejit_context_create(&o, &p.context));
+        context = p.context;
+    }
     const moejit_plan_desc_t d = desc_of(c, layout);
-    MOEJIT_TEST_OK(moejit_plan_create(gpu_context(), &d, &p.plan));
+    MOEJIT_TEST_OK(moejit_plan_create(context, &d, &p.plan));
 }
 
 struct DeviceOutputs {
@@ -964,17 +956,17 @@ BOOST_AUTO_TEST_CASE(intermediate_not_a_multiple_of_64) {
     run_case(c);
 }
 
-// fc1 with the SwiGLU epilogue (opt-in, MOEJIT_FUSE_SWIGLU=1): a limit with duplicate routes,
+// fc1 with the SwiGLU epilogue (opt-in, options->fuse_swiglu): a limit with duplicate routes,
 // and I = 200 (the epilogue's ragged last column chunk).
 BOOST_AUTO_TEST_CASE(fused_swiglu_epilogue) {
     LayerCase c = mid_case("fused_limit10_duplicates");
-    c.fuse_swiglu = "1";
+    c.fuse_swiglu = true;
     c.limit = 10.0f;
     c.fc1_scale = 10.0;
     c.routing = Routing::uniform;
     run_case(c);
     c = mid_case("fused_ragged_intermediate");
-    c.fuse_swiglu = "1";
+    c.fuse_swiglu = true;
     c.I = 200;
     run_case(c);
 }

@@ -193,3 +193,43 @@ BOOST_AUTO_TEST_CASE(plans_created_concurrently_on_one_context) {
         moejit_plan_destroy(plans[i]);
     }
 }
+
+// A plan reports the configuration it resolved (moejit_plan_describe): the same text as
+// moejit_plan_describe_desc for its context and descriptor, following the context's options.
+BOOST_AUTO_TEST_CASE(plan_describes_its_configuration) {
+    auto text = [](auto &&call) {
+        std::size_t need = 0;
+        MOEJIT_TEST_OK(call(nullptr, 0, &need));
+        std::string s(need, '\0');
+        MOEJIT_TEST_OK(call(s.data(), s.size(), &need));
+        s.resize(need - 1);
+        return s;
+    };
+    const moejit_plan_desc_t d = layer_desc(512, 256, 8, 2, false);
+    moejit_context_options_t o;
+    MOEJIT_TEST_OK(moejit_context_options_init(&o));
+    o.gather = MOEJIT_SWITCH_OFF;
+    o.fuse_swiglu = MOEJIT_SWITCH_ON;
+    moejit_context_t ctx = nullptr;
+    MOEJIT_TEST_OK(moejit_context_create(&o, &ctx));
+    moejit_plan_t plan = nullptr;
+    MOEJIT_TEST_OK(moejit_plan_create(ctx, &d, &plan));
+    const std::string plan_text =
+        text([&](char *b, std::size_t n, std::size_t *r) { return moejit_plan_describe(plan, b, n, r); });
+    const std::string desc_text =
+        text([&](char *b, std::size_t n, std::size_t *r) { return moejit_plan_describe_desc(ctx, &d, b, n, r); });
+    std::printf("plan_launch_gpu: plan with gather off, fuse_swiglu on:\n%s", plan_text.c_str());
+    BOOST_TEST(plan_text == desc_text);
+    BOOST_TEST(plan_text.find("gather=off\ngather_from=option\n") != std::string::npos);
+    const char *arch = nullptr;
+    MOEJIT_TEST_OK(moejit_context_arch(ctx, &arch));
+    if (std::string(arch) == "sm_90a")  // the epilogue exists on the wgmma engine only
+        BOOST_TEST(plan_text.find("fuse_swiglu=on\nfuse_swiglu_from=option\n") != std::string::npos);
+    std::mt19937_64 rng(test_seed() + 2);
+    LayerBuffers buffers(plan, d, 64, rng);
+    buffers.step(plan, d, 64);
+    synchronize();
+    BOOST_TEST(all_finite(half_to_double(buffers.out.download<std::uint16_t>(), d.dtype)));
+    moejit_plan_destroy(plan);
+    moejit_context_destroy(ctx);
+}

@@ -6,6 +6,8 @@
 #include <memory>
 #include <thread>
 
+#include <fmt/format.h>
+
 namespace warmup {
 namespace {
 
@@ -45,6 +47,25 @@ JobResult run_one(moejit_context_t ctx, const WarmupJob &job) {
 
 }  // namespace
 
+bool apply_config_flag(RunOptions &options, const std::string &flag, const std::string &value) {
+    auto on_off = [&]() -> std::int32_t {
+        if (value == "on") return MOEJIT_SWITCH_ON;
+        if (value == "off") return MOEJIT_SWITCH_OFF;
+        throw UsageError(fmt::format("{} \"{}\": expected on or off (omit it for the environment's "
+                                     "setting, else the library's default)", flag, value));
+    };
+    if (flag == "--gather") options.gather = on_off();
+    else if (flag == "--fuse-swiglu") options.fuse_swiglu = on_off();
+    else if (flag == "--gemm-tile") {
+        if (value.empty()) throw UsageError("--gemm-tile is empty: give a tile, or \"heuristic\" for none");
+        // The library checks the tile's syntax (a usage error) when the first context is created.
+        options.gemm_tile = value == "heuristic" ? std::string() : value;
+    } else {
+        return false;
+    }
+    return true;
+}
+
 moejit_context_t create_worker_context(const RunOptions &options, Reporter *log_sink, moejit_status_t &status,
                                        std::string &message) {
     moejit_context_options_t o;
@@ -53,6 +74,9 @@ moejit_context_t create_worker_context(const RunOptions &options, Reporter *log_
     o.arch = options.arch.c_str();
     o.cache_dir = options.cache_dir ? options.cache_dir->c_str() : nullptr;
     o.jit_mode = options.check ? MOEJIT_JIT_OFF : MOEJIT_JIT_ON;
+    o.gather = options.gather;
+    o.fuse_swiglu = options.fuse_swiglu;
+    o.gemm_tile = options.gemm_tile ? options.gemm_tile->c_str() : nullptr;
     if (log_sink) {
         o.log_fn = log_to_reporter;
         o.log_user_data = log_sink;

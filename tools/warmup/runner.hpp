@@ -18,7 +18,18 @@ struct RunOptions {
     std::optional<std::string> cache_dir;  // root; nullopt: the library's default
     bool check = false;                    // JIT off: a cache miss is reported as missing
     int jobs = 1;
+    // The plan configuration every context gets (moejit_context_options_t's fields: a
+    // moejit_switch_t each, FROM_ENV = the MOEJIT_* variable, else the library's default; the
+    // tile nullopt = MOEJIT_GEMM_TILE, else the heuristic; "" = the heuristic), so the warmed
+    // kernels are the ones a plan with the same options loads.
+    std::int32_t gather = MOEJIT_SWITCH_FROM_ENV;
+    std::int32_t fuse_swiglu = MOEJIT_SWITCH_FROM_ENV;
+    std::optional<std::string> gemm_tile;
 };
+
+// Applies a configuration flag (--gather on|off, --fuse-swiglu on|off, --gemm-tile TILE|heuristic)
+// to `options`; false when `flag` is none of them. Throws UsageError on a bad value.
+bool apply_config_flag(RunOptions &options, const std::string &flag, const std::string &value);
 
 struct RunTotals {
     // moejit_context_cache_stats summed over the workers' contexts (kernel lookups are

@@ -12,8 +12,8 @@ import ctypes.util
 import glob
 import os
 import threading
-from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_double, c_float, c_int, c_int32, c_int64,
-                    c_size_t, c_uint64, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int32,
+                    c_int64, c_size_t, c_uint64, c_void_p)
 from typing import Dict, List, Optional, Tuple, Type
 
 from . import _cuda_pip, errors
@@ -48,6 +48,11 @@ LOG_ERROR = 3
 JIT_FROM_ENV = 0
 JIT_ON = 1
 JIT_OFF = 2
+
+# moejit_switch_t (since 0.6): the context options tune, gather, fuse_swiglu.
+SWITCH_FROM_ENV = 0
+SWITCH_ON = 1
+SWITCH_OFF = 2
 
 FC1_SPLIT = 0
 FC1_MERGED = 1
@@ -118,6 +123,11 @@ class ContextOptions(_Struct):
         ("compile_only", c_int),
         ("log_fn", moejit_log_fn),
         ("log_user_data", c_void_p),
+        # since 0.6: the configuration switches (moejit_switch_t) and the forced tile
+        ("tune", c_int32),
+        ("gather", c_int32),
+        ("fuse_swiglu", c_int32),
+        ("gemm_tile", c_char_p),
     ]
 
 
@@ -359,6 +369,10 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
     "moejit_cache_stats_init_sized": (status_t, [_P(CacheStats), c_size_t]),
     "moejit_context_cache_stats": (status_t, [c_void_p, _P(CacheStats)]),
     "moejit_nvrtc_version": (status_t, [_P(c_int)]),
+    # configuration (since 0.6)
+    "moejit_plan_describe": (status_t, [c_void_p, _P(c_char), c_size_t, _P(c_size_t)]),
+    "moejit_plan_describe_desc": (status_t, [c_void_p, _P(PlanDesc), _P(c_char), c_size_t,
+                                             _P(c_size_t)]),
     # routing ops
     "moejit_routing_index_workspace_size": (status_t, [c_int64, c_int32, c_int32, _P(c_size_t)]),
     "moejit_routing_index": (status_t, [c_void_p, c_int, c_void_p, c_int64, c_int32, c_int32,

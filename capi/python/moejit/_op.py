@@ -64,13 +64,18 @@ import torch
 
 from . import errors
 from ._validate import LayerSpec, TensorInfo, check_layer
-from .core import Context, Plan
+from .core import Context, Plan, _switch
 
-__all__ = ["saved_bytes_bound", "clear_caches", "OPS"]
+__all__ = ["saved_bytes_bound", "clear_caches", "configure", "OPS"]
 
 _lock = threading.RLock()
 _contexts: Dict[int, Context] = {}
 _plans: Dict[Tuple, Plan] = {}
+# moejit.Context's configuration keywords for the contexts created here (configure()).
+_context_options: Dict[str, object] = {}
+# Contexts replaced by configure(): kept, never closed, since kernels launched from them may
+# still be queued on a stream.
+_retired: list = []
 
 # The library reads x and the weights with 16-byte vector loads.
 _ALIGNMENT = 16
@@ -115,7 +120,7 @@ def _context(device_index: int) -> Context:
     with _lock:
         context = _contexts.get(device_index)
         if context is None:
-            context = Context(device_ordinal=device_index)
+            context = Context(device_ordinal=device_index, **_context_options)
             _contexts[device_index] = context
         return context
 
@@ -156,6 +161,27 @@ def _plan(spec: LayerSpec, device: torch.device, main_grad: bool = False) -> Pla
                     weights_transposed=spec.weights_transposed, has_bias=spec.has_bias)
         _plans[key] = plan
         return plan
+
+
+def configure(*, tune=None, gather=None, fuse_swiglu=None,
+              gemm_tile: Optional[str] = None) -> None:
+    """The configuration of the contexts the ops use (one per device), as moejit.Context's
+    keywords: tune, gather, fuse_swiglu None (the MOEJIT_* variable, else the library's
+    default), True or False; gemm_tile a tile name, "" for the heuristic, None for
+    $MOEJIT_GEMM_TILE. Validated now; the next op creates its context and plans anew (the
+    cached plans are dropped). Call it before training or between steps, never between a
+    forward and its backward: the backward must find the plan of its forward."""
+    options = dict(tune=tune, gather=gather, fuse_swiglu=fuse_swiglu, gemm_tile=gemm_tile)
+    for name in ("tune", "gather", "fuse_swiglu"):
+        _switch(name, options[name])
+    if gemm_tile is not None and not isinstance(gemm_tile, str):
+        raise errors.InvalidArgumentError(f"gemm_tile must be None or a str, got {gemm_tile!r}")
+    with _lock:
+        _context_options.clear()
+        _context_options.update(options)
+        _retired.extend(_contexts.values())
+        _contexts.clear()
+    clear_caches()
 
 
 def clear_caches() -> None:
@@ -348,7 +374,7 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
         if plan.saved_size(tokens) != forward_plan.saved_size(tokens):
             raise errors.InternalError(
                 f"{where}: the accumulating plan lays out the saved buffer differently from "
-                "the forward's plan (was MOEJIT_GATHER changed between them?)")
+                "the forward's plan (was moejit.torch.configure() called between them?)")
     dout = _prepare_dout(dout, x)
     workspace_size = plan.workspace_size(tokens)
     dx = _empty(tuple(x.shape), x.dtype, device)

@@ -16,6 +16,30 @@ DType = Union[int, str, object]
 
 _JIT_MODES = {None: _capi.JIT_FROM_ENV, "env": _capi.JIT_FROM_ENV, True: _capi.JIT_ON,
               "on": _capi.JIT_ON, False: _capi.JIT_OFF, "off": _capi.JIT_OFF}
+# moejit_switch_t (since 0.6): None / "env" = the MOEJIT_* variable, else the library's default.
+_SWITCHES = {None: _capi.SWITCH_FROM_ENV, "env": _capi.SWITCH_FROM_ENV, True: _capi.SWITCH_ON,
+             "on": _capi.SWITCH_ON, False: _capi.SWITCH_OFF, "off": _capi.SWITCH_OFF}
+
+
+def _switch(name: str, value) -> int:
+    if isinstance(value, bool) or value is None or value in ("env", "on", "off"):
+        return _SWITCHES[value]
+    raise errors.InvalidArgumentError(
+        f"{name} must be None (the environment, else the default), True/'on' or False/'off', "
+        f"got {value!r}")
+
+
+def _describe(call) -> Dict[str, str]:
+    """A moejit_plan_describe-style call (buf, size, required) as {key: value}."""
+    need = c_size_t()
+    _capi.check(call(None, 0, byref(need)))
+    buf = ctypes.create_string_buffer(need.value)
+    _capi.check(call(buf, need.value, byref(need)))
+    out: Dict[str, str] = {}
+    for line in buf.value.decode().splitlines():
+        key, _, value = line.partition("=")
+        out[key] = value
+    return out
 
 
 def library_version() -> str:
@@ -74,25 +98,43 @@ class _OwnedHandle:
 class Context(_OwnedHandle):
     """A moejit context: one CUDA device (its primary context) or compile-only, and its JIT
     cache. `log` receives (level, message) for warnings and compile logs; None (the default)
-    sends them to Python's logging, logger "moejit" (moejit/_logging.py); False drops them."""
+    sends them to Python's logging, logger "moejit" (moejit/_logging.py); False drops them.
+
+    The configuration (since 0.6; moejit.h, "configuration") is fixed when the context is
+    created: `tune`, `gather` and `fuse_swiglu` are None (their MOEJIT_* environment variable,
+    else the library's default), True/'on' or False/'off'; `gemm_tile` forces one grouped-GEMM
+    tile (None: $MOEJIT_GEMM_TILE, else the heuristic; "": the heuristic). describe_plan() says
+    what a plan would resolve."""
 
     _destroy, _what = "moejit_context_destroy", "context"
 
     def __init__(self, *, device_ordinal: int = 0, arch: Optional[str] = None,
                  cache_dir: Optional[str] = None, jit: Union[None, bool, str] = None,
                  compile_only: bool = False,
-                 log: Union[None, bool, Callable[[int, str], None]] = None) -> None:
+                 log: Union[None, bool, Callable[[int, str], None]] = None,
+                 tune: Union[None, bool, str] = None, gather: Union[None, bool, str] = None,
+                 fuse_swiglu: Union[None, bool, str] = None,
+                 gemm_tile: Optional[str] = None) -> None:
         self._handle: Optional[int] = None
         if jit not in _JIT_MODES:
             raise errors.InvalidArgumentError(f"jit must be None, 'env', 'on' or 'off', got {jit!r}")
+        switches = {name: _switch(name, value) for name, value in
+                    (("tune", tune), ("gather", gather), ("fuse_swiglu", fuse_swiglu))}
+        if gemm_tile is not None and not isinstance(gemm_tile, str):
+            raise errors.InvalidArgumentError(
+                f"gemm_tile must be None (the environment, else the heuristic) or a tile name "
+                f"('' for the heuristic), got {gemm_tile!r}")
         if not isinstance(device_ordinal, int) or device_ordinal < 0:
             raise errors.InvalidArgumentError(
                 f"device_ordinal must be a non-negative int, got {device_ordinal!r}")
         options = _capi.init_struct(_capi.ContextOptions)
         # The library copies the strings; keeping the bytes here is only belt and braces.
-        self._keep = [s.encode() if s is not None else None for s in (cache_dir, arch)]
+        self._keep = [s.encode() if s is not None else None for s in (cache_dir, arch, gemm_tile)]
         options.cache_dir = self._keep[0]
         options.arch = self._keep[1]
+        options.gemm_tile = self._keep[2]
+        for name, value in switches.items():
+            setattr(options, name, value)
         options.device_ordinal = device_ordinal
         options.jit_mode = _JIT_MODES[jit]
         options.compile_only = 1 if compile_only else 0
@@ -121,6 +163,15 @@ class Context(_OwnedHandle):
         out = c_char_p()
         _capi.check(_capi.lib().moejit_context_cache_dir(self.handle, byref(out)))
         return (out.value or b"").decode()
+
+    def describe_plan(self, **desc) -> Dict[str, str]:
+        """What a plan of `desc` (keyword arguments as for plan_desc()) would resolve on this
+        context, without making it (moejit_plan_describe_desc; works compile-only): keys arch,
+        jit, tune, gather, fuse_swiglu, gemm_tile (each with a <key>_from: option, environment
+        or default) and tile_<role> per grouped GEMM."""
+        d = plan_desc(**desc)
+        return _describe(lambda buf, size, need: _capi.lib().moejit_plan_describe_desc(
+            self.handle, byref(d), buf, size, need))
 
     def cache_stats(self) -> Dict[str, float]:
         stats = _capi.init_struct(_capi.CacheStats)
@@ -262,6 +313,12 @@ class Plan(_OwnedHandle):
     def merged(self) -> bool:
         """Whether fc1 is one gate_up weight (MERGED or INTERLEAVED)."""
         return self.desc.fc1_layout in (_capi.FC1_MERGED, _capi.FC1_INTERLEAVED)
+
+    def describe(self) -> Dict[str, str]:
+        """The configuration this plan resolved (moejit_plan_describe), as
+        Context.describe_plan() gives it."""
+        return _describe(lambda buf, size, need: _capi.lib().moejit_plan_describe(
+            self.handle, buf, size, need))
 
     def saved_size(self, num_tokens: int) -> int:
         out = c_size_t()

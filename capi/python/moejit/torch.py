@@ -61,10 +61,12 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from . import _capi, _experts_op, _op, errors  # noqa: F401  (_experts_op registers its ops)
-from ._op import _plans, clear_caches, saved_bytes_bound  # noqa: F401  (_plans: tests look)
+from ._op import (_plans, clear_caches, configure,  # noqa: F401  (_plans: tests look)
+                  saved_bytes_bound)
 from .core import ACTIVATIONS
 
-__all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "saved_bytes_bound"]
+__all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configure",
+           "saved_bytes_bound"]
 
 # Test hook: fill every output, the saved buffer and the workspace with NaN / 0xFF before a
 # launch, so a test can prove the library wrote all of it (read by moejit._op).

@@ -1,0 +1,36 @@
+#include "moe/plan_describe.hpp"
+
+#include <fmt/format.h>
+
+namespace moejit {
+namespace {
+
+const char *on_off(bool on) { return on ? "on" : "off"; }
+
+template <class T> void setting(std::string &out, const char *key, const std::string &value, const Setting<T> &s) {
+    out += fmt::format("{}={}\n{}_from={}\n", key, value, key, source_name(s.from));
+}
+
+}  // namespace
+
+std::string describe_plan(const Config &c, const std::string &arch, const moejit_plan_desc_t &d,
+                          const LayerSpecs &s) {
+    std::string out = fmt::format("arch={}\n", arch);
+    setting(out, "jit", on_off(c.jit.value), c.jit);
+    setting(out, "tune", on_off(c.tuning()), c.tune);
+    setting(out, "gather", on_off(s.gathered), c.gather);
+    setting(out, "fuse_swiglu", on_off(s.fused_swiglu), c.fuse_swiglu);
+    setting(out, "gemm_tile", c.gemm_tile.value ? to_string(c.gemm_tile.value->tile) : "heuristic", c.gemm_tile);
+    auto tile = [&](const char *role, const GemmTileConfig &t) { out += fmt::format("tile_{}={}\n", role, to_string(t)); };
+    tile("fc1", s.fc1.tile);
+    tile("fc2", s.fc2.tile);
+    tile("fc2_dgrad", s.fc2_dgrad.tile);
+    tile("fc1_dgrad", s.fc1_dgrad.tile);
+    // As layer_gemm_roles: the accumulating second GEMM runs only for split fc1 without k_split.
+    if (d.fc1_layout == MOEJIT_FC1_SPLIT && s.fc1_dgrad.k_split == 0) tile("fc1_dgrad_acc", s.fc1_dgrad_acc.tile);
+    tile("fc2_wgrad", s.fc2_wgrad.tile);
+    tile("fc1_wgrad", s.fc1_wgrad.tile);
+    return out;
+}
+
+}  // namespace moejit
