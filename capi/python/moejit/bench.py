@@ -164,7 +164,29 @@ def bench_impl(name, x, sel, rw, weights, dout, limit, warmup, reps, eager_budge
     result["fwd_ms"] = statistics.median(time_ms(fwd, warmup, reps))
     result["fwd_bwd_ms"] = statistics.median(time_ms(fwd_bwd, warmup, reps))
     result["reps"] = reps
+    result.update(step_memory(fwd, inputs, dout))
     return result
+
+
+def step_memory(fwd, inputs, dout) -> Dict[str, float]:
+    """Memory of one training step, measured the same way for every implementation with the
+    caching allocator's counters: saved_mb, the bytes the forward keeps for the backward (what
+    is allocated once the forward returns, less its output); peak_mb, the step's peak beyond
+    what was allocated before it (inputs, weights, dout) and the gradients it returns."""
+    if not dout.is_cuda:
+        return {}  # the CPU tests of this module: no device counters
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fwd()
+    torch.cuda.synchronize()
+    saved = torch.cuda.memory_allocated() - base - out.numel() * out.element_size()
+    grads = torch.autograd.grad(out, inputs, dout)
+    torch.cuda.synchronize()
+    grad_bytes = sum(g.numel() * g.element_size() for g in grads if g is not None)
+    peak = torch.cuda.max_memory_allocated() - base - grad_bytes
+    del out, grads
+    return {"saved_mb": saved / 2**20, "peak_mb": peak / 2**20}
 
 
 def run_shape(name, dims, args, dtype, dense_tflops) -> Dict[str, object]:
@@ -240,7 +262,8 @@ def _num(value: Optional[float], fmt: str) -> str:
 
 def format_table(records, dense_tflops, peers=None) -> str:
     header = (f"{'shape':<18} {'impl':<14} {'fwd ms':>9} {'fwd TF/s':>9} {'f+b ms':>9} "
-              f"{'f+b TF/s':>9} {'bwd TF/s':>9} {'f+b/dense':>9}  note")
+              f"{'f+b TF/s':>9} {'bwd TF/s':>9} {'f+b/dense':>9} {'saved MB':>9} "
+              f"{'peak MB':>9}  note")
     lines = [f"dense 8192^3 GEMM ceiling: {dense_tflops:.0f} TFLOP/s"]
     lines += [f"peer {impl}: {status}" for impl, status in (peers or {}).items()]
     lines += [header, "-" * len(header)]
@@ -253,7 +276,8 @@ def format_table(records, dense_tflops, peers=None) -> str:
                 f"{rec['shape']:<18} {impl:<14} {_num(r.get('fwd_ms'), '9.3f')} "
                 f"{_num(r.get('fwd_tflops'), '9.1f')} {_num(r.get('fwd_bwd_ms'), '9.3f')} "
                 f"{_num(r.get('fwd_bwd_tflops'), '9.1f')} {_num(r.get('bwd_tflops'), '9.1f')} "
-                f"{_num(r.get('fwd_bwd_of_dense'), '9.1%')}  {note}".rstrip())
+                f"{_num(r.get('fwd_bwd_of_dense'), '9.1%')} {_num(r.get('saved_mb'), '9.0f')} "
+                f"{_num(r.get('peak_mb'), '9.0f')}  {note}".rstrip())
         ratios = []
         for peer in ("grouped_mm", "eager") + PEER_IMPLS:
             fb = rec.get(f"ratio_fwd_bwd_tflops_vs_{peer}")
