@@ -191,6 +191,24 @@ def test_bookkeeping_duplicate_routes_keep_slot_order(world):
     assert plan.local_ids.tolist() == [0, 1, 1, 1, 1, 1]
 
 
+@pytest.mark.parametrize("case", ["random", "one expert", "no rows", "every expert empty but one"])
+def test_group_rows_matches_a_brute_force_grouping(case):
+    """ep.group_rows (the default local experts' grouping of received rows by local expert):
+    the order is the stable sort by expert id and the offsets bound each expert's rows."""
+    g = torch.Generator().manual_seed(fresh_seed())
+    e_local = 5
+    rows = {"random": 97, "one expert": 40, "no rows": 0, "every expert empty but one": 13}[case]
+    if case == "random":
+        ids = torch.randint(0, e_local, (rows,), generator=g)
+    else:
+        ids = torch.full((rows,), 3)
+    order, offsets = ep.group_rows(ids.to(torch.int32), e_local)
+    want_order = [r for e in range(e_local) for r in range(rows) if int(ids[r]) == e]
+    assert order.tolist() == want_order
+    assert offsets.dtype == torch.int32 and offsets.tolist() == \
+        [sum(1 for r in range(rows) if int(ids[r]) < e) for e in range(e_local + 1)]
+
+
 def test_combine_is_a_fixed_order_sum():
     """combine_routes twice on the same rows is bitwise equal (no atomics), and equals a
     float64 per-slot sum to rounding."""
