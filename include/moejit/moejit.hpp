@@ -164,6 +164,24 @@ public:
     void forward(const moejit_forward_args_t &args) const { check(moejit_plan_forward(get(), &args)); }
     void backward(const moejit_backward_args_t &args) const { check(moejit_plan_backward(get(), &args)); }
 
+    // The pre-dispatched experts entry (since 0.6): rows already grouped by expert, sizes by R.
+    std::size_t experts_saved_size(std::int64_t rows) const {
+        std::size_t b = 0;
+        check(moejit_plan_experts_saved_size(get(), rows, &b));
+        return b;
+    }
+    std::size_t experts_workspace_size(std::int64_t rows) const {
+        std::size_t b = 0;
+        check(moejit_plan_experts_workspace_size(get(), rows, &b));
+        return b;
+    }
+    void experts_forward(const moejit_experts_forward_args_t &args) const {
+        check(moejit_plan_experts_forward(get(), &args));
+    }
+    void experts_backward(const moejit_experts_backward_args_t &args) const {
+        check(moejit_plan_experts_backward(get(), &args));
+    }
+
 private:
     std::unique_ptr<moejit_plan_s, PlanDeleter> handle_;
 };

@@ -161,3 +161,28 @@ BOOST_AUTO_TEST_CASE(cpp_wrapper_throws_with_status) {
         BOOST_TEST(e.status() == MOEJIT_ERROR_INVALID_ARGUMENT);
     }
 }
+
+// The pre-dispatched experts entry's argument structs follow the ABI rules of every other
+// (struct_size read before the handle, so these hold without a device).
+BOOST_AUTO_TEST_CASE(experts_entry_arguments_are_checked_without_a_device) {
+    unsigned char buf[sizeof(moejit_experts_backward_args_t) + 32];
+    std::memset(buf, 0xA5, sizeof buf);
+    auto *bwd = reinterpret_cast<moejit_experts_backward_args_t *>(buf);
+    BOOST_TEST(moejit_experts_backward_args_init(bwd) == MOEJIT_SUCCESS);
+    BOOST_TEST(bwd->struct_size == sizeof(moejit_experts_backward_args_t));
+    BOOST_TEST(bwd->xs == nullptr);
+    for (std::size_t i = sizeof(moejit_experts_backward_args_t); i < sizeof buf; ++i) BOOST_TEST(buf[i] == 0xA5);
+
+    moejit_experts_forward_args_t fwd;
+    BOOST_TEST(moejit_experts_forward_args_init(&fwd) == MOEJIT_SUCCESS);
+    BOOST_TEST(moejit_plan_experts_forward(nullptr, &fwd) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(std::string(moejit_last_error()).find("plan is NULL") != std::string::npos);
+    fwd.struct_size = 12;
+    BOOST_TEST(moejit_plan_experts_forward(nullptr, &fwd) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(std::string(moejit_last_error()).find("args->struct_size") != std::string::npos);
+    BOOST_TEST(moejit_plan_experts_backward(nullptr, nullptr) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    std::size_t bytes = 1;
+    BOOST_TEST(moejit_plan_experts_saved_size(nullptr, 16, &bytes) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(moejit_plan_experts_workspace_size(nullptr, 16, &bytes) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(std::string(moejit_last_error()).find("plan is NULL") != std::string::npos);
+}
