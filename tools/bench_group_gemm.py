@@ -87,28 +87,33 @@ class Moejit:
         if status != 0:
             raise RuntimeError(f"moejit {what}: status {status}: {self.lib.moejit_last_error().decode()}")
 
-    def nk(self, a, b, c, offsets, b_transposed):
-        args = NkArgs()
-        self.check(self.lib.moejit_group_gemm_nk_args_init(ctypes.byref(args)), "nk_args_init")
+    def _args(self, kind, args, a, b, c, offsets):
+        """args (NkArgs or MnArgs) at the library's defaults, with what both GEMMs take:
+        dtypes, experts, operands, stream."""
+        self.check(getattr(self.lib, f"moejit_group_gemm_{kind}_args_init")(ctypes.byref(args)),
+                   f"{kind}_args_init")
         args.dtype, args.c_dtype = DTYPE_BF16, DTYPE_BF16 if c.dtype == torch.bfloat16 else DTYPE_FP32
+        args.num_experts = offsets.numel() - 1
+        args.a, args.b, args.c, args.offsets = a.data_ptr(), b.data_ptr(), c.data_ptr(), offsets.data_ptr()
+        args.stream = torch.cuda.current_stream().cuda_stream
+        return args
+
+    def _call(self, kind, args):
+        run = getattr(self.lib, f"moejit_group_gemm_same_{kind}")
+        return lambda: self.check(run(self.ctx, ctypes.byref(args)), f"same_{kind}")
+
+    def nk(self, a, b, c, offsets, b_transposed):
+        args = self._args("nk", NkArgs(), a, b, c, offsets)
         args.rows, args.k = a.shape
         args.n = c.shape[1]
-        args.num_experts = offsets.numel() - 1
         args.b_transposed = int(b_transposed)
-        args.a, args.b, args.c, args.offsets = a.data_ptr(), b.data_ptr(), c.data_ptr(), offsets.data_ptr()
-        args.stream = torch.cuda.current_stream().cuda_stream
-        return lambda: self.check(self.lib.moejit_group_gemm_same_nk(self.ctx, ctypes.byref(args)), "same_nk")
+        return self._call("nk", args)
 
     def mn(self, a, b, c, offsets):
-        args = MnArgs()
-        self.check(self.lib.moejit_group_gemm_mn_args_init(ctypes.byref(args)), "mn_args_init")
-        args.dtype, args.c_dtype = DTYPE_BF16, DTYPE_BF16 if c.dtype == torch.bfloat16 else DTYPE_FP32
+        args = self._args("mn", MnArgs(), a, b, c, offsets)
         args.rows, args.m = a.shape
         args.n = b.shape[1]
-        args.num_experts = offsets.numel() - 1
-        args.a, args.b, args.c, args.offsets = a.data_ptr(), b.data_ptr(), c.data_ptr(), offsets.data_ptr()
-        args.stream = torch.cuda.current_stream().cuda_stream
-        return lambda: self.check(self.lib.moejit_group_gemm_same_mn(self.ctx, ctypes.byref(args)), "same_mn")
+        return self._call("mn", args)
 
 
 def time_ms(fn, warmup, reps):

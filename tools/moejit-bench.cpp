@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "cuda_driver.h"
+#include "layer_args.h"
 #include "moejit.h"
 #include "moejit/moejit.hpp"  // the installed RAII wrappers: moejit::api::Context, Plan
 
@@ -279,12 +280,8 @@ Row run_shape(const moejit::api::Context &ctx, void *stream, const Shape &s, con
     try {
         const bool merged = o.layout == "merged";
         moejit_plan_desc_t desc;
-        MJ(moejit_plan_desc_init(&desc));
+        MJ(layer_desc_init(&desc, s.H, s.I, s.E, s.k));
         desc.dtype = MOEJIT_DTYPE_BF16;
-        desc.hidden_size = s.H;
-        desc.intermediate_size = s.I;
-        desc.num_experts = s.E;
-        desc.top_k = s.k;
         desc.fc1_layout = merged ? MOEJIT_FC1_MERGED : MOEJIT_FC1_SPLIT;
         desc.activation = MOEJIT_ACTIVATION_SWIGLU;
         desc.weight_grad_dtype = MOEJIT_DTYPE_BF16; // what autograd gives bf16 weights
@@ -339,37 +336,20 @@ Row run_shape(const moejit::api::Context &ctx, void *stream, const Shape &s, con
         fwd.x = x.get();
         fwd.selected_experts = d_ids.get();
         fwd.routing_weights = d_weights.get();
-        fwd.w_gate = w_gate.get(); // NULL in the merged layout, like w_gate_up in the split one
-        fwd.w_up = w_up.get();
-        fwd.w_gate_up = w_gate_up.get();
+        // w_gate and w_up NULL in the merged layout, like w_gate_up in the split one
+        fwd.w_gate = w_gate.get(), fwd.w_up = w_up.get(), fwd.w_gate_up = w_gate_up.get();
         fwd.w_down = w_down.get();
         fwd.out = out.get();
-        fwd.saved = saved.get();
-        fwd.saved_size = saved_size;
-        fwd.workspace = workspace.get();
-        fwd.workspace_size = ws_size;
+        fwd.saved = saved.get(), fwd.saved_size = saved_size;
+        fwd.workspace = workspace.get(), fwd.workspace_size = ws_size;
         fwd.stream = stream;
         moejit_backward_args_t bwd;
-        MJ(moejit_backward_args_init(&bwd));
-        bwd.num_tokens = s.T;
-        bwd.x = x.get();
+        MJ(layer_backward_args(&fwd, &bwd)); // the forward's inputs, saved, workspace and stream
         bwd.dout = dout.get();
-        bwd.routing_weights = d_weights.get();
-        bwd.w_gate = w_gate.get();
-        bwd.w_up = w_up.get();
-        bwd.w_gate_up = w_gate_up.get();
-        bwd.w_down = w_down.get();
-        bwd.saved = saved.get();
-        bwd.saved_size = saved_size;
         bwd.dx = dx.get();
         bwd.d_routing_weights = d_rw.get();
-        bwd.dw_gate = dw_gate.get();
-        bwd.dw_up = dw_up.get();
-        bwd.dw_gate_up = dw_gate_up.get();
+        bwd.dw_gate = dw_gate.get(), bwd.dw_up = dw_up.get(), bwd.dw_gate_up = dw_gate_up.get();
         bwd.dw_down = dw_down.get();
-        bwd.workspace = workspace.get();
-        bwd.workspace_size = ws_size;
-        bwd.stream = stream;
 
         row.fwd_ms = time_ms(stream, o.warmup, o.reps, [&] { plan.forward(fwd); });
         row.fb_ms = time_ms(

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cuda_driver.h"
+#include "layer_args.h"
 #include "moejit.h"
 
 enum { T = 64, H = 512, I = 256, E = 8, K = 2 };
@@ -140,12 +141,8 @@ int main(void) {
     CU(cu.primary_ctx_retain(&cu_ctx, device));
     CU(cu.ctx_set_current(cu_ctx));
 
-    MJ(moejit_plan_desc_init(&desc));
+    MJ(layer_desc_init(&desc, H, I, E, K));
     desc.dtype = MOEJIT_DTYPE_BF16;
-    desc.hidden_size = H;
-    desc.intermediate_size = I;
-    desc.num_experts = E;
-    desc.top_k = K;
     desc.fc1_layout = MOEJIT_FC1_SPLIT;
     desc.activation = MOEJIT_ACTIVATION_SWIGLU;
     desc.swiglu_limit = 0.0f; /* none */
@@ -177,14 +174,10 @@ int main(void) {
     fwd.x = PTR(x);
     fwd.selected_experts = PTR(d_selected);
     fwd.routing_weights = PTR(d_routing);
-    fwd.w_gate = PTR(w_gate);
-    fwd.w_up = PTR(w_up);
-    fwd.w_down = PTR(w_down);
+    fwd.w_gate = PTR(w_gate), fwd.w_up = PTR(w_up), fwd.w_down = PTR(w_down);
     fwd.out = PTR(out);
-    fwd.saved = PTR(saved);
-    fwd.saved_size = saved_size;
-    fwd.workspace = PTR(workspace);
-    fwd.workspace_size = ws_size;
+    fwd.saved = PTR(saved), fwd.saved_size = saved_size;
+    fwd.workspace = PTR(workspace), fwd.workspace_size = ws_size;
     fwd.stream = NULL; /* the legacy default stream */
     MJ(moejit_plan_forward(plan, &fwd));
 
@@ -195,24 +188,13 @@ int main(void) {
     dw_up = device_alloc((size_t)E * I * H * 2);
     dw_down = device_alloc((size_t)E * H * I * 2);
 
-    MJ(moejit_backward_args_init(&bwd));
-    bwd.num_tokens = T;
-    bwd.x = PTR(x); /* the forward's input: backward re-reads its rows */
+    /* The forward's x, routing weights, weights, saved, workspace and stream (backward re-reads
+       x's rows), then the backward's own buffers: layer_args.h. */
+    MJ(layer_backward_args(&fwd, &bwd));
     bwd.dout = PTR(dout);
-    bwd.routing_weights = PTR(d_routing);
-    bwd.w_gate = PTR(w_gate);
-    bwd.w_up = PTR(w_up);
-    bwd.w_down = PTR(w_down);
-    bwd.saved = PTR(saved);
-    bwd.saved_size = saved_size;
     bwd.dx = PTR(dx);
     bwd.d_routing_weights = PTR(d_routing_grad);
-    bwd.dw_gate = PTR(dw_gate);
-    bwd.dw_up = PTR(dw_up);
-    bwd.dw_down = PTR(dw_down);
-    bwd.workspace = PTR(workspace);
-    bwd.workspace_size = ws_size;
-    bwd.stream = NULL;
+    bwd.dw_gate = PTR(dw_gate), bwd.dw_up = PTR(dw_up), bwd.dw_down = PTR(dw_down);
     MJ(moejit_plan_backward(plan, &bwd));
     CU(cu.ctx_synchronize());
 
@@ -228,21 +210,14 @@ int main(void) {
         }
     }
 
-    CU(cu.mem_free(x));
-    CU(cu.mem_free(w_gate));
-    CU(cu.mem_free(w_up));
-    CU(cu.mem_free(w_down));
-    CU(cu.mem_free(d_selected));
-    CU(cu.mem_free(d_routing));
-    CU(cu.mem_free(out));
-    if (saved) CU(cu.mem_free(saved));
-    if (workspace) CU(cu.mem_free(workspace));
-    CU(cu.mem_free(dout));
-    CU(cu.mem_free(dx));
-    CU(cu.mem_free(d_routing_grad));
-    CU(cu.mem_free(dw_gate));
-    CU(cu.mem_free(dw_up));
-    CU(cu.mem_free(dw_down));
+    {
+        /* saved and workspace may be 0 (nothing allocated for a size of 0) */
+        const devptr_t all[] = {x, w_gate, w_up, w_down, d_selected, d_routing, out, saved, workspace,
+                                dout, dx, d_routing_grad, dw_gate, dw_up, dw_down};
+        size_t i;
+        for (i = 0; i < sizeof all / sizeof all[0]; ++i)
+            if (all[i]) CU(cu.mem_free(all[i]));
+    }
     moejit_plan_destroy(plan);
     moejit_context_destroy(ctx);
     CU(cu.primary_ctx_release(device));

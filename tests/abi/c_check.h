@@ -46,6 +46,17 @@ static void c_check_fail(const char *file, int line, const char *what, const cha
 #define CHECK_STATUS(call, expected, needle) \
     CHECK_STATUS_FN(call, expected, needle, moejit_last_error, moejit_status_string)
 
+/* One bad field at a time against an otherwise valid argument struct: sets (args).field to
+ * `bad`, checks `call` (which reads args) like CHECK_STATUS, then restores args as it was. */
+#define CHECK_FIELD(args, field, bad, call, expected, needle)   \
+    do {                                                        \
+        unsigned char c_check_keep_[sizeof(args)];              \
+        memcpy(c_check_keep_, &(args), sizeof(args));           \
+        (args).field = bad;                                     \
+        CHECK_STATUS(call, expected, needle);                   \
+        memcpy(&(args), c_check_keep_, sizeof(args));           \
+    } while (0)
+
 /* The message does not contain `needle` (e.g. the last call's message must not blame struct_size). */
 #define CHECK_MESSAGE_LACKS(needle)                                                       \
     do {                                                                                  \

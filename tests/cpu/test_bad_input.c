@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../abi/c_check.h"
+#include "layer_args.h"
 
 #define INV MOEJIT_ERROR_INVALID_ARGUMENT
 #define UNS MOEJIT_ERROR_UNSUPPORTED
@@ -320,24 +321,13 @@ static void test_group_gemm(moejit_context_t c) {
 
     memset(&nkb, 0, sizeof nkb);
     moejit_group_gemm_nk_args_init(nk);
-    nk->rows = 256;
-    nk->n = 128;
-    nk->k = 64;
-    nk->num_experts = 4;
-    nk->a = P(1);
-    nk->b = P(2);
-    nk->c = P(3);
+    nk->rows = 256, nk->n = 128, nk->k = 64, nk->num_experts = 4; /* the shape */
+    nk->a = P(1), nk->b = P(2), nk->c = P(3);
     nk->offsets = (const int32_t *)P(4);
     CHECK_STATUS(moejit_group_gemm_same_nk(NULL, nk), INV, "context");
     CHECK_STATUS(moejit_group_gemm_same_nk(c, NULL), INV, "args");
     CHECK_STRUCT_SIZE(moejit_group_gemm_nk_args_t, nk, moejit_group_gemm_same_nk(c, nk), "args");
-#define NK_CASE(field, bad, needle, st)                         \
-    do {                                                        \
-        moejit_group_gemm_nk_args_t keep = *nk;                 \
-        nk->field = bad;                                        \
-        CHECK_STATUS(moejit_group_gemm_same_nk(c, nk), st, needle); \
-        *nk = keep;                                             \
-    } while (0)
+#define NK_CASE(field, bad, needle, st) CHECK_FIELD(*nk, field, bad, moejit_group_gemm_same_nk(c, nk), st, needle)
     NK_CASE(dtype, (moejit_dtype_t)0, "dtype", INV);
     NK_CASE(dtype, MOEJIT_DTYPE_FP32, "dtype", INV);
     NK_CASE(c_dtype, MOEJIT_DTYPE_INT32, "c_dtype", INV);
@@ -365,24 +355,13 @@ static void test_group_gemm(moejit_context_t c) {
 
     memset(&mnb, 0, sizeof mnb);
     moejit_group_gemm_mn_args_init(mn);
-    mn->rows = 256;
-    mn->m = 64;
-    mn->n = 128;
-    mn->num_experts = 4;
-    mn->a = P(1);
-    mn->b = P(2);
-    mn->c = P(3);
+    mn->rows = 256, mn->m = 64, mn->n = 128, mn->num_experts = 4; /* the shape */
+    mn->a = P(1), mn->b = P(2), mn->c = P(3);
     mn->offsets = (const int32_t *)P(4);
     CHECK_STATUS(moejit_group_gemm_same_mn(NULL, mn), INV, "context");
     CHECK_STATUS(moejit_group_gemm_same_mn(c, NULL), INV, "args");
     CHECK_STRUCT_SIZE(moejit_group_gemm_mn_args_t, mn, moejit_group_gemm_same_mn(c, mn), "args");
-#define MN_CASE(field, bad, needle, st)                         \
-    do {                                                        \
-        moejit_group_gemm_mn_args_t keep = *mn;                 \
-        mn->field = bad;                                        \
-        CHECK_STATUS(moejit_group_gemm_same_mn(c, mn), st, needle); \
-        *mn = keep;                                             \
-    } while (0)
+#define MN_CASE(field, bad, needle, st) CHECK_FIELD(*mn, field, bad, moejit_group_gemm_same_mn(c, mn), st, needle)
     MN_CASE(dtype, (moejit_dtype_t)-3, "dtype", INV);
     MN_CASE(c_dtype, MOEJIT_DTYPE_INT64, "c_dtype", INV);
     MN_CASE(rows, -1, "rows", INV);
@@ -420,13 +399,7 @@ static void test_swiglu(moejit_context_t c) {
     CHECK_STATUS(moejit_swiglu_backward(c, NULL), INV, "args");
     CHECK_STRUCT_SIZE(moejit_swiglu_args_t, s, moejit_swiglu_forward(c, s), "args");
     CHECK_STRUCT_SIZE(moejit_swiglu_args_t, s, moejit_swiglu_backward(c, s), "args");
-#define SW_CASE(fn, field, bad, needle, st)               \
-    do {                                                  \
-        moejit_swiglu_args_t keep = *s;                   \
-        s->field = bad;                                   \
-        CHECK_STATUS(fn(c, s), st, needle);               \
-        *s = keep;                                        \
-    } while (0)
+#define SW_CASE(fn, field, bad, needle, st) CHECK_FIELD(*s, field, bad, fn(c, s), st, needle)
     SW_CASE(moejit_swiglu_forward, dtype, (moejit_dtype_t)12, "dtype", INV);
     SW_CASE(moejit_swiglu_forward, rows, -1, "rows", INV);
     SW_CASE(moejit_swiglu_forward, rows, INT64_MAX, "rows", UNS);
@@ -467,11 +440,7 @@ static void test_plan(moejit_context_t c) {
     int kernels = 0;
 
     memset(&db, 0, sizeof db);
-    moejit_plan_desc_init(d);
-    d->hidden_size = 64;
-    d->intermediate_size = 64;
-    d->num_experts = 4;
-    d->top_k = 2;
+    layer_desc_init(d, 64, 64, 4, 2);
 
     CHECK_STATUS(moejit_plan_create(c, d, NULL), INV, "plan");
     CHECK_STATUS(moejit_plan_create(NULL, d, &plan), INV, "context");
@@ -484,13 +453,7 @@ static void test_plan(moejit_context_t c) {
     CHECK_STATUS(moejit_plan_warmup(NULL, d, &kernels), INV, "context");
     CHECK_STATUS(moejit_plan_warmup(c, NULL, &kernels), INV, "desc");
     CHECK_STRUCT_SIZE(moejit_plan_desc_t, d, moejit_plan_warmup(c, d, &kernels), "desc");
-#define DESC_CASE(field, bad, needle, st)                          \
-    do {                                                           \
-        moejit_plan_desc_t keep = *d;                              \
-        d->field = bad;                                            \
-        CHECK_STATUS(moejit_plan_warmup(c, d, &kernels), st, needle); \
-        *d = keep;                                                 \
-    } while (0)
+#define DESC_CASE(field, bad, needle, st) CHECK_FIELD(*d, field, bad, moejit_plan_warmup(c, d, &kernels), st, needle)
     DESC_CASE(dtype, MOEJIT_DTYPE_FP32, "desc->dtype", INV);
     DESC_CASE(dtype, (moejit_dtype_t)1000, "desc->dtype", INV);
     DESC_CASE(hidden_size, 0, "desc->hidden_size", INV);
@@ -570,11 +533,7 @@ static void test_configuration(moejit_context_t c) {
     CHECK_STATUS(moejit_context_create(&o, &bad), OK, NULL);
     moejit_context_destroy(bad);
 
-    moejit_plan_desc_init(&d);
-    d.hidden_size = 256;
-    d.intermediate_size = 128;
-    d.num_experts = 4;
-    d.top_k = 2;
+    layer_desc_init(&d, 256, 128, 4, 2);
     CHECK_STATUS(moejit_plan_describe(NULL, buf, sizeof buf, &need), INV, "plan");
     CHECK_STATUS(moejit_plan_describe_desc(NULL, &d, buf, sizeof buf, &need), INV, "context");
     CHECK_STATUS(moejit_plan_describe_desc(c, NULL, buf, sizeof buf, &need), INV, "desc");

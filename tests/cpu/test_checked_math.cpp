@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan_layout.hpp"
+#include "layer_args.h"
 #include "moejit.h"
 
 using namespace moejit;
@@ -33,11 +34,7 @@ template <class F> void expect_error(F &&f, moejit_status_t status, const std::s
 
 moejit_plan_desc_t small_desc() {
     moejit_plan_desc_t d;
-    moejit_plan_desc_init(&d);
-    d.hidden_size = 64;
-    d.intermediate_size = 64;
-    d.num_experts = 4;
-    d.top_k = 8;
+    layer_desc_init(&d, 64, 64, 4, 8);
     return d;
 }
 

@@ -10,30 +10,14 @@
 #include <string>
 
 #include "compile_only.hpp"
+#include "env_var.hpp"
+#include "layer_args.h"
 #include "moejit.h"
 
+using moejit::test::EnvVar;
 using moejit::test::TempDir;
 
 namespace {
-
-// Sets (or, with nullptr, unsets) a variable for one scope.
-class EnvVar {
-public:
-    EnvVar(const char *name, const char *value) : name_(name) {
-        if (const char *old = ::getenv(name)) old_ = old, had_ = true;
-        if (value) ::setenv(name, value, 1);
-        else ::unsetenv(name);
-    }
-    ~EnvVar() {
-        if (had_) ::setenv(name_, old_.c_str(), 1);
-        else ::unsetenv(name_);
-    }
-
-private:
-    const char *name_;
-    std::string old_;
-    bool had_ = false;
-};
 
 // Creates a compile-only, memory-only sm_90a context; returns the status (and destroys it).
 moejit_status_t create_context(int jit_mode = MOEJIT_JIT_FROM_ENV) {
@@ -53,12 +37,8 @@ bool last_error_has(const std::string &text) { return std::string(moejit_last_er
 
 moejit_plan_desc_t small_desc() {
     moejit_plan_desc_t d;
-    moejit_plan_desc_init(&d);
+    layer_desc_init(&d, 256, 128, 4, 2);
     d.dtype = MOEJIT_DTYPE_BF16;
-    d.hidden_size = 256;
-    d.intermediate_size = 128;
-    d.num_experts = 4;
-    d.top_k = 2;
     return d;
 }
 

@@ -15,28 +15,14 @@
 #include <string>
 
 #include "compile_only.hpp"
+#include "env_var.hpp"
+#include "layer_args.h"
 #include "moejit.h"
 #include "moejit/moejit.hpp"
 
+using moejit::test::EnvVar;
+
 namespace {
-
-class EnvVar {
-public:
-    EnvVar(const char *name, const char *value) : name_(name) {
-        if (const char *old = ::getenv(name)) old_ = old, had_ = true;
-        if (value) ::setenv(name, value, 1);
-        else ::unsetenv(name);
-    }
-    ~EnvVar() {
-        if (had_) ::setenv(name_, old_.c_str(), 1);
-        else ::unsetenv(name_);
-    }
-
-private:
-    const char *name_;
-    std::string old_;
-    bool had_ = false;
-};
 
 struct Clean {
     Clean() {
@@ -57,11 +43,7 @@ moejit_context_options_t options() {
 
 moejit_plan_desc_t small_desc() {
     moejit_plan_desc_t d;
-    moejit_plan_desc_init(&d);
-    d.hidden_size = 256;
-    d.intermediate_size = 128;  // I <= 2048: gathered by default on sm_90a
-    d.num_experts = 4;
-    d.top_k = 2;
+    layer_desc_init(&d, 256, 128, 4, 2);  // I <= 2048: gathered by default on sm_90a
     return d;
 }
 

@@ -128,9 +128,7 @@ BOOST_AUTO_TEST_CASE(tile_config_text_round_trips) {
 
 BOOST_AUTO_TEST_CASE(tile_config_validation_names_the_problem) {
     GemmProblem p;
-    p.n = 256;
-    p.k = 256;
-    p.num_experts = 8;
+    p.n = 256, p.k = 256, p.num_experts = 8;
     auto expect = [&](GemmTileConfig c, int cc, const char *fragment) {
         try {
             validate_tile_config(c, p, cc);
@@ -215,8 +213,7 @@ BOOST_AUTO_TEST_CASE(render_names_are_readable_and_distinct) {
         for (bool acc : {true, false})
             for (auto c : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32}) {
                 GemmNkSpec s;
-                s.n = 2880;
-                s.k = 1408;
+                s.n = 2880, s.k = 1408;
                 s.b_transposed = bt;
                 s.accumulate = acc;
                 s.c_dtype = c;
@@ -229,8 +226,7 @@ BOOST_AUTO_TEST_CASE(render_names_are_readable_and_distinct) {
                 for (char ch : ks.name) BOOST_TEST_REQUIRE(((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_'));
             }
     GemmMnSpec m;
-    m.m = 2048;
-    m.n = 768;
+    m.m = 2048, m.n = 768;
     KernelSource mk = render_group_gemm_mn(m);
     BOOST_TEST(mk.name == "group_gemm_mn_bf16_cfp32_m2048_n768_" + to_string(m.tile));
     ++names[mk.name];
@@ -311,13 +307,8 @@ BOOST_AUTO_TEST_CASE(nk_argument_validation) {
     moejit_group_gemm_nk_args_t good;
     BOOST_REQUIRE(moejit_group_gemm_nk_args_init(&good) == MOEJIT_SUCCESS);
     BOOST_TEST(good.struct_size == sizeof(good));
-    good.rows = 1000;
-    good.n = 256;
-    good.k = 512;
-    good.num_experts = 8;
-    good.a = fake_pointer(0x10000);
-    good.b = fake_pointer(0x20000);
-    good.c = fake_pointer(0x30000);
+    good.rows = 1000, good.n = 256, good.k = 512, good.num_experts = 8;
+    good.a = fake_pointer(0x10000), good.b = fake_pointer(0x20000), good.c = fake_pointer(0x30000);
     good.offsets = static_cast<const std::int32_t *>(fake_pointer(0x40000));
     const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;
     auto with = [&](auto edit) {
@@ -358,13 +349,8 @@ BOOST_AUTO_TEST_CASE(mn_argument_validation) {
     BOOST_REQUIRE(moejit_group_gemm_mn_args_init(&good) == MOEJIT_SUCCESS);
     BOOST_TEST(good.struct_size == sizeof(good));
     BOOST_TEST(good.c_dtype == MOEJIT_DTYPE_FP32);
-    good.rows = 1000;
-    good.m = 256;
-    good.n = 512;
-    good.num_experts = 8;
-    good.a = fake_pointer(0x10000);
-    good.b = fake_pointer(0x20000);
-    good.c = fake_pointer(0x30000);
+    good.rows = 1000, good.m = 256, good.n = 512, good.num_experts = 8;
+    good.a = fake_pointer(0x10000), good.b = fake_pointer(0x20000), good.c = fake_pointer(0x30000);
     good.offsets = static_cast<const std::int32_t *>(fake_pointer(0x40000));
     const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT;
     auto with = [&](auto edit) {
@@ -395,13 +381,8 @@ BOOST_AUTO_TEST_CASE(launcher_rejects_bad_tile_and_arch) {
     CompileOnlyContext context("sm_90a");
     moejit_group_gemm_nk_args_t args;
     BOOST_REQUIRE(moejit_group_gemm_nk_args_init(&args) == MOEJIT_SUCCESS);
-    args.rows = 64;
-    args.n = 256;
-    args.k = 256;
-    args.num_experts = 2;
-    args.a = fake_pointer(0x10000);
-    args.b = fake_pointer(0x20000);
-    args.c = fake_pointer(0x30000);
+    args.rows = 64, args.n = 256, args.k = 256, args.num_experts = 2;
+    args.a = fake_pointer(0x10000), args.b = fake_pointer(0x20000), args.c = fake_pointer(0x30000);
     args.offsets = static_cast<const std::int32_t *>(fake_pointer(0x40000));
     GemmTileConfig bad;
     bad.block_n = 48;

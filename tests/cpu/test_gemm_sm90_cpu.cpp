@@ -20,6 +20,7 @@
 
 #include "compile_only.hpp"
 #include "thread_cpu_time.hpp"
+#include "layer_args.h"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "jit/nvrtc_compiler.hpp"
@@ -148,11 +149,7 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
     for (const Shape &s : kShapes)
         for (auto layout : {MOEJIT_FC1_MERGED, MOEJIT_FC1_SPLIT}) {
             moejit_plan_desc_t d{};
-            moejit_plan_desc_init(&d);
-            d.hidden_size = s.hidden;
-            d.intermediate_size = s.intermediate;
-            d.num_experts = s.experts;
-            d.top_k = 4;
+            layer_desc_init(&d, s.hidden, s.intermediate, s.experts, 4);
             d.fc1_layout = layout;
             for (KernelSource &ks : layer_gemm_sources(d, Config{}, kHopper)) {
                 BOOST_TEST(ks.template_name == "sm90/group_gemm.cuh", ks.name);
@@ -323,11 +320,7 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field) {
 BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
     auto dgrad_of = [](std::int64_t I, moejit_fc1_layout_t layout, int cc) {
         moejit_plan_desc_t d{};
-        moejit_plan_desc_init(&d);
-        d.hidden_size = 1536;
-        d.intermediate_size = I;
-        d.num_experts = 128;
-        d.top_k = 8;
+        layer_desc_init(&d, 1536, I, 128, 8);
         d.fc1_layout = layout;
         const LayerSpecs s = layer_specs(d, Config{}, cc);
         bool renders_acc = false;
@@ -359,11 +352,7 @@ BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
 // path.
 BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     moejit_plan_desc_t d{};
-    moejit_plan_desc_init(&d);
-    d.hidden_size = 2048;
-    d.intermediate_size = 768;
-    d.num_experts = 128;
-    d.top_k = 8;
+    layer_desc_init(&d, 2048, 768, 128, 8);
     d.swiglu_limit = 7.0f;
     Config config;
     auto has_swiglu_fwd = [&](int cc) {

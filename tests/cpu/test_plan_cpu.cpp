@@ -21,6 +21,7 @@
 #include "moe/plan.hpp"
 #include "moe/plan_layout.hpp"
 #include "compile_only.hpp"
+#include "layer_args.h"
 #include "moejit.h"
 
 namespace {
@@ -59,16 +60,10 @@ private:
 // A small valid layer: H=256, I=128, E=4, k=2, bf16.
 moejit_plan_desc_t small_desc(moejit_fc1_layout_t layout = MOEJIT_FC1_SPLIT) {
     moejit_plan_desc_t d;
-    moejit_plan_desc_init(&d);
-    d.dtype = MOEJIT_DTYPE_BF16;
-    d.hidden_size = 256;
-    d.intermediate_size = 128;
-    d.num_experts = 4;
-    d.top_k = 2;
+    layer_desc_init(&d, 256, 128, 4, 2);
+    d.dtype = MOEJIT_DTYPE_BF16, d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
+    d.index_dtype = MOEJIT_DTYPE_INT64, d.routing_dtype = MOEJIT_DTYPE_FP32;
     d.fc1_layout = layout;
-    d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
-    d.index_dtype = MOEJIT_DTYPE_INT64;
-    d.routing_dtype = MOEJIT_DTYPE_FP32;
     return d;
 }
 
@@ -209,10 +204,7 @@ BOOST_AUTO_TEST_CASE(valid_edge_descriptors_pass_validation) {
     d.routing_dtype = MOEJIT_DTYPE_BF16;
     d.index_dtype = MOEJIT_DTYPE_INT32;
     d.swiglu_limit = 7.0f;
-    d.hidden_size = 8;
-    d.intermediate_size = 8;
-    d.num_experts = 1;
-    d.top_k = 1;
+    d.hidden_size = 8, d.intermediate_size = 8, d.num_experts = 1, d.top_k = 1;  // the smallest layer
     BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
     d = small_desc();
     d.dtype = MOEJIT_DTYPE_FP16;
@@ -347,10 +339,7 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                 moejit_plan_desc_t d = small_desc(layout);
                 d.dtype = dtype;
                 d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
-                d.hidden_size = 2048;
-                d.intermediate_size = 768;
-                d.num_experts = 128;
-                d.top_k = 8;
+                d.hidden_size = 2048, d.intermediate_size = 768, d.num_experts = 128, d.top_k = 8;
                 const moejit::PlanLayout L(d, T, gathered);
                 const std::size_t S = static_cast<std::size_t>(T * d.top_k), H = 2048, I = 768, E = 128;
                 const std::size_t el = 2;

@@ -102,15 +102,8 @@ template <class V> double rel_error(const V &got, const std::vector<double> &wan
 }
 
 MoeRefResult run_reference(const Problem &p, Storage storage) {
-    MoeRefConfig cfg;
-    cfg.tokens = p.T;
-    cfg.hidden = p.H;
-    cfg.intermediate = p.I;
-    cfg.experts = p.E;
-    cfg.top_k = p.k;
-    cfg.limit = p.limit;
-    cfg.dtype = storage;
-    cfg.routing = Storage::fp32;
+    const MoeRefConfig cfg{.tokens = p.T, .hidden = p.H, .intermediate = p.I, .experts = p.E, .top_k = p.k,
+                           .limit = p.limit, .dtype = storage, .routing = Storage::fp32};
     const auto x = as_float(p.x), rw = as_float(p.rw), wg = as_float(p.wg), wu = as_float(p.wu),
                wd = as_float(p.wd), dout = as_float(p.dout);
     MoeRefInputs in{x, p.sel, rw, wg, wu, wd, dout};

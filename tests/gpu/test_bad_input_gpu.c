@@ -14,6 +14,7 @@
 
 #include "../abi/c_check.h"
 #include "../abi/c_cuda.h"
+#include "layer_args.h"
 
 #define INV MOEJIT_ERROR_INVALID_ARGUMENT
 #define OK MOEJIT_SUCCESS
@@ -107,11 +108,7 @@ static void test_plan(moejit_context_t c) {
     float hrw[T * K];
     int t, j, i, finite = 1;
 
-    moejit_plan_desc_init(&desc);
-    desc.hidden_size = H;
-    desc.intermediate_size = I;
-    desc.num_experts = E;
-    desc.top_k = K;
+    layer_desc_init(&desc, H, I, E, K);
     desc.index_dtype = MOEJIT_DTYPE_INT32;
     desc.routing_dtype = MOEJIT_DTYPE_FP32;
     desc.weight_grad_dtype = MOEJIT_DTYPE_FP32;
@@ -137,21 +134,13 @@ static void test_plan(moejit_context_t c) {
             hid[t * K + j] = id_of(t, j);
             hrw[t * K + j] = 0.25f;
         }
-    x = c_cuda_alloc(xb);
-    ids = c_cuda_alloc(rb);
-    rw = c_cuda_alloc(rb);
-    wg = c_cuda_alloc(wb);
-    wu = c_cuda_alloc(wb);
-    wd = c_cuda_alloc(wb);
-    out = c_cuda_alloc(xb);
+    /* By size: [T,H] bf16, [T,k] int32/fp32, [E,I,H] bf16 weights and their fp32 gradients. */
+    x = c_cuda_alloc(xb), out = c_cuda_alloc(xb), dout = c_cuda_alloc(xb), dx = c_cuda_alloc(xb);
+    ids = c_cuda_alloc(rb), rw = c_cuda_alloc(rb), drw = c_cuda_alloc(rb);
+    wg = c_cuda_alloc(wb), wu = c_cuda_alloc(wb), wd = c_cuda_alloc(wb);
+    dwg = c_cuda_alloc(wb * 2), dwu = c_cuda_alloc(wb * 2), dwd = c_cuda_alloc(wb * 2);
     dsaved = c_cuda_alloc(saved);
     dwork = c_cuda_alloc(work);
-    dout = c_cuda_alloc(xb);
-    dx = c_cuda_alloc(xb);
-    drw = c_cuda_alloc(rb);
-    dwg = c_cuda_alloc(wb * 2);
-    dwu = c_cuda_alloc(wb * 2);
-    dwd = c_cuda_alloc(wb * 2);
     c_cuda_put(x, hx, xb);
     c_cuda_put(dout, hx, xb);
     c_cuda_put(ids, hid, rb);
@@ -165,21 +154,11 @@ static void test_plan(moejit_context_t c) {
     f.x = x;
     f.selected_experts = ids;
     f.routing_weights = rw;
-    f.w_gate = wg;
-    f.w_up = wu;
-    f.w_down = wd;
+    f.w_gate = wg, f.w_up = wu, f.w_down = wd;
     f.out = out;
-    f.saved = dsaved;
-    f.saved_size = saved;
-    f.workspace = dwork;
-    f.workspace_size = work;
-#define FWD_CASE(field, bad, needle)                                       \
-    do {                                                                   \
-        moejit_forward_args_t keep = f;                                    \
-        f.field = bad;                                                     \
-        CHECK_STATUS(moejit_plan_forward(plan, &f), INV, needle);          \
-        f = keep;                                                          \
-    } while (0)
+    f.saved = dsaved, f.saved_size = saved;
+    f.workspace = dwork, f.workspace_size = work;
+#define FWD_CASE(field, bad, needle) CHECK_FIELD(f, field, bad, moejit_plan_forward(plan, &f), INV, needle)
     FWD_CASE(num_tokens, -1, "args->num_tokens");
     FWD_CASE(num_tokens, INT64_MAX, "args->num_tokens");
     FWD_CASE(num_tokens, (int64_t)1 << 30, "args->num_tokens");
@@ -203,30 +182,12 @@ static void test_plan(moejit_context_t c) {
     for (i = 0; i < T * H; ++i) finite &= isfinite(bf16_to_float(hx[i])) != 0;
     CHECK(finite);
 
-    moejit_backward_args_init(&b);
-    b.num_tokens = T;
+    layer_backward_args(&f, &b); /* the forward's x, routing weights, weights, saved, workspace */
     b.dout = dout;
-    b.x = x;
-    b.routing_weights = rw;
-    b.w_gate = wg;
-    b.w_up = wu;
-    b.w_down = wd;
-    b.saved = dsaved;
-    b.saved_size = saved;
     b.dx = dx;
     b.d_routing_weights = drw;
-    b.dw_gate = dwg;
-    b.dw_up = dwu;
-    b.dw_down = dwd;
-    b.workspace = dwork;
-    b.workspace_size = work;
-#define BWD_CASE(field, bad, needle)                                       \
-    do {                                                                   \
-        moejit_backward_args_t keep = b;                                   \
-        b.field = bad;                                                     \
-        CHECK_STATUS(moejit_plan_backward(plan, &b), INV, needle);         \
-        b = keep;                                                          \
-    } while (0)
+    b.dw_gate = dwg, b.dw_up = dwu, b.dw_down = dwd;
+#define BWD_CASE(field, bad, needle) CHECK_FIELD(b, field, bad, moejit_plan_backward(plan, &b), INV, needle)
     BWD_CASE(num_tokens, -3, "args->num_tokens");
     BWD_CASE(num_tokens, INT64_MAX, "args->num_tokens");
     BWD_CASE(dout, NULL, "args->dout");
@@ -261,21 +222,10 @@ static void test_plan(moejit_context_t c) {
         if (hid[t] < 0 || hid[t] >= E) CHECK(hrw[t] == 0.0f);
 
     moejit_plan_destroy(plan);
-    c_cuda_free(x);
-    c_cuda_free(ids);
-    c_cuda_free(rw);
-    c_cuda_free(wg);
-    c_cuda_free(wu);
-    c_cuda_free(wd);
-    c_cuda_free(out);
-    c_cuda_free(dsaved);
-    c_cuda_free(dwork);
-    c_cuda_free(dout);
-    c_cuda_free(dx);
-    c_cuda_free(drw);
-    c_cuda_free(dwg);
-    c_cuda_free(dwu);
-    c_cuda_free(dwd);
+    {
+        void *all[] = {x, ids, rw, wg, wu, wd, out, dsaved, dwork, dout, dx, drw, dwg, dwu, dwd};
+        for (i = 0; i < (int)(sizeof all / sizeof all[0]); ++i) c_cuda_free(all[i]);
+    }
 }
 
 int main(void) {

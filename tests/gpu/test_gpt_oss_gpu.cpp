@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "layer_args.h"
 #include "reference_moe.hpp"
 
 MOEJIT_GPU_TEST_MAIN("gpt_oss_gpu")
@@ -226,18 +227,9 @@ void run_case(const Case &c) {
         rw = std::move(sorted_rw);
     }
 
-    MoeRefConfig cfg;
-    cfg.tokens = T;
-    cfg.hidden = H;
-    cfg.intermediate = I;
-    cfg.experts = c.E;
-    cfg.top_k = c.k;
-    cfg.limit = c.limit;
-    cfg.activation = c.activation == MOEJIT_ACTIVATION_GPT_OSS ? 1 : 0;
-    cfg.alpha = 1.702;
-    cfg.bias = c.bias;
-    cfg.dtype = Storage::bf16;
-    cfg.routing = Storage::fp32;
+    const MoeRefConfig cfg{.tokens = T, .hidden = H, .intermediate = I, .experts = c.E, .top_k = c.k,
+                           .limit = c.limit, .activation = c.activation == MOEJIT_ACTIVATION_GPT_OSS ? 1 : 0,
+                           .alpha = 1.702, .bias = c.bias, .dtype = Storage::bf16, .routing = Storage::fp32};
     MoeRefInputs in{x.values, sel, rw, wg.values, wu.values, wd.values, dout.values};
     if (c.bias) {
         in.b_gate = bg.values;
@@ -247,12 +239,8 @@ void run_case(const Case &c) {
     const MoeRefResult ref = moe_reference(cfg, in);
 
     moejit_plan_desc_t d;
-    MOEJIT_TEST_OK(moejit_plan_desc_init(&d));
+    MOEJIT_TEST_OK(layer_desc_init(&d, H, I, c.E, c.k));
     d.dtype = MOEJIT_DTYPE_BF16;
-    d.hidden_size = H;
-    d.intermediate_size = I;
-    d.num_experts = c.E;
-    d.top_k = c.k;
     d.fc1_layout = c.layout;
     d.activation = c.activation;
     d.swiglu_limit = c.limit;
@@ -296,6 +284,20 @@ void run_case(const Case &c) {
         prefill(dbd, pre_bd);
     }
 
+    // What the two entries' argument structs share: the weights (and biases), saved and
+    // workspace in the forward; the weight and bias gradients in the backward.
+    auto weights_and_memory = [&](auto &a) {
+        a.w_gate_up = d_wgu.get(), a.w_down = d_wd.get();
+        a.saved = saved.get(), a.saved_size = saved_bytes;
+        a.workspace = ws.get(), a.workspace_size = ws_bytes;
+    };
+    auto forward_biases = [&](auto &fa) {
+        if (c.bias) fa.b_gate_up = d_bgu.get(), fa.b_down = d_bd.get();
+    };
+    auto weight_grads = [&](auto &ba) {
+        ba.dw_gate_up = dwgu.get(), ba.dw_down = dwd.get();
+        if (c.bias) ba.b_down = d_bd.get(), ba.db_gate_up = dbgu.get(), ba.db_down = dbd.get();
+    };
     if (c.experts_entry) {
         // The routing index of the reference is the experts' grouping: rows of e are
         // [offsets[e], offsets[e+1]).
@@ -307,17 +309,9 @@ void run_case(const Case &c) {
         fa.xs = d_x.get();
         fa.expert_offsets = static_cast<const std::int32_t *>(d_offsets.get());
         fa.row_weights = row_w;
-        fa.w_gate_up = d_wgu.get();
-        fa.w_down = d_wd.get();
         fa.ys = out.get();
-        fa.saved = saved.get();
-        fa.saved_size = saved_bytes;
-        fa.workspace = ws.get();
-        fa.workspace_size = ws_bytes;
-        if (c.bias) {
-            fa.b_gate_up = d_bgu.get();
-            fa.b_down = d_bd.get();
-        }
+        weights_and_memory(fa);
+        forward_biases(fa);
         MOEJIT_TEST_OK(moejit_plan_experts_forward(plan, &fa));
         moejit_experts_backward_args_t ba;
         MOEJIT_TEST_OK(moejit_experts_backward_args_init(&ba));
@@ -326,21 +320,10 @@ void run_case(const Case &c) {
         ba.expert_offsets = fa.expert_offsets;
         ba.row_weights = row_w;
         ba.dys = d_dout.get();
-        ba.w_gate_up = d_wgu.get();
-        ba.w_down = d_wd.get();
-        ba.saved = saved.get();
-        ba.saved_size = saved_bytes;
         ba.dxs = dx.get();
         ba.d_row_weights = c.row_weights ? static_cast<float *>(drw.get()) : nullptr;
-        ba.dw_gate_up = dwgu.get();
-        ba.dw_down = dwd.get();
-        ba.workspace = ws.get();
-        ba.workspace_size = ws_bytes;
-        if (c.bias) {
-            ba.b_down = d_bd.get();
-            ba.db_gate_up = dbgu.get();
-            ba.db_down = dbd.get();
-        }
+        weights_and_memory(ba);
+        weight_grads(ba);
         MOEJIT_TEST_OK(moejit_plan_experts_backward(plan, &ba));
         synchronize();  // before d_offsets goes
     } else {
@@ -350,39 +333,16 @@ void run_case(const Case &c) {
         fa.x = d_x.get();
         fa.selected_experts = d_sel.get();
         fa.routing_weights = d_rw.get();
-        fa.w_gate_up = d_wgu.get();
-        fa.w_down = d_wd.get();
         fa.out = out.get();
-        fa.saved = saved.get();
-        fa.saved_size = saved_bytes;
-        fa.workspace = ws.get();
-        fa.workspace_size = ws_bytes;
-        if (c.bias) {
-            fa.b_gate_up = d_bgu.get();
-            fa.b_down = d_bd.get();
-        }
+        weights_and_memory(fa);
+        forward_biases(fa);
         MOEJIT_TEST_OK(moejit_plan_forward(plan, &fa));
         moejit_backward_args_t ba;
-        MOEJIT_TEST_OK(moejit_backward_args_init(&ba));
-        ba.num_tokens = T;
+        MOEJIT_TEST_OK(layer_backward_args(&fa, &ba));
         ba.dout = d_dout.get();
-        ba.x = d_x.get();
-        ba.routing_weights = d_rw.get();
-        ba.w_gate_up = d_wgu.get();
-        ba.w_down = d_wd.get();
-        ba.saved = saved.get();
-        ba.saved_size = saved_bytes;
         ba.dx = dx.get();
         ba.d_routing_weights = drw.get();
-        ba.dw_gate_up = dwgu.get();
-        ba.dw_down = dwd.get();
-        ba.workspace = ws.get();
-        ba.workspace_size = ws_bytes;
-        if (c.bias) {
-            ba.b_down = d_bd.get();
-            ba.db_gate_up = dbgu.get();
-            ba.db_down = dbd.get();
-        }
+        weight_grads(ba);
         MOEJIT_TEST_OK(moejit_plan_backward(plan, &ba));
     }
     synchronize();

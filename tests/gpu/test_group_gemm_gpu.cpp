@@ -117,17 +117,11 @@ void run_nk(const NkCase &tc) {
 
         moejit_group_gemm_nk_args_t args;
         MOEJIT_TEST_OK(moejit_group_gemm_nk_args_init(&args));
-        args.dtype = tc.dtype;
-        args.c_dtype = tc.c_dtype;
-        args.rows = S;
-        args.n = N;
-        args.k = K;
-        args.num_experts = E;
+        args.dtype = tc.dtype, args.c_dtype = tc.c_dtype;
+        args.rows = S, args.n = N, args.k = K, args.num_experts = E;
         args.b_transposed = tc.b_transposed;
         args.accumulate = tc.accumulate;
-        args.a = da.get();
-        args.b = db.get();
-        args.c = c.buf.get();
+        args.a = da.get(), args.b = db.get(), args.c = c.buf.get();
         args.offsets = doff.as<const std::int32_t>();
         auto run = [&] {
             c.reset(tc.accumulate);
@@ -212,16 +206,10 @@ void run_mn(const MnCase &tc) {
 
         moejit_group_gemm_mn_args_t args;
         MOEJIT_TEST_OK(moejit_group_gemm_mn_args_init(&args));
-        args.dtype = tc.dtype;
-        args.c_dtype = tc.c_dtype;
-        args.rows = S;
-        args.m = M;
-        args.n = N;
-        args.num_experts = E;
+        args.dtype = tc.dtype, args.c_dtype = tc.c_dtype;
+        args.rows = S, args.m = M, args.n = N, args.num_experts = E;
         args.accumulate = tc.accumulate;
-        args.a = da.get();
-        args.b = db.get();
-        args.c = c.buf.get();
+        args.a = da.get(), args.b = db.get(), args.c = c.buf.get();
         args.offsets = doff.as<const std::int32_t>();
         // The split path: the spec's own launcher with a workspace (the C ABI op has none).
         MnSplit split = mn_split(S, M, N);
@@ -337,10 +325,7 @@ BOOST_AUTO_TEST_CASE(nk_tiny_batches) {
 BOOST_AUTO_TEST_CASE(nk_zero_rows_accepts_null_tensors) {
     moejit_group_gemm_nk_args_t args;
     MOEJIT_TEST_OK(moejit_group_gemm_nk_args_init(&args));
-    args.rows = 0;
-    args.n = 256;
-    args.k = 256;
-    args.num_experts = 4;
+    args.rows = 0, args.n = 256, args.k = 256, args.num_experts = 4;
     MOEJIT_TEST_OK(moejit_group_gemm_same_nk(gpu_context(), &args));
 }
 
@@ -398,13 +383,8 @@ BOOST_AUTO_TEST_CASE(nk_cuda_graph_capture) {
     moejit_group_gemm_nk_args_t args;
     MOEJIT_TEST_OK(moejit_group_gemm_nk_args_init(&args));
     args.c_dtype = MOEJIT_DTYPE_FP32;
-    args.rows = S;
-    args.n = N;
-    args.k = K;
-    args.num_experts = 8;
-    args.a = da.get();
-    args.b = db.get();
-    args.c = dc.get();
+    args.rows = S, args.n = N, args.k = K, args.num_experts = 8;
+    args.a = da.get(), args.b = db.get(), args.c = dc.get();
     args.offsets = doff.as<const std::int32_t>();
     MOEJIT_TEST_OK(moejit_group_gemm_same_nk(gpu_context(), &args));  // compile + load first
     synchronize();
@@ -413,22 +393,14 @@ BOOST_AUTO_TEST_CASE(nk_cuda_graph_capture) {
     CUstream stream = nullptr;
     MOEJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     args.stream = stream;
-    MOEJIT_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    moejit_status_t status = moejit_group_gemm_same_nk(gpu_context(), &args);
-    CUgraph graph = nullptr;
-    MOEJIT_CU(cuStreamEndCapture(stream, &graph));
-    MOEJIT_TEST_OK(status);
-    CUgraphExec exec = nullptr;
-    MOEJIT_CU(cuGraphInstantiate(&exec, graph, 0));
-    MOEJIT_CU(cuGraphLaunch(exec, stream));
-    MOEJIT_CU(cuStreamSynchronize(stream));
+    CapturedGraph(stream, CU_STREAM_CAPTURE_MODE_GLOBAL, [&] {
+        return moejit_group_gemm_same_nk(gpu_context(), &args);
+    }).launch_and_wait();
     std::vector<float> out = dc.download<float>();
     std::vector<double> ref = reference::gemm_nk(a.values, b.values, offsets, S, N, K, true);
     std::vector<double> outd(out.begin(), out.end());
     BOOST_TEST(all_finite(outd));
     BOOST_TEST(relative_error(outd, ref) < 1e-4);
-    MOEJIT_CU(cuGraphExecDestroy(exec));
-    MOEJIT_CU(cuGraphDestroy(graph));
     MOEJIT_CU(cuStreamDestroy(stream));
 }
 

@@ -35,6 +35,7 @@
 #include "moe/plan.hpp"
 #include "moe/plan_layout.hpp"
 #include "compile_only.hpp"
+#include "layer_args.h"
 #include "reference_moe.hpp"
 
 MOEJIT_GPU_TEST_MAIN("moe_layer_gpu")
@@ -156,12 +157,8 @@ std::size_t size_of(moejit_dtype_t d) {
 
 moejit_plan_desc_t desc_of(const LayerCase &c, moejit_fc1_layout_t layout) {
     moejit_plan_desc_t d;
-    MOEJIT_TEST_OK(moejit_plan_desc_init(&d));
+    MOEJIT_TEST_OK(layer_desc_init(&d, c.H, c.I, c.E, c.k));
     d.dtype = c.dtype;
-    d.hidden_size = c.H;
-    d.intermediate_size = c.I;
-    d.num_experts = c.E;
-    d.top_k = c.k;
     d.fc1_layout = layout;
     d.activation = MOEJIT_ACTIVATION_SWIGLU;
     d.swiglu_limit = c.limit;
@@ -259,15 +256,9 @@ template <class V> std::vector<V> merge_rows(const std::vector<V> &gate, const s
 }
 
 MoeRefResult reference_of(const LayerCase &c, const HostLayer &h) {
-    MoeRefConfig cfg;
-    cfg.tokens = c.T;
-    cfg.hidden = c.H;
-    cfg.intermediate = c.I;
-    cfg.experts = c.E;
-    cfg.top_k = c.k;
-    cfg.limit = c.limit;
-    cfg.dtype = storage_of(c.dtype);
-    cfg.routing = storage_of(c.routing_dtype);
+    const MoeRefConfig cfg{.tokens = c.T, .hidden = c.H, .intermediate = c.I, .experts = c.E, .top_k = c.k,
+                           .limit = c.limit, .dtype = storage_of(c.dtype),
+                           .routing = storage_of(c.routing_dtype)};
     MoeRefInputs in{h.x.values, h.selected, h.weights, h.w_gate.values, h.w_up.values, h.w_down.values,
                     h.dout.values};
     return moe_reference(cfg, in);
@@ -358,8 +349,7 @@ DeviceOutputs allocate_outputs(const LayerCase &c, moejit_fc1_layout_t layout, m
     if (layout == MOEJIT_FC1_MERGED) {
         o.dw_gate_up = DeviceBuffer(2 * w);
     } else {
-        o.dw_gate = DeviceBuffer(w);
-        o.dw_up = DeviceBuffer(w);
+        o.dw_gate = DeviceBuffer(w), o.dw_up = DeviceBuffer(w);
     }
     o.dw_down = DeviceBuffer(w);
     return o;
@@ -381,8 +371,8 @@ void prepare(const LayerCase &c, moejit_fc1_layout_t layout, const HostLayer &h,
     o.dw_down.upload(h.prefill_down);
 }
 
-moejit_status_t forward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layout_t layout, DeviceInputs &in,
-                        DeviceOutputs &o, void *stream) {
+moejit_forward_args_t forward_args(const LayerCase &c, moejit_fc1_layout_t layout, DeviceInputs &in, DeviceOutputs &o,
+                                   void *stream) {
     moejit_forward_args_t a;
     moejit_forward_args_init(&a);
     a.num_tokens = c.T;
@@ -392,45 +382,37 @@ moejit_status_t forward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layou
     if (layout == MOEJIT_FC1_MERGED) {
         a.w_gate_up = in.w_gate_up.get();
     } else {
-        a.w_gate = in.w_gate.get();
-        a.w_up = in.w_up.get();
+        a.w_gate = in.w_gate.get(), a.w_up = in.w_up.get();
     }
     a.w_down = in.w_down.get();
     a.out = o.out.get();
-    a.saved = o.saved.get();
-    a.saved_size = o.saved.bytes();
-    a.workspace = o.workspace.get();
-    a.workspace_size = o.workspace.bytes();
+    a.saved = o.saved.get(), a.saved_size = o.saved.bytes();
+    a.workspace = o.workspace.get(), a.workspace_size = o.workspace.bytes();
     a.stream = stream;
+    return a;
+}
+
+moejit_status_t forward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layout_t layout, DeviceInputs &in,
+                        DeviceOutputs &o, void *stream) {
+    const moejit_forward_args_t a = forward_args(c, layout, in, o, stream);
     return moejit_plan_forward(plan, &a);
 }
 
+// The forward's inputs, saved and workspace (layer_args.h), and the gradients' buffers.
 moejit_status_t backward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layout_t layout, DeviceInputs &in,
                          DeviceOutputs &o, void *stream) {
+    const moejit_forward_args_t f = forward_args(c, layout, in, o, stream);
     moejit_backward_args_t a;
-    moejit_backward_args_init(&a);
-    a.num_tokens = c.T;
+    layer_backward_args(&f, &a);
     a.dout = in.dout.get();
-    a.x = in.x.get();
-    a.routing_weights = in.weights.get();
-    if (layout == MOEJIT_FC1_MERGED) {
-        a.w_gate_up = in.w_gate_up.get();
-        a.dw_gate_up = o.dw_gate_up.get();
-    } else {
-        a.w_gate = in.w_gate.get();
-        a.w_up = in.w_up.get();
-        a.dw_gate = o.dw_gate.get();
-        a.dw_up = o.dw_up.get();
-    }
-    a.w_down = in.w_down.get();
-    a.saved = o.saved.get();
-    a.saved_size = o.saved.bytes();
     a.dx = o.dx.get();
     a.d_routing_weights = o.d_weights.get();
+    if (layout == MOEJIT_FC1_MERGED) {
+        a.dw_gate_up = o.dw_gate_up.get();
+    } else {
+        a.dw_gate = o.dw_gate.get(), a.dw_up = o.dw_up.get();
+    }
     a.dw_down = o.dw_down.get();
-    a.workspace = o.workspace.get();
-    a.workspace_size = o.workspace.bytes();
-    a.stream = stream;
     return moejit_plan_backward(plan, &a);
 }
 
@@ -840,11 +822,8 @@ LayerCase layer_case(std::string name, std::int64_t T, std::int32_t E, std::int6
                      std::int32_t k) {
     LayerCase c;
     c.name = std::move(name);
-    c.T = T;
-    c.E = E;
-    c.H = H;
-    c.I = I;
-    c.k = k;
+    c.T = T, c.H = H, c.I = I;
+    c.E = E, c.k = k;
     return c;
 }
 

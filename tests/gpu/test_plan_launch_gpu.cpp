@@ -4,6 +4,7 @@
 // library's core statically); and plans created by several threads at once, each compiling its
 // own kernels, all work. The numbers (host time per forward + backward) are printed for the log.
 #include "gpu_main.hpp"
+#include "layer_args.h"
 
 #include <atomic>
 #include <chrono>
@@ -77,47 +78,26 @@ struct LayerBuffers {
         f.x = x.get();
         f.selected_experts = sel.get();
         f.routing_weights = rw.get();
-        f.w_gate = merged ? nullptr : wg.get();
-        f.w_up = merged ? nullptr : wu.get();
-        f.w_gate_up = merged ? wgu.get() : nullptr;
-        f.w_down = wd.get();
+        f.w_gate = merged ? nullptr : wg.get(), f.w_up = merged ? nullptr : wu.get();
+        f.w_gate_up = merged ? wgu.get() : nullptr, f.w_down = wd.get();
         f.out = out.get();
-        f.saved = saved.get();
-        f.saved_size = saved_size;
-        f.workspace = workspace.get();
-        f.workspace_size = workspace_size;
+        f.saved = saved.get(), f.saved_size = saved_size;
+        f.workspace = workspace.get(), f.workspace_size = workspace_size;
         MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
         moejit_backward_args_t b;
-        moejit_backward_args_init(&b);
-        b.num_tokens = T;
-        b.x = x.get();
+        layer_backward_args(&f, &b);
         b.dout = dout.get();
-        b.routing_weights = rw.get();
-        b.w_gate = f.w_gate;
-        b.w_up = f.w_up;
-        b.w_gate_up = f.w_gate_up;
-        b.w_down = wd.get();
-        b.saved = saved.get();
-        b.saved_size = saved_size;
-        b.workspace = workspace.get();
-        b.workspace_size = workspace_size;
         b.dx = dx.get();
         b.d_routing_weights = drw.get();
-        b.dw_gate = merged ? nullptr : dwg.get();
-        b.dw_up = merged ? nullptr : dwu.get();
-        b.dw_gate_up = merged ? dwgu.get() : nullptr;
-        b.dw_down = dwd.get();
+        b.dw_gate = merged ? nullptr : dwg.get(), b.dw_up = merged ? nullptr : dwu.get();
+        b.dw_gate_up = merged ? dwgu.get() : nullptr, b.dw_down = dwd.get();
         MOEJIT_TEST_OK(moejit_plan_backward(plan, &b));
     }
 };
 
 moejit_plan_desc_t layer_desc(std::int32_t H, std::int32_t I, std::int32_t E, std::int32_t k, bool merged) {
     moejit_plan_desc_t d;
-    moejit_plan_desc_init(&d);
-    d.hidden_size = H;
-    d.intermediate_size = I;
-    d.num_experts = E;
-    d.top_k = k;
+    layer_desc_init(&d, H, I, E, k);
     d.fc1_layout = merged ? MOEJIT_FC1_MERGED : MOEJIT_FC1_SPLIT;
     d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
     d.index_dtype = MOEJIT_DTYPE_INT32;

@@ -33,25 +33,57 @@ struct RoutingResult {
     }
 };
 
+// One routing index on the device: the routes `sel` [t,k] over e experts, the outputs and the
+// workspace, every output and the workspace poisoned.
+struct RoutingBuffers {
+    moejit_dtype_t dtype;
+    std::int64_t t;
+    std::int32_t k, e;
+    DeviceBuffer sel, counts, offsets, index, ws;
+    size_t ws_bytes = 0;
+
+    template <class Id>
+    RoutingBuffers(const std::vector<Id> &routes, std::int64_t t_, std::int32_t k_, std::int32_t e_)
+        : dtype(id_dtype<Id>()), t(t_), k(k_), e(e_) {
+        MOEJIT_TEST_OK(moejit_routing_index_workspace_size(t, k, e, &ws_bytes));
+        sel = DeviceBuffer::from(routes);
+        counts = DeviceBuffer(e * sizeof(std::int32_t));
+        offsets = DeviceBuffer((e + 1) * sizeof(std::int32_t));
+        index = DeviceBuffer(routes.size() * sizeof(std::int32_t));
+        ws = DeviceBuffer(ws_bytes);
+        for (DeviceBuffer *b : {&counts, &offsets, &index, &ws}) b->poison();
+    }
+    // Through the C ABI.
+    moejit_status_t run(void *stream) const {
+        return moejit_routing_index(gpu_context(), dtype, sel.get(), t, k, e, counts.as<std::int32_t>(),
+                                    offsets.as<std::int32_t>(), index.as<std::int32_t>(), ws.get(), ws_bytes,
+                                    stream);
+    }
+    // The library's own entry, for kernels loaded once (the layer plan's path).
+    moejit::RoutingIndexArgs internal_args() const {
+        moejit::RoutingIndexArgs a;
+        a.index_dtype = dtype;
+        a.selected_experts = sel.get();
+        a.num_tokens = t, a.top_k = k, a.num_experts = e;
+        a.counts = counts.as<std::int32_t>();
+        a.offsets = offsets.as<std::int32_t>();
+        a.scatter_index = index.as<std::int32_t>();
+        a.workspace = ws.get(), a.workspace_size = ws_bytes;
+        return a;
+    }
+    RoutingResult download() const {
+        return {counts.download<std::int32_t>(), offsets.download<std::int32_t>(), index.download<std::int32_t>()};
+    }
+};
+
 // One routing_index call on `stream` with every output and the workspace poisoned first.
 template <class Id>
 RoutingResult run_routing(const std::vector<Id> &sel, std::int64_t t, std::int32_t k,
                           std::int32_t e, void *stream = nullptr) {
-    size_t ws_bytes = 0;
-    MOEJIT_TEST_OK(moejit_routing_index_workspace_size(t, k, e, &ws_bytes));
-    DeviceBuffer d_sel = DeviceBuffer::from(sel);
-    DeviceBuffer counts(e * sizeof(std::int32_t)), offsets((e + 1) * sizeof(std::int32_t));
-    DeviceBuffer index(sel.size() * sizeof(std::int32_t)), ws(ws_bytes);
-    counts.poison();
-    offsets.poison();
-    index.poison();
-    ws.poison();
-    MOEJIT_TEST_OK(moejit_routing_index(gpu_context(), id_dtype<Id>(), d_sel.get(), t, k, e,
-                                        counts.as<std::int32_t>(), offsets.as<std::int32_t>(),
-                                        index.as<std::int32_t>(), ws.get(), ws_bytes, stream));
+    const RoutingBuffers b(sel, t, k, e);
+    MOEJIT_TEST_OK(b.run(stream));
     if (stream) MOEJIT_CU(cuStreamSynchronize(static_cast<CUstream>(stream)));
-    return {counts.download<std::int32_t>(), offsets.download<std::int32_t>(),
-            index.download<std::int32_t>()};
+    return b.download();
 }
 
 template <class Id>
@@ -184,30 +216,12 @@ BOOST_AUTO_TEST_CASE(routing_index_is_cuda_graph_capturable) {
     MOEJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     run_routing(sel, t, k, e, stream);  // compiles and loads outside the capture
 
-    size_t ws_bytes = 0;
-    MOEJIT_TEST_OK(moejit_routing_index_workspace_size(t, k, e, &ws_bytes));
-    DeviceBuffer d_sel = DeviceBuffer::from(sel), counts(e * 4), offsets((e + 1) * 4),
-                 index(sel.size() * 4), ws(ws_bytes);
-    counts.poison();
-    offsets.poison();
-    index.poison();
-    ws.poison();
-    MOEJIT_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
-    const moejit_status_t status = moejit_routing_index(
-        gpu_context(), MOEJIT_DTYPE_INT32, d_sel.get(), t, k, e, counts.as<std::int32_t>(),
-        offsets.as<std::int32_t>(), index.as<std::int32_t>(), ws.get(), ws_bytes, stream);
-    CUgraph graph = nullptr;
-    MOEJIT_CU(cuStreamEndCapture(stream, &graph));
-    MOEJIT_TEST_OK(status);
-    CUgraphExec exec = nullptr;
-    MOEJIT_CU(cuGraphInstantiate(&exec, graph, 0));
-    MOEJIT_CU(cuGraphLaunch(exec, stream));
-    MOEJIT_CU(cuStreamSynchronize(stream));
-    BOOST_TEST(counts.download<std::int32_t>() == ref.counts, boost::test_tools::per_element());
-    BOOST_TEST(offsets.download<std::int32_t>() == ref.offsets, boost::test_tools::per_element());
-    BOOST_TEST((index.download<std::int32_t>() == ref.scatter_index));
-    MOEJIT_CU(cuGraphExecDestroy(exec));
-    MOEJIT_CU(cuGraphDestroy(graph));
+    const RoutingBuffers b(sel, t, k, e);
+    CapturedGraph(stream, CU_STREAM_CAPTURE_MODE_RELAXED, [&] { return b.run(stream); }).launch_and_wait();
+    const RoutingResult got = b.download();
+    BOOST_TEST(got.counts == ref.counts, boost::test_tools::per_element());
+    BOOST_TEST(got.offsets == ref.offsets, boost::test_tools::per_element());
+    BOOST_TEST((got.scatter_index == ref.scatter_index));
     MOEJIT_CU(cuStreamDestroy(stream));
 }
 
@@ -224,17 +238,8 @@ BOOST_AUTO_TEST_CASE(routing_index_timing) {
                            Shape{16384, 8, 128, false}, Shape{4096, 8, 128, false}}) {
         const auto sel = s.all_zero ? std::vector<std::int32_t>(s.t * s.k, 0)
                                     : topk_routes<std::int32_t>(s.t, s.k, s.e, rng);
-        size_t ws_bytes = 0;
-        MOEJIT_TEST_OK(moejit_routing_index_workspace_size(s.t, s.k, s.e, &ws_bytes));
-        DeviceBuffer d_sel = DeviceBuffer::from(sel), counts(s.e * 4), offsets((s.e + 1) * 4),
-                     index(sel.size() * 4), ws(ws_bytes);
-        auto once = [&] {
-            MOEJIT_TEST_OK(moejit_routing_index(gpu_context(), MOEJIT_DTYPE_INT32, d_sel.get(), s.t,
-                                                s.k, s.e, counts.as<std::int32_t>(),
-                                                offsets.as<std::int32_t>(),
-                                                index.as<std::int32_t>(), ws.get(), ws_bytes,
-                                                nullptr));
-        };
+        const RoutingBuffers b(sel, s.t, s.k, s.e);
+        auto once = [&] { MOEJIT_TEST_OK(b.run(nullptr)); };
         once();
         synchronize();
         // Eager calls (includes host work: render, cache lookup, 3 launches) and the same call
@@ -242,20 +247,12 @@ BOOST_AUTO_TEST_CASE(routing_index_timing) {
         const int per_graph = 20;
         CUstream stream = nullptr;
         MOEJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-        MOEJIT_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
-        moejit_status_t captured = MOEJIT_SUCCESS;
-        for (int i = 0; i < per_graph && captured == MOEJIT_SUCCESS; ++i)
-            captured = moejit_routing_index(gpu_context(), MOEJIT_DTYPE_INT32, d_sel.get(), s.t,
-                                            s.k, s.e, counts.as<std::int32_t>(),
-                                            offsets.as<std::int32_t>(), index.as<std::int32_t>(),
-                                            ws.get(), ws_bytes, stream);
-        CUgraph graph = nullptr;
-        MOEJIT_CU(cuStreamEndCapture(stream, &graph));
-        MOEJIT_TEST_OK(captured);
-        CUgraphExec exec = nullptr;
-        MOEJIT_CU(cuGraphInstantiate(&exec, graph, 0));
-        MOEJIT_CU(cuGraphLaunch(exec, stream));
-        MOEJIT_CU(cuStreamSynchronize(stream));
+        const CapturedGraph graph(stream, CU_STREAM_CAPTURE_MODE_RELAXED, [&] {
+            moejit_status_t captured = MOEJIT_SUCCESS;
+            for (int i = 0; i < per_graph && captured == MOEJIT_SUCCESS; ++i) captured = b.run(stream);
+            return captured;
+        });
+        graph.launch_and_wait();
 
         CUevent start = nullptr, stop = nullptr;
         MOEJIT_CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
@@ -271,17 +268,7 @@ BOOST_AUTO_TEST_CASE(routing_index_timing) {
         moejit::Context &ctx = internal_ctx();
         const moejit::LoadedRoutingKernels loaded =
             moejit::load_routing_index(ctx, moejit::RoutingSpec{MOEJIT_DTYPE_INT32, s.e});
-        moejit::RoutingIndexArgs args;
-        args.index_dtype = MOEJIT_DTYPE_INT32;
-        args.selected_experts = d_sel.get();
-        args.num_tokens = s.t;
-        args.top_k = s.k;
-        args.num_experts = s.e;
-        args.counts = counts.as<std::int32_t>();
-        args.offsets = offsets.as<std::int32_t>();
-        args.scatter_index = index.as<std::int32_t>();
-        args.workspace = ws.get();
-        args.workspace_size = ws_bytes;
+        const moejit::RoutingIndexArgs args = b.internal_args();
         float preloaded_ms = 0;
         MOEJIT_CU(cuEventRecord(start, nullptr));
         for (int i = 0; i < reps; ++i) moejit::routing_index(ctx, args, loaded);
@@ -289,7 +276,7 @@ BOOST_AUTO_TEST_CASE(routing_index_timing) {
         MOEJIT_CU(cuEventSynchronize(stop));
         MOEJIT_CU(cuEventElapsedTime(&preloaded_ms, start, stop));
         MOEJIT_CU(cuEventRecord(start, stream));
-        for (int i = 0; i < reps; ++i) MOEJIT_CU(cuGraphLaunch(exec, stream));
+        for (int i = 0; i < reps; ++i) graph.launch();
         MOEJIT_CU(cuEventRecord(stop, stream));
         MOEJIT_CU(cuEventSynchronize(stop));
         MOEJIT_CU(cuEventElapsedTime(&graph_ms, start, stop));
@@ -300,8 +287,6 @@ BOOST_AUTO_TEST_CASE(routing_index_timing) {
                     1000.0 * graph_ms / (reps * per_graph));
         MOEJIT_CU(cuEventDestroy(start));
         MOEJIT_CU(cuEventDestroy(stop));
-        MOEJIT_CU(cuGraphExecDestroy(exec));
-        MOEJIT_CU(cuGraphDestroy(graph));
         MOEJIT_CU(cuStreamDestroy(stream));
         BOOST_TEST(graph_ms > 0.0f);
     }
@@ -520,28 +505,10 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     const auto sel = random_routes<std::int64_t>(t, k, e, rng);
     const RoutingResult expected = run_routing(sel, t, k, e);  // through the C ABI
 
-    size_t ws_bytes = 0;
-    MOEJIT_TEST_OK(moejit_routing_index_workspace_size(t, k, e, &ws_bytes));
-    DeviceBuffer d_sel = DeviceBuffer::from(sel), counts(e * 4), offsets((e + 1) * 4),
-                 index(sel.size() * 4), ws(ws_bytes);
-    counts.poison();
-    offsets.poison();
-    index.poison();
-    ws.poison();
-    moejit::RoutingIndexArgs ra;
-    ra.index_dtype = MOEJIT_DTYPE_INT64;
-    ra.selected_experts = d_sel.get();
-    ra.num_tokens = t;
-    ra.top_k = k;
-    ra.num_experts = e;
-    ra.counts = counts.as<std::int32_t>();
-    ra.offsets = offsets.as<std::int32_t>();
-    ra.scatter_index = index.as<std::int32_t>();
-    ra.workspace = ws.get();
-    ra.workspace_size = ws_bytes;
+    const RoutingBuffers b(sel, t, k, e);
+    const moejit::RoutingIndexArgs ra = b.internal_args();
     moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {MOEJIT_DTYPE_INT64, e}));
-    const RoutingResult got{counts.download<std::int32_t>(), offsets.download<std::int32_t>(),
-                            index.download<std::int32_t>()};
+    const RoutingResult got = b.download();
     BOOST_TEST((got == expected));
     // A kernel set loaded for another spec is refused.
     BOOST_CHECK_THROW(
@@ -551,16 +518,13 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     const HalfTensor x = random_half(static_cast<std::size_t>(t * h), MOEJIT_DTYPE_BF16, rng);
     DeviceBuffer d_x = DeviceBuffer::from(x.bits), xs_a(t * k * h * 2), xs_b(t * k * h * 2),
                  out_a(t * h * 2), out_b(t * h * 2);
-    xs_a.poison();
-    xs_b.poison();
-    out_a.poison();
-    out_b.poison();
-    MOEJIT_TEST_OK(moejit_scatter(gpu_context(), MOEJIT_DTYPE_BF16, d_x.get(), index.as<std::int32_t>(),
+    for (DeviceBuffer *buf : {&xs_a, &xs_b, &out_a, &out_b}) buf->poison();
+    MOEJIT_TEST_OK(moejit_scatter(gpu_context(), MOEJIT_DTYPE_BF16, d_x.get(), b.index.as<std::int32_t>(),
                                   t, k, h, xs_a.get(), nullptr));
     moejit::ScatterArgs sa;
     sa.spec = {MOEJIT_DTYPE_BF16, h, k};
     sa.x = d_x.get();
-    sa.scatter_index = index.as<std::int32_t>();
+    sa.scatter_index = b.index.as<std::int32_t>();
     sa.num_tokens = t;
     sa.xs = xs_b.get();
     moejit::scatter(ctx, sa, ctx.kernel(moejit::render_scatter(sa.spec)));
@@ -568,12 +532,12 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     BOOST_TEST((xs == xs_b.download<std::uint16_t>()));
     BOOST_TEST(std::none_of(xs.begin(), xs.end(), [](std::uint16_t b) { return b == 0xFFFF; }));
 
-    MOEJIT_TEST_OK(moejit_gather(gpu_context(), MOEJIT_DTYPE_BF16, xs_a.get(), index.as<std::int32_t>(),
+    MOEJIT_TEST_OK(moejit_gather(gpu_context(), MOEJIT_DTYPE_BF16, xs_a.get(), b.index.as<std::int32_t>(),
                                  nullptr, MOEJIT_DTYPE_FP32, t, k, h, out_a.get(), nullptr));
     moejit::GatherArgs ga;
     ga.spec = {MOEJIT_DTYPE_BF16, h, k, MOEJIT_DTYPE_FP32};
     ga.ys = xs_a.get();
-    ga.scatter_index = index.as<std::int32_t>();
+    ga.scatter_index = b.index.as<std::int32_t>();
     ga.num_tokens = t;
     ga.out = out_b.get();
     moejit::gather(ctx, ga, ctx.kernel(moejit::render_gather(moejit::effective_gather_spec(ga))));

@@ -70,11 +70,8 @@ Inputs make_inputs(moejit_dtype_t dtype, std::int64_t rows, std::int64_t interme
                    float limit, bool weights, std::uint64_t salt) {
     std::mt19937_64 rng(test_seed() * 1000003u + salt);
     Inputs in;
-    in.dtype = dtype;
-    in.rows = rows;
-    in.intermediate = intermediate;
-    in.limit = limit;
-    in.weights = weights;
+    in.dtype = dtype, in.rows = rows, in.intermediate = intermediate;
+    in.limit = limit, in.weights = weights;
     const auto n = static_cast<std::size_t>(rows * intermediate);
     const float scale = limit > 0 ? 0.9f * limit : 3.0f;
     in.g = random_half(n, dtype, rng, scale);

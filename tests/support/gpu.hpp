@@ -135,6 +135,36 @@ private:
 
 inline void synchronize() { MOEJIT_CU(cuCtxSynchronize()); }
 
+// What `enqueue` puts on `stream` captured into a CUDA graph and instantiated (the status it
+// returns is checked once the capture has ended); launch() replays the graph on `stream`.
+class CapturedGraph {
+public:
+    template <class Enqueue>
+    CapturedGraph(CUstream stream, CUstreamCaptureMode mode, Enqueue &&enqueue) : stream_(stream) {
+        MOEJIT_CU(cuStreamBeginCapture(stream, mode));
+        const moejit_status_t status = enqueue();
+        MOEJIT_CU(cuStreamEndCapture(stream, &graph_));
+        MOEJIT_TEST_OK(status);
+        MOEJIT_CU(cuGraphInstantiate(&exec_, graph_, 0));
+    }
+    ~CapturedGraph() {
+        if (exec_) driver().cuGraphExecDestroy(exec_);
+        if (graph_) driver().cuGraphDestroy(graph_);
+    }
+    CapturedGraph(const CapturedGraph &) = delete;
+    CapturedGraph &operator=(const CapturedGraph &) = delete;
+    void launch() const { MOEJIT_CU(cuGraphLaunch(exec_, stream_)); }
+    void launch_and_wait() const {
+        launch();
+        MOEJIT_CU(cuStreamSynchronize(stream_));
+    }
+
+private:
+    CUstream stream_;
+    CUgraph graph_ = nullptr;
+    CUgraphExec exec_ = nullptr;
+};
+
 // ---- host-side half-precision conversions (round to nearest even)
 inline std::uint16_t float_to_bf16(float f) {
     std::uint32_t u;

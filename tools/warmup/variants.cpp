@@ -31,10 +31,8 @@ std::vector<WarmupJob> enumerate_jobs(const std::vector<ModelSpec> &specs, const
                     moejit_plan_desc_t &d = job.desc;
                     d = defaults;
                     d.dtype = dtype;
-                    d.hidden_size = spec.hidden;
-                    d.intermediate_size = spec.intermediate;
-                    d.num_experts = spec.experts;
-                    d.top_k = spec.top_k;
+                    d.hidden_size = spec.hidden, d.intermediate_size = spec.intermediate;
+                    d.num_experts = spec.experts, d.top_k = spec.top_k;
                     d.swiglu_limit = spec.swiglu_limit;
                     d.activation = MOEJIT_ACTIVATION_SWIGLU;
                     d.fc1_layout = at[fc1] ? MOEJIT_FC1_MERGED : MOEJIT_FC1_SPLIT;

@@ -145,41 +145,29 @@ class CacheStats(_Struct):
     ]
 
 
+# The two grouped GEMMs' structs: the same head (dtypes, rows) and tail (accumulate, operands,
+# offsets, stream) around their own sizes.
+_GROUP_GEMM_HEAD = [("struct_size", c_size_t), ("dtype", c_int), ("c_dtype", c_int),
+                    ("rows", c_int64)]
+_GROUP_GEMM_TAIL = [("accumulate", c_int32), ("a", c_void_p), ("b", c_void_p), ("c", c_void_p),
+                    ("offsets", c_void_p), ("stream", c_void_p)]
+
+
 class GroupGemmNkArgs(_Struct):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("dtype", c_int),
-        ("c_dtype", c_int),
-        ("rows", c_int64),
+    _fields_ = _GROUP_GEMM_HEAD + [
         ("n", c_int64),
         ("k", c_int64),
         ("num_experts", c_int32),
         ("b_transposed", c_int32),
-        ("accumulate", c_int32),
-        ("a", c_void_p),
-        ("b", c_void_p),
-        ("c", c_void_p),
-        ("offsets", c_void_p),
-        ("stream", c_void_p),
-    ]
+    ] + _GROUP_GEMM_TAIL
 
 
 class GroupGemmMnArgs(_Struct):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("dtype", c_int),
-        ("c_dtype", c_int),
-        ("rows", c_int64),
+    _fields_ = _GROUP_GEMM_HEAD + [
         ("m", c_int64),
         ("n", c_int64),
         ("num_experts", c_int32),
-        ("accumulate", c_int32),
-        ("a", c_void_p),
-        ("b", c_void_p),
-        ("c", c_void_p),
-        ("offsets", c_void_p),
-        ("stream", c_void_p),
-    ]
+    ] + _GROUP_GEMM_TAIL
 
 
 class SwigluArgs(_Struct):
@@ -280,14 +268,14 @@ class BackwardArgs(_Struct):
     ]
 
 
+# What both experts structs start with: the grouped rows, their offsets and weights.
+_EXPERTS_ROWS = [("struct_size", c_size_t), ("num_rows", c_int64), ("xs", c_void_p),
+                 ("expert_offsets", c_void_p), ("row_weights", c_void_p)]
+
+
 class ExpertsForwardArgs(_Struct):
     """moejit_experts_forward_args_t (since 0.6)."""
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("num_rows", c_int64),
-        ("xs", c_void_p),
-        ("expert_offsets", c_void_p),
-        ("row_weights", c_void_p),
+    _fields_ = _EXPERTS_ROWS + [
         ("w_gate", c_void_p),
         ("w_up", c_void_p),
         ("w_gate_up", c_void_p),
@@ -305,12 +293,7 @@ class ExpertsForwardArgs(_Struct):
 
 class ExpertsBackwardArgs(_Struct):
     """moejit_experts_backward_args_t (since 0.6)."""
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("num_rows", c_int64),
-        ("xs", c_void_p),
-        ("expert_offsets", c_void_p),
-        ("row_weights", c_void_p),
+    _fields_ = _EXPERTS_ROWS + [
         ("dys", c_void_p),
         ("w_gate", c_void_p),
         ("w_up", c_void_p),

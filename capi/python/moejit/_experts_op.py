@@ -87,12 +87,8 @@ def _forward(where, xs, offsets, rw, w_gate_up, w_down, swiglu_limit, **gated):
     device = xs.device
     plan = _op._plan(spec, device)
     rows = spec.num_tokens
-    saved_size = _saved_bound(spec)
-    needed = plan.experts_saved_size(rows)
-    if needed > saved_size:
-        raise errors.InternalError(
-            f"{where}: the library needs {needed} saved bytes for R={rows}, more than the "
-            f"binding's bound {saved_size} (experts_saved_bytes_bound is out of date)")
+    saved_size = _op._within_bound(where, plan.experts_saved_size(rows), _saved_bound(spec),
+                                   f"R={rows}", "experts_saved_bytes_bound")
     workspace_size = plan.experts_workspace_size(rows)
     ys = _op._empty(tuple(xs.shape), xs.dtype, device)
     saved = _op._empty_bytes(saved_size, device)
@@ -198,25 +194,7 @@ def _(dys, xs, expert_offsets, row_weights, w_gate_up, w_down, b_gate_up, b_down
             _op._like(b_down) if b_down is not None else empty())
 
 
-def _setup_context(ctx, inputs, output):
-    (xs, offsets, rw, w_gate_up, w_down, b_gate_up, b_down, swiglu_limit, activation, alpha,
-     interleaved, weights_transposed) = inputs
-    _, saved = output
-    ctx.save_for_backward(xs, offsets, rw, w_gate_up, w_down, b_gate_up, b_down, saved)
-    ctx.options = (swiglu_limit, activation, alpha, interleaved, weights_transposed)
-    ctx.mark_non_differentiable(saved)
-
-
-def _experts_autograd(ctx, dys, _dsaved):
-    xs, offsets, rw, w_gate_up, w_down, b_gate_up, b_down, saved = ctx.saved_tensors
-    dxs, drw, dw_gate_up, dw_down, db_gate_up, db_down = torch.ops.moejit.experts_backward(
-        dys, xs, offsets, rw, w_gate_up, w_down, b_gate_up, b_down, saved, *ctx.options)
-    if rw is None:
-        drw = None
-    if b_gate_up is None:
-        db_gate_up = db_down = None
-    return (dxs, None, drw, dw_gate_up, dw_down, db_gate_up, db_down, None, None, None, None,
-            None)
-
-
-experts.register_autograd(_experts_autograd, setup_context=_setup_context)
+# The gated ops' autograd (same inputs: xs, expert offsets, row weights or None, the weights,
+# the biases, the five options).
+experts.register_autograd(_op._gated_backward("experts_backward"),
+                          setup_context=_op._setup_context_gated)

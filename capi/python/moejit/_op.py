@@ -283,6 +283,17 @@ def _stream(device: torch.device) -> int:
 # ------------------------------------------------------------------ implementations
 
 
+def _within_bound(where, needed, bound, size, bound_name):
+    """The bound on the saved buffer's bytes the binding allocates (its fake implementation
+    gives the same), checked against what the library needs for this size."""
+    if needed > bound:
+        raise errors.InternalError(
+            f"{where}: the library needs {needed} saved bytes for {size}, more than the "
+            f"binding's bound {bound} ({bound_name} is out of date with the library's saved "
+            "layout)")
+    return bound
+
+
 def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated):
     """gated: fused_moe_gated's keywords (activation, alpha, interleaved, weights_transposed,
     b_gate_up, b_down), see check()."""
@@ -292,13 +303,8 @@ def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, *
     device = x.device
     plan = _plan(spec, device)
     tokens = spec.num_tokens
-    saved_size = _saved_bound(spec)
-    needed = plan.saved_size(tokens)
-    if needed > saved_size:
-        raise errors.InternalError(
-            f"{where}: the library needs {needed} saved bytes for T={tokens}, more than the "
-            f"binding's bound {saved_size} (moejit._op.saved_bytes_bound is out of date with "
-            "the library's saved layout)")
+    saved_size = _within_bound(where, plan.saved_size(tokens), _saved_bound(spec), f"T={tokens}",
+                               "moejit._op.saved_bytes_bound")
     workspace_size = plan.workspace_size(tokens)
     out = _empty(tuple(x.shape), x.dtype, device)
     saved = _empty_bytes(saved_size, device)
@@ -651,23 +657,36 @@ def _fused_moe_merged_backward(ctx, dout, _dsaved):
     return dx, None, drw, dw_gate_up, dw_down, None
 
 
+# The gated ops' autograd, shared with the experts op (_experts_op.py): inputs (x, the routing
+# index (selected experts or expert offsets), the routing weights (the experts op's may be
+# None), w_gate_up, w_down, b_gate_up, b_down, swiglu_limit, activation, alpha, interleaved,
+# weights_transposed); outputs (out, saved).
 def _setup_context_gated(ctx, inputs, output):
-    (x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, swiglu_limit, activation, alpha,
+    (x, index, rw, w_gate_up, w_down, b_gate_up, b_down, swiglu_limit, activation, alpha,
      interleaved, weights_transposed) = inputs
     _, saved = output
-    ctx.save_for_backward(x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved)
+    ctx.save_for_backward(x, index, rw, w_gate_up, w_down, b_gate_up, b_down, saved)
     ctx.options = (swiglu_limit, activation, alpha, interleaved, weights_transposed)
     ctx.mark_non_differentiable(saved)
 
 
-def _fused_moe_gated_backward(ctx, dout, _dsaved):
-    x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved = ctx.saved_tensors
-    dx, drw, dw_gate_up, dw_down, db_gate_up, db_down = torch.ops.moejit.fused_moe_gated_backward(
-        dout, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved, *ctx.options)
-    if b_gate_up is None:
-        db_gate_up = db_down = None
-    return (dx, None, drw, dw_gate_up, dw_down, db_gate_up, db_down, None, None, None, None,
-            None)
+def _gated_backward(backward_op: str):
+    """The autograd backward through torch.ops.moejit.<backward_op>: no gradient for the
+    index and the options, nor for routing weights or biases not given."""
+    def backward(ctx, dout, _dsaved):
+        x, index, rw, w_gate_up, w_down, b_gate_up, b_down, saved = ctx.saved_tensors
+        dx, drw, dw_gate_up, dw_down, db_gate_up, db_down = getattr(torch.ops.moejit, backward_op)(
+            dout, x, index, rw, w_gate_up, w_down, b_gate_up, b_down, saved, *ctx.options)
+        if rw is None:
+            drw = None
+        if b_gate_up is None:
+            db_gate_up = db_down = None
+        return (dx, None, drw, dw_gate_up, dw_down, db_gate_up, db_down, None, None, None, None,
+                None)
+    return backward
+
+
+_fused_moe_gated_backward = _gated_backward("fused_moe_gated_backward")
 
 
 fused_moe.register_autograd(_fused_moe_backward, setup_context=_setup_context)

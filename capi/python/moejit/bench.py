@@ -125,6 +125,14 @@ def make_inputs(T, E, H, I, k, dtype, routing, merged, seed):
         w = torch.randn(*shape, device=dev, dtype=dtype, generator=g)
         return w.mul_(fan_in ** -0.5).requires_grad_()
 
+    weights = layer_weights(E, H, I, merged, weight)
+    dout = torch.randn(T, H, device=dev, dtype=dtype, generator=g)
+    return x, sel, rw, weights, dout
+
+
+def layer_weights(E, H, I, merged, weight):
+    """The layer's weights by name: w_gate_up (merged) or w_gate and w_up, and w_down, each
+    drawn by weight(*shape, fan_in=)."""
     weights = {}
     if merged:
         weights["w_gate_up"] = weight(E, 2 * I, H, fan_in=H)
@@ -132,8 +140,7 @@ def make_inputs(T, E, H, I, k, dtype, routing, merged, seed):
         weights["w_gate"] = weight(E, I, H, fan_in=H)
         weights["w_up"] = weight(E, I, H, fan_in=H)
     weights["w_down"] = weight(E, H, I, fan_in=I)
-    dout = torch.randn(T, H, device=dev, dtype=dtype, generator=g)
-    return x, sel, rw, weights, dout
+    return weights
 
 
 def bench_impl(name, x, sel, rw, weights, dout, limit, warmup, reps, eager_budget_s,

@@ -264,15 +264,21 @@ def check_swiglu_limit(limit: Optional[float]) -> float:
     return value
 
 
+def swiglu_alpha(alpha, where: str = "") -> float:
+    """alpha with activation "swiglu": None only (-> 0.0). Plain Python (torch.compile traces
+    moejit.torch's checks); `where` prefixes the message."""
+    if alpha is not None:
+        raise errors.InvalidArgumentError(
+            f"{where}alpha is only for activation='gpt_oss'; with 'swiglu' it must be None, got "
+            f"{alpha!r}")
+    return 0.0
+
+
 def check_activation_alpha(activation: str, alpha: Optional[float]) -> float:
     """The activation's alpha as the library receives it: "swiglu" takes none (None -> 0.0);
     "gpt_oss" takes None (-> 1.702, gpt-oss's) or a finite value > 0 (judged as float32)."""
     if activation == "swiglu":
-        if alpha is not None:
-            raise errors.InvalidArgumentError(
-                f"alpha is only for activation='gpt_oss'; with 'swiglu' it must be None, got "
-                f"{alpha!r}")
-        return 0.0
+        return swiglu_alpha(alpha)
     if alpha is None:
         return _capi.GPT_OSS_ALPHA
     # A number only (a string such as "1.7" is a mistake, not an alpha).
@@ -292,6 +298,14 @@ def warmup(context: Context, **desc) -> int:
     kernels = c_int()
     _capi.check(_capi.lib().moejit_plan_warmup(context.handle, byref(d), byref(kernels)))
     return kernels.value
+
+
+def _launch(fn, handle, cls, buffers: dict, **values) -> None:
+    """fn(handle, &args): args of type cls at the library's defaults, with every entry of
+    `buffers` as a device pointer (None, an int or a tensor) and `values` as given."""
+    args = _capi.init_struct(cls, **{name: _capi.pointer(b) for name, b in buffers.items()},
+                             **values)
+    _capi.check(fn(handle, byref(args)))
 
 
 class Plan(_OwnedHandle):
@@ -335,25 +349,12 @@ class Plan(_OwnedHandle):
                 w_gate_up=None, b_gate_up=None, b_down=None,
                 stream: Optional[int] = None) -> None:
         """b_gate_up [E,2I] and b_down [E,H]: the biases of a has_bias plan (since 0.5)."""
-        p = _capi.pointer
-        args = _capi.init_struct(_capi.ForwardArgs)
-        args.num_tokens = num_tokens
-        args.x = p(x)
-        args.selected_experts = p(selected_experts)
-        args.routing_weights = p(routing_weights)
-        args.w_gate = p(w_gate)
-        args.w_up = p(w_up)
-        args.w_gate_up = p(w_gate_up)
-        args.w_down = p(w_down)
-        args.out = p(out)
-        args.saved = p(saved)
-        args.saved_size = saved_size
-        args.workspace = p(workspace)
-        args.workspace_size = workspace_size
-        args.stream = stream
-        args.b_gate_up = p(b_gate_up)
-        args.b_down = p(b_down)
-        _capi.check(_capi.lib().moejit_plan_forward(self.handle, byref(args)))
+        _launch(_capi.lib().moejit_plan_forward, self.handle, _capi.ForwardArgs,
+                dict(x=x, selected_experts=selected_experts, routing_weights=routing_weights,
+                     w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down, out=out,
+                     saved=saved, workspace=workspace, b_gate_up=b_gate_up, b_down=b_down),
+                num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
+                stream=stream)
 
     def backward(self, *, num_tokens: int, x, dout, routing_weights, w_down, saved,
                  saved_size: int, dx, d_routing_weights, dw_down, workspace, workspace_size: int,
@@ -364,31 +365,14 @@ class Plan(_OwnedHandle):
         scatter; None only when num_tokens is 0). A has_bias plan (since 0.5) takes b_down
         [E,H] as in forward and writes (or, accumulating, adds into) db_gate_up [E,2I] and
         db_down [E,H] in the weight-gradient dtype."""
-        p = _capi.pointer
-        args = _capi.init_struct(_capi.BackwardArgs)
-        args.num_tokens = num_tokens
-        args.x = p(x)
-        args.dout = p(dout)
-        args.routing_weights = p(routing_weights)
-        args.w_gate = p(w_gate)
-        args.w_up = p(w_up)
-        args.w_gate_up = p(w_gate_up)
-        args.w_down = p(w_down)
-        args.saved = p(saved)
-        args.saved_size = saved_size
-        args.dx = p(dx)
-        args.d_routing_weights = p(d_routing_weights)
-        args.dw_gate = p(dw_gate)
-        args.dw_up = p(dw_up)
-        args.dw_gate_up = p(dw_gate_up)
-        args.dw_down = p(dw_down)
-        args.workspace = p(workspace)
-        args.workspace_size = workspace_size
-        args.stream = stream
-        args.b_down = p(b_down)
-        args.db_gate_up = p(db_gate_up)
-        args.db_down = p(db_down)
-        _capi.check(_capi.lib().moejit_plan_backward(self.handle, byref(args)))
+        _launch(_capi.lib().moejit_plan_backward, self.handle, _capi.BackwardArgs,
+                dict(x=x, dout=dout, routing_weights=routing_weights, w_gate=w_gate, w_up=w_up,
+                     w_gate_up=w_gate_up, w_down=w_down, saved=saved, dx=dx,
+                     d_routing_weights=d_routing_weights, dw_gate=dw_gate, dw_up=dw_up,
+                     dw_gate_up=dw_gate_up, dw_down=dw_down, workspace=workspace,
+                     b_down=b_down, db_gate_up=db_gate_up, db_down=db_down),
+                num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
+                stream=stream)
 
     # ---- the pre-dispatched experts (since 0.6): rows already grouped by expert
 
@@ -409,19 +393,13 @@ class Plan(_OwnedHandle):
                         stream: Optional[int] = None) -> None:
         """xs [R,H] grouped by expert, expert_offsets int32 [E+1] on the device, row_weights
         fp32 [R] or None (1); writes ys [R,H] and saved (moejit_plan_experts_forward)."""
-        p = _capi.pointer
-        args = _capi.init_struct(_capi.ExpertsForwardArgs)
-        args.num_rows = num_rows
-        for name, value in (("xs", xs), ("expert_offsets", expert_offsets),
-                            ("row_weights", row_weights), ("w_gate", w_gate), ("w_up", w_up),
-                            ("w_gate_up", w_gate_up), ("w_down", w_down),
-                            ("b_gate_up", b_gate_up), ("b_down", b_down), ("ys", ys),
-                            ("saved", saved), ("workspace", workspace)):
-            setattr(args, name, p(value))
-        args.saved_size = saved_size
-        args.workspace_size = workspace_size
-        args.stream = stream
-        _capi.check(_capi.lib().moejit_plan_experts_forward(self.handle, byref(args)))
+        _launch(_capi.lib().moejit_plan_experts_forward, self.handle, _capi.ExpertsForwardArgs,
+                dict(xs=xs, expert_offsets=expert_offsets, row_weights=row_weights,
+                     w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
+                     b_gate_up=b_gate_up, b_down=b_down, ys=ys, saved=saved,
+                     workspace=workspace),
+                num_rows=num_rows, saved_size=saved_size, workspace_size=workspace_size,
+                stream=stream)
 
     def experts_backward(self, *, num_rows: int, xs, expert_offsets, dys, w_down, saved,
                          saved_size: int, dxs, dw_down, workspace, workspace_size: int,
@@ -431,22 +409,14 @@ class Plan(_OwnedHandle):
                          stream: Optional[int] = None) -> None:
         """The backward of experts_forward: dxs [R,H], d_row_weights fp32 [R] (exactly when
         row_weights is given), the weight and bias gradients (moejit_plan_experts_backward)."""
-        p = _capi.pointer
-        args = _capi.init_struct(_capi.ExpertsBackwardArgs)
-        args.num_rows = num_rows
-        for name, value in (("xs", xs), ("expert_offsets", expert_offsets),
-                            ("row_weights", row_weights), ("dys", dys), ("w_gate", w_gate),
-                            ("w_up", w_up), ("w_gate_up", w_gate_up), ("w_down", w_down),
-                            ("b_down", b_down), ("saved", saved), ("dxs", dxs),
-                            ("d_row_weights", d_row_weights), ("dw_gate", dw_gate),
-                            ("dw_up", dw_up), ("dw_gate_up", dw_gate_up), ("dw_down", dw_down),
-                            ("db_gate_up", db_gate_up), ("db_down", db_down),
-                            ("workspace", workspace)):
-            setattr(args, name, p(value))
-        args.saved_size = saved_size
-        args.workspace_size = workspace_size
-        args.stream = stream
-        _capi.check(_capi.lib().moejit_plan_experts_backward(self.handle, byref(args)))
+        _launch(_capi.lib().moejit_plan_experts_backward, self.handle, _capi.ExpertsBackwardArgs,
+                dict(xs=xs, expert_offsets=expert_offsets, row_weights=row_weights, dys=dys,
+                     w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
+                     b_down=b_down, saved=saved, dxs=dxs, d_row_weights=d_row_weights,
+                     dw_gate=dw_gate, dw_up=dw_up, dw_gate_up=dw_gate_up, dw_down=dw_down,
+                     db_gate_up=db_gate_up, db_down=db_down, workspace=workspace),
+                num_rows=num_rows, saved_size=saved_size, workspace_size=workspace_size,
+                stream=stream)
 
     def __repr__(self) -> str:
         d = self.desc

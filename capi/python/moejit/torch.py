@@ -63,7 +63,7 @@ from torch.autograd.function import once_differentiable
 from . import _capi, _experts_op, _op, errors  # noqa: F401  (_experts_op registers its ops)
 from ._op import (_plans, clear_caches, configure,  # noqa: F401  (_plans: tests look)
                   saved_bytes_bound)
-from .core import ACTIVATIONS
+from .core import ACTIVATIONS, swiglu_alpha
 
 __all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configure",
            "saved_bytes_bound"]
@@ -238,11 +238,7 @@ def _alpha(where: str, activation: str, alpha) -> float:
     """core.check_activation_alpha without ctypes (torch.compile traces this function); the
     op checks the value again as float32."""
     if activation == "swiglu":
-        if alpha is not None:
-            raise errors.InvalidArgumentError(
-                f"{where}: alpha is only for activation='gpt_oss'; with 'swiglu' it must be "
-                f"None, got {alpha!r}")
-        return 0.0
+        return swiglu_alpha(alpha, f"{where}: ")
     if alpha is None:
         return _capi.GPT_OSS_ALPHA
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \

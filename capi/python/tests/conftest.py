@@ -33,6 +33,34 @@ def header_text():
 
 
 @pytest.fixture
+def emulated_launches(monkeypatch):
+    """The library's launches replaced by moe_emulation's float32 layer, and torch._dynamo
+    reset before and after (the emulated torch.ops tests use it on every test)."""
+    import torch._dynamo
+
+    import moe_emulation
+
+    moe_emulation.install(monkeypatch)
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def fresh_transformers_backend(monkeypatch):
+    """moejit's transformers backend registered with no warning given yet, and torch._dynamo
+    reset before and after (the transformers tests use it on every test)."""
+    import torch._dynamo
+    from moejit.integrations import transformers as mjt
+
+    monkeypatch.setattr(mjt, "_warned", set())
+    mjt.register()
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
 def compile_only_context(tmp_path, lib):
     """A compile-only context for sm_90a with a private disk cache."""
     ctx = moejit.Context(compile_only=True, arch="sm_90a", cache_dir=str(tmp_path / "cache"))

@@ -62,14 +62,38 @@ def gated_inputs(config, routing_case, *, E, H, I, K, device="cpu", seed=0, dtyp
     x = randn(tokens, H)
     sel = routing(tokens, how, E, K, g, device).to(index_dtype)
     rw = (torch.rand(tokens, K, generator=g, device=device) + 0.05).to(rw_dtype)
+    w_gate_up, w_down, b_gate_up, b_down = random_weights(c, randn, E=E, H=H, I=I)
+    dout = randn(tokens, H)
+    return x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, dout
+
+
+def random_weights(c, randn, *, E, H, I):
+    """w_gate_up and w_down in config c's layout, and the biases (None without): drawn with
+    randn(*shape, scale=)."""
     fc1 = (E, H, 2 * I) if c["transposed"] else (E, 2 * I, H)
     down = (E, I, H) if c["transposed"] else (E, H, I)
     w_gate_up = randn(*fc1, scale=c["fc1_scale"] * H ** -0.5)
     w_down = randn(*down, scale=I ** -0.5)
     b_gate_up = randn(E, 2 * I, scale=0.5) if c["bias"] else None
     b_down = randn(E, H, scale=0.5) if c["bias"] else None
-    dout = randn(tokens, H)
-    return x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, dout
+    return w_gate_up, w_down, b_gate_up, b_down
+
+
+def run_merged(config, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, dout, main_grads=None):
+    """The public call (moejit.torch.fused_moe_merged with the config's options) and its
+    backward: (out, [dx, drw, dw_gate_up, dw_down, db_gate_up, db_down]), None for what has no
+    .grad."""
+    import moejit.torch as mt
+
+    tensors = [x, rw, w_gate_up, w_down, b_gate_up, b_down]
+    leaves = [None if t is None else t.clone().requires_grad_() for t in tensors]
+    out = mt.fused_moe_merged(leaves[0], sel, leaves[1], leaves[2], leaves[3],
+                              CONFIGS[config]["limit"], b_gate_up=leaves[4], b_down=leaves[5],
+                              main_grads=main_grads, **call_kwargs(config))
+    out.backward(dout)
+    if x.is_cuda:
+        torch.cuda.synchronize()
+    return out.detach(), [None if t is None else t.grad for t in leaves]
 
 
 def call_kwargs(config):

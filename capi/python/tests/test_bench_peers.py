@@ -27,13 +27,7 @@ def cpu_inputs(T, E, H, I, k, dtype, routing, merged, seed):
         return (torch.randn(*shape, dtype=torch.float64, generator=g) * fan_in ** -0.5
                 ).requires_grad_()
 
-    weights = {}
-    if merged:
-        weights["w_gate_up"] = weight(E, 2 * I, H, fan_in=H)
-    else:
-        weights["w_gate"] = weight(E, I, H, fan_in=H)
-        weights["w_up"] = weight(E, I, H, fan_in=H)
-    weights["w_down"] = weight(E, H, I, fan_in=I)
+    weights = bench.layer_weights(E, H, I, merged, weight)
     return x, sel, rw, weights, torch.randn(T, H, dtype=torch.float64, generator=g)
 
 

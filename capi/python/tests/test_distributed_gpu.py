@@ -33,6 +33,8 @@ if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as tmp  # noqa: E402
 
+from gated_reference import rel  # noqa: E402
+
 if not dist.is_available() or not dist.is_nccl_available():
     pytest.skip("torch.distributed with NCCL is not available", allow_module_level=True)
 
@@ -44,13 +46,6 @@ TOL = 1e-2
 BASELINE_TOL = 2e-2
 CASES = ("softmax top-k", "all to one expert of rank 0", "rank 0 receives nothing",
          "T=0 on rank 1")
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    den = b.norm().item()
-    diff = (a - b).norm().item()
-    return diff / den if den > 0 else diff
 
 
 def make_case(name, seed):

@@ -22,7 +22,7 @@ except ImportError:
 import moe_emulation  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
-from gated_reference import CONFIGS, call_kwargs, reference_grads, rel  # noqa: E402
+from gated_reference import CONFIGS, call_kwargs, random_weights, reference_grads, rel  # noqa: E402
 
 BF16 = torch.bfloat16
 TOL = 1e-2  # bf16 results vs float64
@@ -60,12 +60,7 @@ def grouped_inputs(name, case, *, rows, E, H, I, device, seed, weights=True):
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts, 0)])
     xs = randn(rows, H)
     rw = (torch.rand(rows, generator=g) + 0.05).to(device) if weights else None
-    fc1 = (E, H, 2 * I) if c["transposed"] else (E, 2 * I, H)
-    down = (E, I, H) if c["transposed"] else (E, H, I)
-    w_gate_up = randn(*fc1, scale=c["fc1_scale"] * H ** -0.5)
-    w_down = randn(*down, scale=I ** -0.5)
-    b_gate_up = randn(E, 2 * I, scale=0.5) if c["bias"] else None
-    b_down = randn(E, H, scale=0.5) if c["bias"] else None
+    w_gate_up, w_down, b_gate_up, b_down = random_weights(c, randn, E=E, H=H, I=I)
     dys = randn(rows, H)
     return (xs, offsets.to(torch.int32).to(device), ids.view(rows, 1).to(device), rw,
             w_gate_up, w_down, b_gate_up, b_down, dys)
@@ -120,23 +115,29 @@ def fresh_seed():
     return random.randrange(1 << 30)
 
 
-# ------------------------------------------------------------------ CPU, emulated launches
-
-
-class TestEmulated:
-    @pytest.fixture(autouse=True)
-    def emulated(self, monkeypatch):
-        moe_emulation.install(monkeypatch)
+class AgainstReference:
+    """The comparisons with the reference that both runs make, at the subclass's SIZE (rows,
+    E, H, I, device). Not collected itself (no Test prefix)."""
+    SIZE: dict = {}
 
     @pytest.mark.parametrize("case", list(CASES))
     @pytest.mark.parametrize("name", CONFIGS_UNDER_TEST)
     def test_matches_reference(self, name, case):
-        check_against_reference(name, case, rows=40, E=4, H=32, I=8, device="cpu",
-                                seed=fresh_seed())
+        check_against_reference(name, case, seed=fresh_seed(), **self.SIZE)
 
     def test_without_row_weights(self):
-        check_against_reference("plain", "spread", rows=40, E=4, H=32, I=8, device="cpu",
-                                seed=fresh_seed(), weights=False)
+        check_against_reference("plain", "spread", seed=fresh_seed(), weights=False, **self.SIZE)
+
+
+# ------------------------------------------------------------------ CPU, emulated launches
+
+
+class TestEmulated(AgainstReference):
+    SIZE = dict(rows=40, E=4, H=32, I=8, device="cpu")
+
+    @pytest.fixture(autouse=True)
+    def emulated(self, monkeypatch):
+        moe_emulation.install(monkeypatch)
 
     def test_opcheck(self):
         xs, offsets, _, rw, w_gate_up, w_down, b_gate_up, b_down, dys = grouped_inputs(
@@ -182,22 +183,14 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 @gpu
-class TestGpu:
+class TestGpu(AgainstReference):
+    SIZE = dict(rows=600, E=8, H=512, I=256, device="cuda")
+
     @pytest.fixture(autouse=True)
     def poison(self):
         mt._debug_poison = True
         yield
         mt._debug_poison = False
-
-    @pytest.mark.parametrize("case", list(CASES))
-    @pytest.mark.parametrize("name", CONFIGS_UNDER_TEST)
-    def test_matches_reference(self, name, case):
-        check_against_reference(name, case, rows=600, E=8, H=512, I=256, device="cuda",
-                                seed=fresh_seed())
-
-    def test_without_row_weights(self):
-        check_against_reference("plain", "spread", rows=600, E=8, H=512, I=256, device="cuda",
-                                seed=fresh_seed(), weights=False)
 
     def test_equals_the_layer_with_one_route_per_row(self):
         """The layer is the entry plus routing, scatter and gather: with one route per row in

@@ -20,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
+from gated_reference import rel  # noqa: E402
 from moejit.peers import (eager_loop_layer, grouped_mm_layer, routing_all_to_expert0,  # noqa: E402
                           routing_topk)
 
@@ -118,13 +119,6 @@ def reference_layer(round_to=None):
             out = out.index_add(0, t_idx, aw @ w_down[e].t())
         return out
     return layer
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    den = b.norm().item()
-    diff = (a - b).norm().item()
-    return diff / den if den > 0 else diff
 
 
 def errors_vs(result, ref):

@@ -17,23 +17,16 @@ import torch._dynamo  # noqa: E402
 import torch._dynamo.testing  # noqa: E402
 from torch import nn  # noqa: E402
 
-import moe_emulation  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
+from compile_steps import assert_one_graph_calling, assert_steps_equal, train_step  # noqa: E402
 
 H, I, E, K = 32, 16, 4, 2
 FULLGRAPH_MAIN_GRAD = True
 BF16 = torch.bfloat16
 
 
-@pytest.fixture(autouse=True)
-def emulated(monkeypatch):
-    # The library's launches replaced by moe_emulation's float32 layer (shared with
-    # test_torch_op_gated_emulated.py).
-    moe_emulation.install(monkeypatch)
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("emulated_launches")  # conftest.py
 
 
 def layer_inputs(tokens=24, merged=False, rw_dtype=torch.float32, seed=0, requires_grad=False):
@@ -83,19 +76,6 @@ class Block(nn.Module):
         return x + self.experts(x, selected, weights)
 
 
-def train_step(fn, block, x, dynamic_dims=()):
-    x = x.detach().clone().requires_grad_()
-    for dim in dynamic_dims:
-        torch._dynamo.mark_dynamic(x, dim)
-    for p in block.parameters():
-        p.grad = None
-    out = fn(x)
-    out.backward(torch.ones_like(out))
-    grads = {"x": x.grad}
-    grads.update({n: p.grad for n, p in block.named_parameters()})
-    return out.detach(), grads
-
-
 @pytest.mark.parametrize("merged", [False, True], ids=["split", "merged"])
 def test_compile_fullgraph_equals_eager(merged):
     block = Block(merged)
@@ -103,13 +83,8 @@ def test_compile_fullgraph_equals_eager(merged):
     compiled = torch.compile(block, fullgraph=True, backend=counter)
     x = torch.randn(3, 8, H).to(BF16)
     eager = train_step(block, block, x)
-    comp = train_step(compiled, block, x)
-    assert torch.equal(comp[0], eager[0])
-    for name, g in eager[1].items():
-        assert g is not None and torch.equal(comp[1][name], g), name
-    assert counter.frame_count == 1
-    graph = "\n".join(str(g.graph) for g in counter.graphs)
-    assert "moejit.fused_moe" in graph
+    assert_steps_equal(train_step(compiled, block, x), eager)
+    assert_one_graph_calling(counter, "moejit.fused_moe")
 
 
 def test_dynamic_tokens_compile_at_most_twice():
@@ -119,10 +94,7 @@ def test_dynamic_tokens_compile_at_most_twice():
     for tokens in (8, 12, 30, 5, 64, 17, 40):
         x = torch.randn(tokens, H).to(BF16)
         eager = train_step(block, block, x)
-        comp = train_step(compiled, block, x)
-        assert torch.equal(comp[0], eager[0])
-        for name, g in eager[1].items():
-            assert torch.equal(comp[1][name], g), name
+        assert_steps_equal(train_step(compiled, block, x), eager, f"T={tokens}")
     assert counter.frame_count <= 2
 
 

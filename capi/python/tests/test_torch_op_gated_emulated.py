@@ -22,36 +22,23 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 import moe_emulation  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
+from compile_steps import assert_one_graph_calling, assert_steps_equal, train_step  # noqa: E402
 from gated_reference import (BF16, CONFIGS, ROUTINGS, call_kwargs, gated_inputs,  # noqa: E402
-                             reference_grads, rel, unused_experts)
+                             reference_grads, rel, run_merged, unused_experts)
 
 # H != 2I, so a weight in the other layout has the wrong shape instead of a transposed meaning.
 H, I, E, K = 32, 8, 4, 2
 TOL = 1e-2  # bf16 outputs and gradients vs float64
 
 
-@pytest.fixture(autouse=True)
-def emulated(monkeypatch):
-    moe_emulation.install(monkeypatch)
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("emulated_launches")  # conftest.py
 
 
 def inputs(config, routing_case="mixed", seed=0, **kw):
     return gated_inputs(config, routing_case, E=E, H=H, I=I, K=K, seed=seed, **kw)
 
 
-def run(config, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, dout, main_grads=None):
-    """The public call and its backward: (out, [dx, drw, dw_gate_up, dw_down, db_gate_up,
-    db_down]) (None for what has no .grad)."""
-    tensors = [x, rw, w_gate_up, w_down, b_gate_up, b_down]
-    leaves = [None if t is None else t.clone().requires_grad_() for t in tensors]
-    out = mt.fused_moe_merged(leaves[0], sel, leaves[1], leaves[2], leaves[3],
-                              CONFIGS[config]["limit"], b_gate_up=leaves[4], b_down=leaves[5],
-                              main_grads=main_grads, **call_kwargs(config))
-    out.backward(dout)
-    return out.detach(), [None if t is None else t.grad for t in leaves]
+run = run_merged  # the public call and its backward
 
 
 NAMES = ["dx", "d_routing_weights", "dw_gate_up", "dw_down", "db_gate_up", "db_down"]
@@ -187,44 +174,28 @@ class GptOssBlock(nn.Module):
             main_grads=main_grads)
 
 
-def _step(fn, block, x):
-    x = x.detach().clone().requires_grad_()
-    for p in block.parameters():
-        p.grad = None
-    out = fn(x)
-    out.backward(torch.ones_like(out))
-    grads = {"x": x.grad}
-    grads.update({n: p.grad for n, p in block.named_parameters()})
-    return out.detach(), grads
-
-
 def test_compile_fullgraph_dynamic_equals_eager():
     block = GptOssBlock()
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=counter)
     for tokens in (9, 23):
         x = torch.randn(tokens, H).to(BF16)
-        eager = _step(block, block, x)
-        comp = _step(compiled, block, x)
-        assert torch.equal(comp[0], eager[0])
-        for name, g in eager[1].items():
-            assert g is not None and torch.equal(comp[1][name], g), name
-    assert counter.frame_count == 1
-    graph = "\n".join(str(g.graph) for g in counter.graphs)
-    assert "moejit.fused_moe_gated" in graph
+        eager = train_step(block, block, x)
+        assert_steps_equal(train_step(compiled, block, x), eager, f"T={tokens}")
+    assert_one_graph_calling(counter, "moejit.fused_moe_gated")
 
 
 def test_main_grad_with_biases_matches_plain_gradients_also_compiled():
     block = GptOssBlock()
     x = torch.randn(19, H).to(BF16)
-    _, plain = _step(block, block, x)
+    _, plain = train_step(block, block, x)
     block.main_grad = True
     init = [torch.randn(p.shape) for p in block.params()]
     for p, g0 in zip(block.params(), init):
         p.main_grad = g0.clone()
     compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
     for fn in (block, compiled):
-        out, grads = _step(fn, block, x)
+        out, grads = train_step(fn, block, x)
         names = ("gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias")
         for name, p, g0 in zip(names, block.params(), init):
             assert grads[name] is None, f"{name} has a .grad with main_grads"

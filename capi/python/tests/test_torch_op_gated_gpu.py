@@ -27,7 +27,7 @@ import torch._dynamo.testing  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
 from gated_reference import (BF16, CONFIGS, ROUTINGS, call_kwargs, gated_inputs,  # noqa: E402
-                             reference_grads, rel, unused_experts)
+                             reference_grads, rel, run_merged, unused_experts)
 from moejit import _op  # noqa: E402
 
 H, I, E, K = 512, 256, 8, 4
@@ -54,16 +54,7 @@ def inputs(config, routing_case, seed):
                         index_dtype=index, tokens=TOKENS[routing_case])
 
 
-def run(config, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, dout, main_grads=None):
-    """(out, [dx, drw, dw_gate_up, dw_down, db_gate_up, db_down]) of the public call."""
-    tensors = [x, rw, w_gate_up, w_down, b_gate_up, b_down]
-    leaves = [None if t is None else t.clone().requires_grad_() for t in tensors]
-    out = mt.fused_moe_merged(leaves[0], sel, leaves[1], leaves[2], leaves[3],
-                              CONFIGS[config]["limit"], b_gate_up=leaves[4], b_down=leaves[5],
-                              main_grads=main_grads, **call_kwargs(config))
-    out.backward(dout)
-    torch.cuda.synchronize()
-    return out.detach(), [None if t is None else t.grad for t in leaves]
+run = run_merged  # (out, [dx, drw, dw_gate_up, dw_down, db_gate_up, db_down]) of the public call
 
 
 def errors_vs_reference(config, args, out, grads):

@@ -72,12 +72,14 @@ def reference_layer(x, sel, rw, w1, w2, *, activation="swiglu", limit=0.0, alpha
     r = rw.reshape(-1, k).float() * valid
     w1f = w1.float()[s]   # [T,k,2I,H] or [T,k,H,2I]
     w2f = w2.float()[s]   # [T,k,H,I] or [T,k,I,H]
-    if transposed:
-        h = torch.einsum("th,tkhj->tkj", xf, w1f)
-    else:
-        h = torch.einsum("th,tkjh->tkj", xf, w1f)
-    if b1 is not None:
-        h = h + b1.float()[s]
+
+    def per_route(inp, wf, bias, plain, trans):
+        """inp times each route's weight (einsum `plain` for [out, in] weights, `trans` for
+        [in, out]), plus the route's bias row."""
+        out = torch.einsum(trans if transposed else plain, inp, wf)
+        return out if bias is None else out + bias.float()[s]
+
+    h = per_route(xf, w1f, b1, "th,tkjh->tkj", "th,tkhj->tkj")
     if interleaved:
         g, u = h[..., 0::2], h[..., 1::2]
     else:
@@ -88,12 +90,7 @@ def reference_layer(x, sel, rw, w1, w2, *, activation="swiglu", limit=0.0, alpha
         a = (u + 1) * g * torch.sigmoid(alpha * g)
     else:
         a = F.silu(g) * u
-    if transposed:
-        y = torch.einsum("tki,tkih->tkh", a, w2f)
-    else:
-        y = torch.einsum("tki,tkhi->tkh", a, w2f)
-    if b2 is not None:
-        y = y + b2.float()[s]
+    y = per_route(a, w2f, b2, "tki,tkhi->tkh", "tki,tkih->tkh")
     return (r.unsqueeze(-1) * y).sum(1)
 
 
@@ -177,13 +174,7 @@ class ExtendedCall:
         return out.to(x.dtype)
 
 
-@pytest.fixture(autouse=True)
-def clean_state(monkeypatch):
-    monkeypatch.setattr(mjt, "_warned", set())
-    mjt.register()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_transformers_backend")  # conftest.py
 
 
 @pytest.fixture

@@ -47,13 +47,7 @@ GRAD_FLOOR = 1e-2
 TRAIN_LOSS_TOL = 2e-2
 
 
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch):
-    monkeypatch.setattr(mjt, "_warned", set())
-    mjt.register()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_transformers_backend")  # conftest.py
 
 
 def tokens(batch=4, seq=64, vocab=SIZES["vocab"], seed=0):

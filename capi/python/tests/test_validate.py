@@ -86,14 +86,20 @@ BAD = {
 }
 
 
+def invalid(call, override, message, prefix):
+    """call(**override) raises InvalidArgumentError: its message starts with prefix and holds
+    message."""
+    with pytest.raises(moejit.InvalidArgumentError) as info:
+        call(**override)
+    assert message in info.value.message
+    assert info.value.message.startswith(prefix)
+    return info.value
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_layer_arguments(case):
-    override, message = BAD[case]
-    with pytest.raises(moejit.InvalidArgumentError) as info:
-        check(**override)
-    assert message in info.value.message
-    assert info.value.message.startswith("fused_moe: ")
-    assert info.value.status == _capi.ERROR_INVALID_ARGUMENT
+    error = invalid(check, *BAD[case], "fused_moe: ")
+    assert error.status == _capi.ERROR_INVALID_ARGUMENT
 
 
 def test_swiglu_limit_values():
@@ -250,11 +256,7 @@ BAD_GATED = {
 
 @pytest.mark.parametrize("case", sorted(BAD_GATED))
 def test_bad_gated_arguments(case):
-    override, message = BAD_GATED[case]
-    with pytest.raises(moejit.InvalidArgumentError) as info:
-        gpt_oss(**override)
-    assert message in info.value.message
-    assert info.value.message.startswith("fused_moe_gated: ")
+    invalid(gpt_oss, *BAD_GATED[case], "fused_moe_gated: ")
 
 
 def test_plan_desc_0_5_fields(lib):
