@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every reference the repository makes to its own design and files resolves: each
 "DESIGN.md §N" (in code, comments and docs) names a section heading of docs/DESIGN.md, and each
-repository path written in a tracked file (src/..., tests/..., docs/....md, ...) exists (a
+repository path written in a tracked file (under src/, tests/, docs/ and the rest) exists (a
 generated file counts when its .in template exists). Usage: test_doc_refs.py SOURCE_ROOT"""
 import os
 import re
