@@ -270,9 +270,9 @@ BOOST_AUTO_TEST_CASE(routing_index_timing) {
         // The layer plan's path: kernels fetched once, no render or cache lookup per call.
         moejit::Context &ctx = internal_ctx();
         const moejit::LoadedRoutingKernels loaded =
-            moejit::load_routing_index(ctx, moejit::RoutingSpec{MOEJIT_DTYPE_INT32, s.e});
+            moejit::load_routing_index(ctx, moejit::RoutingSpec{moejit::DType::int32, s.e});
         moejit::RoutingIndexArgs args;
-        args.index_dtype = MOEJIT_DTYPE_INT32;
+        args.index_dtype = moejit::DType::int32;
         args.selected_experts = d_sel.get();
         args.num_tokens = s.t;
         args.top_k = s.k;
@@ -529,7 +529,7 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     index.poison();
     ws.poison();
     moejit::RoutingIndexArgs ra;
-    ra.index_dtype = MOEJIT_DTYPE_INT64;
+    ra.index_dtype = moejit::DType::int64;
     ra.selected_experts = d_sel.get();
     ra.num_tokens = t;
     ra.top_k = k;
@@ -539,13 +539,13 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     ra.scatter_index = index.as<std::int32_t>();
     ra.workspace = ws.get();
     ra.workspace_size = ws_bytes;
-    moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {MOEJIT_DTYPE_INT64, e}));
+    moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {moejit::DType::int64, e}));
     const RoutingResult got{counts.download<std::int32_t>(), offsets.download<std::int32_t>(),
                             index.download<std::int32_t>()};
     BOOST_TEST((got == expected));
     // A kernel set loaded for another spec is refused.
     BOOST_CHECK_THROW(
-        moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {MOEJIT_DTYPE_INT32, e})),
+        moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {moejit::DType::int32, e})),
         moejit::Error);
 
     const HalfTensor x = random_half(static_cast<std::size_t>(t * h), MOEJIT_DTYPE_BF16, rng);
@@ -558,7 +558,7 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     MOEJIT_TEST_OK(moejit_scatter(gpu_context(), MOEJIT_DTYPE_BF16, d_x.get(), index.as<std::int32_t>(),
                                   t, k, h, xs_a.get(), nullptr));
     moejit::ScatterArgs sa;
-    sa.spec = {MOEJIT_DTYPE_BF16, h, k};
+    sa.spec = {moejit::DType::bf16, h, k};
     sa.x = d_x.get();
     sa.scatter_index = index.as<std::int32_t>();
     sa.num_tokens = t;
@@ -571,7 +571,7 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     MOEJIT_TEST_OK(moejit_gather(gpu_context(), MOEJIT_DTYPE_BF16, xs_a.get(), index.as<std::int32_t>(),
                                  nullptr, MOEJIT_DTYPE_FP32, t, k, h, out_a.get(), nullptr));
     moejit::GatherArgs ga;
-    ga.spec = {MOEJIT_DTYPE_BF16, h, k, MOEJIT_DTYPE_FP32};
+    ga.spec = {moejit::DType::bf16, h, k, moejit::DType::fp32};
     ga.ys = xs_a.get();
     ga.scatter_index = index.as<std::int32_t>();
     ga.num_tokens = t;
