@@ -2,7 +2,9 @@
 #include <cstring>
 #include <string>
 
+#include "capi_convert.hpp"
 #include "capi_guard.hpp"
+#include "capi_handles.hpp"
 #include "capi_struct.hpp"
 #include "core/context.hpp"
 #include "jit/nvrtc_compiler.hpp"
@@ -22,6 +24,8 @@ void StructAbi<moejit_cache_stats_t>::defaults(moejit_cache_stats_t &) {}
 }  // namespace moejit
 
 using namespace moejit;
+
+moejit_context_s::moejit_context_s(const moejit_context_options_t &options) : impl(to_internal(options, log)) {}
 
 extern "C" {
 
@@ -105,18 +109,7 @@ MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
     return capi_guard([&] {
         Context &ctx = require_handle(context, "context").impl;
         MOEJIT_REQUIRE(stats, "stats is NULL");
-        CacheCounters c = ctx.jit().counters();
-        moejit_cache_stats_t s;
-        init_struct(&s, sizeof s, "stats");
-        s.memory_hits = c.memory_hits;
-        s.disk_hits = c.disk_hits;
-        s.misses = c.misses;
-        s.compiles = c.compiles;
-        s.compile_failures = c.compile_failures;
-        s.disk_rejects = c.disk_rejects;
-        s.compile_seconds = c.compile_seconds;
-        s.disk_load_seconds = c.disk_load_seconds;
-        write_struct(stats, s, "stats");
+        write_struct(stats, to_c(ctx.jit().counters()), "stats");
     });
 }
 

@@ -1,5 +1,7 @@
 // C entry points of the grouped GEMMs (src/ops/group_gemm.hpp).
+#include "capi_convert.hpp"
 #include "capi_guard.hpp"
+#include "capi_handles.hpp"
 #include "capi_struct.hpp"
 #include "core/context.hpp"
 #include "ops/group_gemm.hpp"
@@ -43,8 +45,7 @@ MOEJIT_API moejit_status_t moejit_group_gemm_same_nk(moejit_context_t context,
                                                      const moejit_group_gemm_nk_args_t *args) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context");
-        const moejit_group_gemm_nk_args_t a = moejit::read_struct(args, "args");
-        moejit::group_gemm_same_nk(ctx.impl, a);
+        moejit::group_gemm_same_nk(ctx.impl, moejit::to_internal(moejit::read_struct(args, "args")));
     });
 }
 
@@ -52,8 +53,7 @@ MOEJIT_API moejit_status_t moejit_group_gemm_same_mn(moejit_context_t context,
                                                      const moejit_group_gemm_mn_args_t *args) {
     return moejit::capi_guard([&] {
         auto &ctx = moejit::require_handle(context, "context");
-        const moejit_group_gemm_mn_args_t a = moejit::read_struct(args, "args");
-        moejit::group_gemm_same_mn(ctx.impl, a);
+        moejit::group_gemm_same_mn(ctx.impl, moejit::to_internal(moejit::read_struct(args, "args")));
     });
 }
 

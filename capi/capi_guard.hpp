@@ -20,7 +20,7 @@ template <class F> moejit_status_t capi_guard(F &&body) noexcept {
         return MOEJIT_SUCCESS;
     } catch (const Error &e) {
         set_last_error(e.what());
-        return e.status();
+        return static_cast<moejit_status_t>(e.status());  // the same values (capi_convert.cpp)
     } catch (const std::bad_alloc &) {
         set_last_error("out of host memory");
         return MOEJIT_ERROR_OUT_OF_MEMORY;

@@ -2,7 +2,12 @@
 #include <cstddef>
 #include <cstring>
 
+#include <memory>
+#include <utility>
+
+#include "capi_convert.hpp"
 #include "capi_guard.hpp"
+#include "capi_handles.hpp"
 #include "capi_struct.hpp"
 #include "core/context.hpp"
 #include "moe/plan.hpp"
@@ -10,6 +15,9 @@
 #include "moejit.h"
 
 using namespace moejit;
+
+moejit_plan_s::moejit_plan_s(std::unique_ptr<Plan> plan) : impl(std::move(plan)) {}
+moejit_plan_s::~moejit_plan_s() = default;
 
 void moejit::StructAbi<moejit_plan_desc_t>::defaults(moejit_plan_desc_t &desc) {
     desc.dtype = MOEJIT_DTYPE_BF16;
@@ -56,9 +64,9 @@ MOEJIT_API moejit_status_t moejit_plan_create(moejit_context_t context, const mo
         MOEJIT_REQUIRE(plan, "plan (the out-pointer) is NULL");
         *plan = nullptr;
         Context &ctx = require_handle(context, "context").impl;
-        const moejit_plan_desc_t d = read_struct(desc, "desc");
+        const PlanDesc d = to_internal(read_struct(desc, "desc"));
         ctx.require_device("moejit_plan_create (use moejit_plan_warmup on a compile-only context)");
-        *plan = new moejit_plan_s(ctx, d);
+        *plan = new moejit_plan_s(std::make_unique<Plan>(ctx, d));
     });
 }
 
@@ -68,7 +76,7 @@ MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context, const mo
                                               int *kernels) {
     return capi_guard([&] {
         Context &ctx = require_handle(context, "context").impl;
-        const moejit_plan_desc_t d = read_struct(desc, "desc");
+        const PlanDesc d = to_internal(read_struct(desc, "desc"));
         std::vector<KernelSource> sources = plan_kernel_sources(d, ctx.config(), ctx.compute_capability());
         ctx.kernels(sources);  // the missing ones in parallel, as moejit_plan_create does
         if (kernels) *kernels = static_cast<int>(sources.size());
@@ -77,7 +85,7 @@ MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context, const mo
 
 MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
     return capi_guard([&] {
-        Plan &p = require_handle(plan, "plan").impl;
+        Plan &p = *require_handle(plan, "plan").impl;
         MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
         // Validated as forward and backward validate args->num_tokens (T >= 0, T·k <= 2^31-1,
         // every size a checked product): INVALID_ARGUMENT naming num_tokens.
@@ -87,7 +95,7 @@ MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t nu
 
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
     return capi_guard([&] {
-        Plan &p = require_handle(plan, "plan").impl;
+        Plan &p = *require_handle(plan, "plan").impl;
         MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
         // Validated as forward and backward validate args->num_tokens (T >= 0, T·k <= 2^31-1,
         // every size a checked product): INVALID_ARGUMENT naming num_tokens.
@@ -99,8 +107,8 @@ MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_
 // the same with or without a device.
 MOEJIT_API moejit_status_t moejit_plan_forward(moejit_plan_t plan, const moejit_forward_args_t *args) {
     return capi_guard([&] {
-        const moejit_forward_args_t a = read_struct(args, "args");
-        Plan &p = require_handle(plan, "plan").impl;
+        const ForwardArgs a = to_internal(read_struct(args, "args"));
+        Plan &p = *require_handle(plan, "plan").impl;
         p.forward(a);
     });
 }
@@ -115,8 +123,8 @@ MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan, const moejit
                        "which has no x, and since 0.2 the backward needs the forward's input x for T > 0 "
                        "(rebuild against a newer moejit.h and set args->x)",
                        args->struct_size);
-        Plan &p = require_handle(plan, "plan").impl;
-        p.backward(a);
+        Plan &p = *require_handle(plan, "plan").impl;
+        p.backward(to_internal(a));
     });
 }
 
@@ -132,7 +140,7 @@ MOEJIT_API moejit_status_t moejit_experts_backward_args_init_sized(moejit_expert
 
 MOEJIT_API moejit_status_t moejit_plan_experts_saved_size(moejit_plan_t plan, int64_t num_rows, size_t *bytes) {
     return capi_guard([&] {
-        Plan &p = require_handle(plan, "plan").impl;
+        Plan &p = *require_handle(plan, "plan").impl;
         MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
         *bytes = p.experts_layout(num_rows).saved_bytes;
     });
@@ -140,7 +148,7 @@ MOEJIT_API moejit_status_t moejit_plan_experts_saved_size(moejit_plan_t plan, in
 
 MOEJIT_API moejit_status_t moejit_plan_experts_workspace_size(moejit_plan_t plan, int64_t num_rows, size_t *bytes) {
     return capi_guard([&] {
-        Plan &p = require_handle(plan, "plan").impl;
+        Plan &p = *require_handle(plan, "plan").impl;
         MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
         *bytes = p.experts_layout(num_rows).workspace_bytes;
     });
@@ -148,16 +156,16 @@ MOEJIT_API moejit_status_t moejit_plan_experts_workspace_size(moejit_plan_t plan
 
 MOEJIT_API moejit_status_t moejit_plan_experts_forward(moejit_plan_t plan, const moejit_experts_forward_args_t *args) {
     return capi_guard([&] {
-        const moejit_experts_forward_args_t a = read_struct(args, "args");
-        require_handle(plan, "plan").impl.experts_forward(a);
+        const ExpertsForwardArgs a = to_internal(read_struct(args, "args"));
+        require_handle(plan, "plan").impl->experts_forward(a);
     });
 }
 
 MOEJIT_API moejit_status_t moejit_plan_experts_backward(moejit_plan_t plan,
                                                         const moejit_experts_backward_args_t *args) {
     return capi_guard([&] {
-        const moejit_experts_backward_args_t a = read_struct(args, "args");
-        require_handle(plan, "plan").impl.experts_backward(a);
+        const ExpertsBackwardArgs a = to_internal(read_struct(args, "args"));
+        require_handle(plan, "plan").impl->experts_backward(a);
     });
 }
 
@@ -187,7 +195,7 @@ extern "C" {
 
 MOEJIT_API moejit_status_t moejit_plan_describe(moejit_plan_t plan, char *buf, size_t size, size_t *required) {
     return capi_guard([&] {
-        Plan &p = require_handle(plan, "plan").impl;
+        Plan &p = *require_handle(plan, "plan").impl;
         const Context &ctx = p.context();
         copy_text(describe_plan(ctx.config(), ctx.arch(), p.desc(), p.gemm_specs()), buf, size, required);
     });
@@ -197,7 +205,7 @@ MOEJIT_API moejit_status_t moejit_plan_describe_desc(moejit_context_t context, c
                                                      char *buf, size_t size, size_t *required) {
     return capi_guard([&] {
         Context &ctx = require_handle(context, "context").impl;
-        const moejit_plan_desc_t d = read_struct(desc, "desc");
+        const PlanDesc d = to_internal(read_struct(desc, "desc"));
         validate_plan_desc(d);
         const LayerSpecs specs = layer_specs(d, ctx.config(), ctx.compute_capability());
         copy_text(describe_plan(ctx.config(), ctx.arch(), d, specs), buf, size, required);

@@ -1,6 +1,6 @@
 // Checked arithmetic for sizes and counts computed from caller values (issue 16 item 4).
 // Every product or sum that a caller's number feeds goes through these: an overflow is
-// MOEJIT_ERROR_INVALID_ARGUMENT whose message names the argument, never signed-overflow UB or a
+// Status::invalid_argument whose message names the argument, never signed-overflow UB or a
 // wrapped size_t that under-allocates.
 #pragma once
 
@@ -19,7 +19,7 @@ template <class T> T checked_mul(T a, T b, const char *arg) {
     static_assert(std::is_integral_v<T>);
     T r{};
     if (__builtin_mul_overflow(a, b, &r))
-        fail(MOEJIT_ERROR_INVALID_ARGUMENT, "{} is too large: {} · {} overflows a {}-bit {} integer", arg, a, b,
+        fail(Status::invalid_argument, "{} is too large: {} · {} overflows a {}-bit {} integer", arg, a, b,
              sizeof(T) * 8, std::is_signed_v<T> ? "signed" : "unsigned");
     return r;
 }
@@ -29,7 +29,7 @@ template <class T> T checked_add(T a, T b, const char *arg) {
     static_assert(std::is_integral_v<T>);
     T r{};
     if (__builtin_add_overflow(a, b, &r))
-        fail(MOEJIT_ERROR_INVALID_ARGUMENT, "{} is too large: {} + {} overflows a {}-bit {} integer", arg, a, b,
+        fail(Status::invalid_argument, "{} is too large: {} + {} overflows a {}-bit {} integer", arg, a, b,
              sizeof(T) * 8, std::is_signed_v<T> ? "signed" : "unsigned");
     return r;
 }
@@ -39,7 +39,7 @@ template <class T> T checked_add(T a, T b, const char *arg) {
 inline std::size_t checked_bytes(std::initializer_list<std::int64_t> factors, const char *arg) {
     std::size_t r = 1;
     for (std::int64_t f : factors) {
-        if (f < 0) fail(MOEJIT_ERROR_INVALID_ARGUMENT, "{} is invalid: a size factor is negative ({})", arg, f);
+        if (f < 0) fail(Status::invalid_argument, "{} is invalid: a size factor is negative ({})", arg, f);
         r = checked_mul<std::size_t>(r, static_cast<std::size_t>(f), arg);
     }
     return r;

@@ -20,18 +20,18 @@ std::optional<GemmTileConfig> env_gemm_tile() {
     return parse_tile_config(v, kTileVariable);
 }
 
-// options-><field>, a moejit_switch_t: nullopt when not set (MOEJIT_SWITCH_FROM_ENV).
-std::optional<bool> option_switch(std::int32_t value, const char *field, const char *variable,
+// options-><field>: nullopt when not set (Switch::from_env).
+std::optional<bool> option_switch(Switch value, const char *field, const char *variable,
                                   const char *fallback) {
     switch (value) {
-    case MOEJIT_SWITCH_FROM_ENV: return std::nullopt;
-    case MOEJIT_SWITCH_ON: return true;
-    case MOEJIT_SWITCH_OFF: return false;
+    case Switch::from_env: return std::nullopt;
+    case Switch::on: return true;
+    case Switch::off: return false;
     }
-    fail(MOEJIT_ERROR_INVALID_ARGUMENT,
+    fail(Status::invalid_argument,
          "options->{} is {}, expected MOEJIT_SWITCH_FROM_ENV (0: {}, else {}), MOEJIT_SWITCH_ON (1) or "
          "MOEJIT_SWITCH_OFF (2)",
-         field, value, variable, fallback);
+         field, static_cast<int>(value), variable, fallback);
 }
 
 // The option if set, else the variable if set, else the default already in `setting`.
@@ -57,7 +57,7 @@ std::optional<bool> parse_flag(const char *name, const char *value) {
         if (::strcasecmp(value, on) == 0) return true;
     for (const char *off : {"0", "off", "false", "no"})
         if (::strcasecmp(value, off) == 0) return false;
-    fail(MOEJIT_ERROR_INVALID_ARGUMENT,
+    fail(Status::invalid_argument,
          "environment variable {} is \"{}\"; expected 1, on, true or yes, 0, off, false or no "
          "(case-insensitive, no spaces), or unset",
          name, value);
@@ -73,13 +73,13 @@ EnvironmentConfig read_environment() {
     return c;
 }
 
-Config resolve_config(const moejit_context_options_t &o) {
+Config resolve_config(const ConfigOptions &o) {
     // The options first (a bad field is named before the environment is looked at), then every
     // variable, set option or not: a typo in the environment fails wherever it is.
-    MOEJIT_REQUIRE(o.jit_mode >= MOEJIT_JIT_FROM_ENV && o.jit_mode <= MOEJIT_JIT_OFF,
-                   "options->jit_mode is {}, expected 0 (from env), 1 (on) or 2 (off)", o.jit_mode);
+    MOEJIT_REQUIRE(o.jit_mode >= JitMode::from_env && o.jit_mode <= JitMode::off,
+                   "options->jit_mode is {}, expected 0 (from env), 1 (on) or 2 (off)", static_cast<int>(o.jit_mode));
     std::optional<bool> jit;
-    if (o.jit_mode != MOEJIT_JIT_FROM_ENV) jit = o.jit_mode == MOEJIT_JIT_ON;
+    if (o.jit_mode != JitMode::from_env) jit = o.jit_mode == JitMode::on;
     const std::optional<bool> tune = option_switch(o.tune, "tune", "$MOEJIT_TUNE", "off");
     const std::optional<bool> gather =
         option_switch(o.gather, "gather", "$MOEJIT_GATHER", "on where I <= 2048 on the wgmma engine");

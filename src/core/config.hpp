@@ -1,5 +1,5 @@
 // The behaviour switches, as data: a context's configuration is resolved once, when it is
-// created, from its options (moejit_context_options_t), then the environment, then the built-in
+// created, from its options (ConfigOptions), then the environment, then the built-in
 // defaults, in that order of precedence, and never changes. This file's .cpp is the only reader
 // of the MOEJIT_* variables below; everything else asks the context (Context::config()).
 //
@@ -17,19 +17,34 @@
 //
 // Strict: every variable is parsed when a context is created, whether or not an option
 // overrides it, and a value that is not one of the accepted spellings is an error
-// (MOEJIT_ERROR_INVALID_ARGUMENT naming the variable, the value and what is accepted), never
+// (Status::invalid_argument naming the variable, the value and what is accepted), never
 // silently the default. Unset or empty means "not set". Flags accept 1/on/true/yes and
 // 0/off/false/no, case-insensitive, nothing else. An option out of range is
-// MOEJIT_ERROR_INVALID_ARGUMENT naming the field (options->tune, ...).
+// Status::invalid_argument naming the field (options->tune, ...).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
 #include "dispatch/tile_config.hpp"
-#include "moejit.h"
 
 namespace moejit {
+
+// The values of both are moejit_jit_mode_t's and moejit_switch_t's (capi/capi_convert.cpp
+// asserts each one). A C caller may pass any value: resolve_config rejects the others.
+enum class JitMode : std::int32_t { from_env = 0, on = 1, off = 2 };
+enum class Switch : std::int32_t { from_env = 0, on = 1, off = 2 };
+
+// The context options that are configuration (moejit_context_options_t's fields of the same
+// names). from_env and a null gemm_tile mean "not set": the variable, else the default.
+struct ConfigOptions {
+    JitMode jit_mode = JitMode::from_env;
+    Switch tune = Switch::from_env;
+    Switch gather = Switch::from_env;
+    Switch fuse_swiglu = Switch::from_env;
+    const char *gemm_tile = nullptr;  // "": the heuristic, whatever MOEJIT_GEMM_TILE says
+};
 
 // Where a setting's value came from (moejit_plan_describe's *_from keys).
 enum class ConfigSource { built_in, environment, option };
@@ -65,7 +80,7 @@ EnvironmentConfig read_environment();
 
 // `options` (validated: each switch, jit_mode and gemm_tile, naming the field), over the
 // environment (read_environment), over the defaults. Throws on the first bad option or variable.
-Config resolve_config(const moejit_context_options_t &options);
+Config resolve_config(const ConfigOptions &options);
 
 // Strict flag parse of `value` for variable `name` (nullptr or "" -> nullopt).
 std::optional<bool> parse_flag(const char *name, const char *value);

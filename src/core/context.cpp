@@ -26,9 +26,9 @@ int arch_number(std::string digits) {
 
 }  // namespace
 
-Context::Context(const moejit_context_options_t &options)
-    : config_(resolve_config(options)), log_{options.log_fn, options.log_user_data},
-      compile_only_(options.compile_only != 0), device_ordinal_(options.device_ordinal) {
+Context::Context(const ContextOptions &options)
+    : config_(resolve_config(options.config)), log_(options.log), compile_only_(options.compile_only),
+      device_ordinal_(options.device_ordinal) {
     std::string arch = options.arch ? options.arch : "";
     if (!arch.empty())
         MOEJIT_REQUIRE(valid_arch(arch), "options->arch is \"{}\", expected sm_XY or sm_XYa with XY >= 80 (e.g. sm_90a, sm_80)", arch);
@@ -43,9 +43,9 @@ Context::Context(const moejit_context_options_t &options)
         const DriverApi &api = driver();  // NO_DRIVER / NO_DEVICE surface here
         int count = 0;
         MOEJIT_CU(cuDeviceGetCount(&count));
-        if (count == 0) fail(MOEJIT_ERROR_NO_DEVICE, "no CUDA device found");
+        if (count == 0) fail(Status::no_device, "no CUDA device found");
         if (device_ordinal_ >= count)
-            fail(MOEJIT_ERROR_NO_DEVICE, "options->device_ordinal is {}, but only {} CUDA device(s) exist",
+            fail(Status::no_device, "options->device_ordinal is {}, but only {} CUDA device(s) exist",
                  device_ordinal_, count);
         MOEJIT_CU(cuDeviceGet(&device_, device_ordinal_));
         MOEJIT_CU(cuDeviceGetAttribute(&cc_major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_));
@@ -54,7 +54,7 @@ Context::Context(const moejit_context_options_t &options)
         MOEJIT_CU(cuDeviceGetAttribute(&max_shared_per_block_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                        device_));
         if (cc_major_ < 8)
-            fail(MOEJIT_ERROR_UNSUPPORTED, "device {} has compute capability {}.{}; moejit needs 8.0 or newer",
+            fail(Status::unsupported, "device {} has compute capability {}.{}; moejit needs 8.0 or newer",
                  device_ordinal_, cc_major_, cc_minor_);
         // Hopper gets the arch-specific target so wgmma/setmaxnreg are available.
         const std::string own = fmt::format("sm_{}{}{}", cc_major_, cc_minor_, cc_major_ == 9 ? "a" : "");
@@ -63,7 +63,7 @@ Context::Context(const moejit_context_options_t &options)
         // device's for sm_XYa): refuse an arch whose kernels could never run here.
         const int number = arch_number(arch);
         if (number / 10 != cc_major_ || number % 10 > cc_minor_ || (arch.back() == 'a' && number % 10 != cc_minor_))
-            fail(MOEJIT_ERROR_UNSUPPORTED,
+            fail(Status::unsupported,
                  "options->arch is \"{}\", but device {} has compute capability {}.{}, where its cubins do not "
                  "load; expected NULL (the device's own, {}) or an arch of that device",
                  arch, device_ordinal_, cc_major_, cc_minor_, own);
@@ -175,7 +175,7 @@ void Context::launch_raw(const Kernel &kernel, const LaunchShape &s, void *strea
     if (s.grid_x == 0 || s.grid_y == 0 || s.grid_z == 0) return;  // nothing to do (e.g. T = 0)
     make_current();
     if (static_cast<int>(s.shared_bytes) > kernel.max_dynamic_smem)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "kernel {} needs {} bytes of dynamic shared memory; the device allows {}",
+        fail(Status::unsupported, "kernel {} needs {} bytes of dynamic shared memory; the device allows {}",
              kernel.name, s.shared_bytes, kernel.max_dynamic_smem);
     CUresult r = driver().cuLaunchKernel(kernel.function, s.grid_x, s.grid_y, s.grid_z, s.block_x,
                                          s.block_y, s.block_z, s.shared_bytes,

@@ -1,4 +1,5 @@
-// moejit_context_s: one device (or none, compile-only), its JIT engine and launch helpers.
+// The context: one device (or none, compile-only), its JIT engine and launch helpers. The C
+// handle moejit_context_t holds one (capi/capi_handles.hpp).
 #pragma once
 
 #include <cuda.h>
@@ -22,9 +23,20 @@ struct LaunchShape {
     std::uint32_t shared_bytes = 0;
 };
 
+// moejit_context_options_t's fields, as the library uses them (capi/capi_convert.cpp makes one).
+struct ContextOptions {
+    // Disk cache root: null for the default ($MOEJIT_CACHE_DIR, ...), "" for memory only.
+    const char *cache_dir = nullptr;
+    const char *arch = nullptr;  // null: the device's own
+    int device_ordinal = 0;
+    bool compile_only = false;
+    Logger log;
+    ConfigOptions config;
+};
+
 class Context {
 public:
-    explicit Context(const moejit_context_options_t &options);
+    explicit Context(const ContextOptions &options);
     ~Context();
     Context(const Context &) = delete;
     Context &operator=(const Context &) = delete;
@@ -52,7 +64,7 @@ public:
 
     // Launches on `stream` (a CUstream as void*); a grid with a zero dimension is a no-op, so
     // T = 0 needs no special case in callers. Raises the dynamic shared memory limit on first
-    // use. Throws MOEJIT_ERROR_INVALID_ARGUMENT on a compile-only context.
+    // use. Throws Status::invalid_argument on a compile-only context.
     template <class... Args>
     void launch(const Kernel &kernel, const LaunchShape &shape, void *stream, const Args &...args) {
         static_assert((std::is_trivially_copyable_v<Args> && ...),
@@ -65,7 +77,7 @@ public:
 
     // Makes the device's primary context current on the calling thread (no-op compile-only).
     void make_current();
-    // Throws MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on a compile-only context.
+    // Throws Status::invalid_argument naming `what` on a compile-only context.
     void require_device(const char *what) const;
 
 private:
@@ -82,8 +94,3 @@ private:
 };
 
 }  // namespace moejit
-
-struct moejit_context_s {
-    moejit::Context impl;
-    explicit moejit_context_s(const moejit_context_options_t &options) : impl(options) {}
-};

@@ -7,7 +7,7 @@ namespace {
 thread_local LogBuffer *active_buffer = nullptr;
 }  // namespace
 
-void Logger::operator()(moejit_log_level_t level, std::string_view message) const {
+void Logger::operator()(LogLevel level, std::string_view message) const {
     if (!fn) return;
     if (active_buffer) {
         active_buffer->messages_.push_back(LogBuffer::Message{*this, level, std::string(message)});

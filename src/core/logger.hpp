@@ -1,19 +1,30 @@
 // Routes library messages to the user's log callback (silent without one).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "moejit.h"
-
 namespace moejit {
 
+// The values are moejit_log_level_t's (capi/capi_convert.cpp asserts each one).
+enum class LogLevel : std::int32_t {
+    debug = 0,
+    info = 1,
+    warning = 2,
+    error = 3,
+};
+
+// Receives each message, NUL-terminated, with the user_data it was registered with. The C ABI
+// registers one that calls the caller's moejit_log_fn (capi/capi_convert.cpp).
+using LogFn = void (*)(LogLevel level, const char *message, void *user_data);
+
 struct Logger {
-    moejit_log_fn fn = nullptr;
+    LogFn fn = nullptr;
     void *user_data = nullptr;
     // Delivers now, or records into the calling thread's active LogBuffer.
-    void operator()(moejit_log_level_t level, std::string_view message) const;
+    void operator()(LogLevel level, std::string_view message) const;
 };
 
 // While one is active on a thread, that thread's messages are recorded instead of delivered,
@@ -29,7 +40,7 @@ public:
 
     struct Message {
         Logger logger;
-        moejit_log_level_t level;
+        LogLevel level;
         std::string text;
     };
     // Hands over the recorded messages (e.g. to another thread that delivers them in order).

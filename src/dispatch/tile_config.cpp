@@ -39,7 +39,7 @@ bool consume(std::string_view &text, char c) {
 GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
     const std::string original(text);
     auto bad = [&]() -> GemmTileConfig {
-        fail(MOEJIT_ERROR_INVALID_ARGUMENT,
+        fail(Status::invalid_argument,
              "{}: cannot parse tile config '{}' (expected [wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN]"
              "[_gGROUP][_oMINBLOCKS][_e0|_e1], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
              what, original);
@@ -123,7 +123,7 @@ namespace {
 void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc) {
     // The name is built only on failure: a valid config is checked on every launch.
     auto unsupported = [&](std::string_view why) {
-        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", to_string(c), why);
+        fail(Status::unsupported, "grouped GEMM tile config {}: {}", to_string(c), why);
     };
     if (cc != 90) unsupported(fmt::format("the wgmma engine needs sm_90a, the target is sm_{}", cc));
     if (c.block_m != 128) unsupported("block_m must be 128 for the wgmma engine");
@@ -131,7 +131,7 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
     if (!one_of(c.block_n, {64, 128, 256})) unsupported("block_n must be 64, 128 or 256");
     if (c.stages < 2 || c.stages > 8) unsupported("stages must be in [2, 8]");
     if (c.group_m < 1 || c.group_m > 64) unsupported("group_m must be in [1, 64]");
-    if (c.tma_store && (p.c_dtype == MOEJIT_DTYPE_FP32 || p.accumulate))
+    if (c.tma_store && (p.c_dtype == DType::fp32 || p.accumulate))
         unsupported("the TMA-store epilogue (_e1) needs a 16-bit C and no accumulation");
     if (c.tma_store && p.swiglu && c.block_n < 128)
         unsupported("the SwiGLU epilogue's TMA stores (_e1) need block_n >= 128 (whole 64-column chunks of g and u)");
@@ -149,13 +149,13 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
 void require_engine_features(const GemmTileConfig &c, const GemmProblem &p) {
     if (c.engine == GemmEngine::wgmma) return;
     if (p.gather_a)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: gathered A rows need the wgmma engine "
+        fail(Status::unsupported, "grouped GEMM tile config {}: gathered A rows need the wgmma engine "
              "(an sm_90a tile)", to_string(c));
     if (p.k_split > 0)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: two operand pairs (k_split = {}) need the "
+        fail(Status::unsupported, "grouped GEMM tile config {}: two operand pairs (k_split = {}) need the "
              "wgmma engine (an sm_90a tile)", to_string(c), p.k_split);
     if (p.swiglu)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: the SwiGLU epilogue needs the wgmma engine "
+        fail(Status::unsupported, "grouped GEMM tile config {}: the SwiGLU epilogue needs the wgmma engine "
              "(an sm_90a tile)", to_string(c));
 }
 
@@ -164,10 +164,10 @@ void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc)
     if (c.engine == GemmEngine::wgmma) return validate_wgmma_config(c, p, cc);
     // The name is built only on failure: a valid config is checked on every launch.
     auto unsupported = [&](std::string_view why) {
-        fail(MOEJIT_ERROR_UNSUPPORTED, "grouped GEMM tile config {}: {}", to_string(c), why);
+        fail(Status::unsupported, "grouped GEMM tile config {}: {}", to_string(c), why);
     };
     if (cc < 80)
-        fail(MOEJIT_ERROR_UNSUPPORTED,
+        fail(Status::unsupported,
              "grouped GEMM: compute capability {} is not supported (needs sm_80 or newer for "
              "bf16/fp16 mma.sync m16n8k16)",
              cc);
@@ -234,7 +234,7 @@ std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
             if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
         return gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block;
     };
-    w.tma_store = p.c_dtype != MOEJIT_DTYPE_FP32 && !p.accumulate && !(p.swiglu && w.block_n < 128);
+    w.tma_store = p.c_dtype != DType::fp32 && !p.accumulate && !(p.swiglu && w.block_n < 128);
     if (!w.tma_store || !deepest_ring(3)) {
         w.tma_store = false;
         deepest_ring(2);
@@ -303,7 +303,7 @@ GemmTileConfig choose_tile_config(const GemmProblem &p, int cc, const ForcedTile
         try {
             validate_tile_config(forced->tile, p, cc);
         } catch (const Error &e) {
-            fail(MOEJIT_ERROR_UNSUPPORTED, "{}={} cannot run this GEMM on compute capability {}.{}: {} (unset it to "
+            fail(Status::unsupported, "{}={} cannot run this GEMM on compute capability {}.{}: {} (unset it to "
                  "use the heuristic)",
                  forced->origin, to_string(forced->tile), cc / 10, cc % 10, e.what());
         }

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "moejit.h"
+#include "core/dtype.hpp"
 
 namespace moejit {
 
@@ -43,7 +43,7 @@ std::string to_string(const GemmTileConfig &config);
 // Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS][_e0|_e1]" (omitted fields
 // keep defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w and _o; _e1 is
 // its TMA-store epilogue); throws
-// MOEJIT_ERROR_INVALID_ARGUMENT naming `what` on malformed text.
+// Status::invalid_argument naming `what` on malformed text.
 GemmTileConfig parse_tile_config(std::string_view text, const char *what);
 
 enum class GemmKind {
@@ -54,8 +54,8 @@ enum class GemmKind {
 // What the heuristic looks at. For same_mn, `m`/`n` are the output sizes; for same_nk `n`/`k`.
 struct GemmProblem {
     GemmKind kind = GemmKind::same_nk;
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
-    moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
+    DType dtype = DType::bf16;
+    DType c_dtype = DType::bf16;
     std::int64_t m = 0;  // same_mn only
     std::int64_t n = 0;
     std::int64_t k = 0;  // same_nk only
@@ -81,7 +81,7 @@ SmemLimits smem_limits(int compute_capability);
 // and the scan's per-warp sums.
 std::size_t gemm_smem_bytes(const GemmTileConfig &config, GemmKind kind, std::int32_t num_experts);
 
-// Throws MOEJIT_ERROR_UNSUPPORTED (naming the field and the allowed values) if `config` cannot
+// Throws Status::unsupported (naming the field and the allowed values) if `config` cannot
 // run `problem` on `compute_capability`: divisibility, warp tiles, registers, shared memory.
 void validate_tile_config(const GemmTileConfig &config, const GemmProblem &problem,
                           int compute_capability);
@@ -102,7 +102,7 @@ struct ForcedTile {
     std::string origin;
 };
 
-// The forced tile when there is one (it must fit the problem: else MOEJIT_ERROR_UNSUPPORTED
+// The forced tile when there is one (it must fit the problem: else Status::unsupported
 // naming its origin, the tile and the violated limit), else the heuristic.
 GemmTileConfig choose_tile_config(const GemmProblem &problem, int compute_capability, const ForcedTile *forced);
 // The heuristic (documented in tile_config.cpp). Always returns a config that validates.

@@ -15,7 +15,7 @@ namespace {
 
 struct LoadedDriver {
     DriverApi api;
-    moejit_status_t status = MOEJIT_SUCCESS;
+    Status status = Status::success;
     std::string message;
 };
 
@@ -27,7 +27,7 @@ LoadedDriver load_driver() {
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *why = dlerror();
-        loaded.status = MOEJIT_ERROR_NO_DRIVER;
+        loaded.status = Status::no_driver;
         loaded.message = fmt::format("CUDA driver not found: dlopen(\"{}\") failed: {}", path,
                                      why ? why : "unknown reason");
         return loaded;
@@ -36,7 +36,7 @@ LoadedDriver load_driver() {
     loaded.api.name = reinterpret_cast<decltype(&::name)>(                                   \
         dlsym(handle, MOEJIT_STRINGIZE_EXPANDED(name)));                                     \
     if (!loaded.api.name) {                                                                  \
-        loaded.status = MOEJIT_ERROR_NO_DRIVER;                                              \
+        loaded.status = Status::no_driver;                                              \
         loaded.message = fmt::format("CUDA driver {} lacks symbol {} (driver too old?)", path, \
                                      MOEJIT_STRINGIZE_EXPANDED(name));                       \
         return loaded;                                                                       \
@@ -46,15 +46,16 @@ LoadedDriver load_driver() {
     // The handle is intentionally never closed: function pointers outlive every context.
     CUresult result = loaded.api.cuInit(0);
     if (result == CUDA_ERROR_NO_DEVICE) {
-        loaded.status = MOEJIT_ERROR_NO_DEVICE;
+        loaded.status = Status::no_device;
         loaded.message = "cuInit: no CUDA device found (CUDA_ERROR_NO_DEVICE)";
     } else if (result != CUDA_SUCCESS) {
         const char *name = nullptr;
         const char *text = nullptr;
         loaded.api.cuGetErrorName(result, &name);
         loaded.api.cuGetErrorString(result, &text);
-        loaded.status = (result == CUDA_ERROR_STUB_LIBRARY || result == CUDA_ERROR_SYSTEM_DRIVER_MISMATCH) ? MOEJIT_ERROR_NO_DRIVER
-                                                                  : MOEJIT_ERROR_CUDA;
+        loaded.status = (result == CUDA_ERROR_STUB_LIBRARY || result == CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
+                            ? Status::no_driver
+                            : Status::cuda;
         loaded.message = fmt::format("cuInit(0) failed: {} ({})", name ? name : "?",
                                      text ? text : "?");
     }
@@ -65,7 +66,7 @@ LoadedDriver load_driver() {
 
 const DriverApi &driver() {
     static const LoadedDriver loaded = load_driver();  // thread-safe one-time init
-    if (loaded.status != MOEJIT_SUCCESS) throw Error(loaded.status, loaded.message);
+    if (loaded.status != Status::success) throw Error(loaded.status, loaded.message);
     return loaded.api;
 }
 
@@ -76,7 +77,7 @@ void check_cuda(CUresult result, const char *call) {
     const DriverApi &api = driver();
     if (api.cuGetErrorName(result, &name) != CUDA_SUCCESS) name = nullptr;
     if (api.cuGetErrorString(result, &text) != CUDA_SUCCESS) text = nullptr;
-    fail(MOEJIT_ERROR_CUDA, "{} failed: {} ({}): {}", call, name ? name : "unknown CUresult",
+    fail(Status::cuda, "{} failed: {} ({}): {}", call, name ? name : "unknown CUresult",
          static_cast<int>(result), text ? text : "no description");
 }
 

@@ -61,11 +61,11 @@ struct DriverApi {
 };
 
 // Loads libcuda.so.1 and calls cuInit(0) once, thread-safely. Throws Error:
-// MOEJIT_ERROR_NO_DRIVER (library or a symbol missing), MOEJIT_ERROR_NO_DEVICE (cuInit says
-// there is none), MOEJIT_ERROR_CUDA (anything else). A failure is remembered and rethrown.
+// Status::no_driver (library or a symbol missing), Status::no_device (cuInit says
+// there is none), Status::cuda (anything else). A failure is remembered and rethrown.
 const DriverApi &driver();
 
-// Throws MOEJIT_ERROR_CUDA naming `call` with cuGetErrorName / cuGetErrorString.
+// Throws Status::cuda naming `call` with cuGetErrorName / cuGetErrorString.
 void check_cuda(CUresult result, const char *call);
 
 }  // namespace moejit

@@ -40,7 +40,7 @@ void warn_once(const Logger &log, const std::string &key, const std::string &mes
         std::lock_guard lock(mutex);
         if (!seen.insert(key).second) return;
     }
-    log(MOEJIT_LOG_WARNING, message);
+    log(LogLevel::warning, message);
 }
 
 DiskCache::DiskCache(std::string folder, Logger log) : folder_(std::move(folder)), log_(log) {
@@ -69,7 +69,7 @@ DiskCache::Lookup DiskCache::load(const std::string &name, const Digest &key,
     case ReadStatus::ok: break;
     case ReadStatus::absent: return Lookup::miss;
     default:
-        log_(MOEJIT_LOG_WARNING, fmt::format("moejit: cache entry {} not read ({}); recompiling", path, why_read));
+        log_(LogLevel::warning, fmt::format("moejit: cache entry {} not read ({}); recompiling", path, why_read));
         return Lookup::rejected;
     }
     const char *why = nullptr;
@@ -85,7 +85,7 @@ DiskCache::Lookup DiskCache::load(const std::string &name, const Digest &key,
     if (why) {
         // Left in place: reading never changes the folder; the rebuilt kernel's publish
         // replaces it (rename), which a read-only (JIT off) context never does.
-        log_(MOEJIT_LOG_WARNING, fmt::format("moejit: cache entry {} rejected ({}); recompiling", path, why));
+        log_(LogLevel::warning, fmt::format("moejit: cache entry {} rejected ({}); recompiling", path, why));
         return Lookup::rejected;
     }
     payload.assign(bytes.begin() + kHeaderSize, bytes.end());

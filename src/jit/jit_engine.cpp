@@ -104,7 +104,7 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
             if (lookup == DiskCache::Lookup::rejected) ++c.disk_rejects;
         });
         if (!options_.jit_enabled)
-            fail(MOEJIT_ERROR_JIT_DISABLED,
+            fail(Status::jit_disabled,
                  "kernel {} ({}) for {} is not in the cache{} and JIT compilation is off "
                  "(MOEJIT_COMPILE=off or jit_mode); run moejit-warmup for this model first",
                  source.name, to_hex(k), options_.arch,
@@ -121,8 +121,8 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
             c.compile_seconds += compiled.seconds;
         });
         if (!compiled.log.empty())
-            options_.log(MOEJIT_LOG_DEBUG, fmt::format("moejit: NVRTC log for {}:\n{}", source.name, compiled.log));
-        options_.log(MOEJIT_LOG_INFO, fmt::format("moejit: compiled {} for {} in {:.3f} s",
+            options_.log(LogLevel::debug, fmt::format("moejit: NVRTC log for {}:\n{}", source.name, compiled.log));
+        options_.log(LogLevel::info, fmt::format("moejit: compiled {} for {} in {:.3f} s",
                                                   source.name, options_.arch, compiled.seconds));
         disk_->store(source.name, k, compiled.cubin);
         cubin = std::move(compiled.cubin);

@@ -35,7 +35,7 @@ void require_nvrtc_arch(const std::string &arch) {
     try {
         number = std::stoi(digits);
     } catch (...) {
-        fail(MOEJIT_ERROR_INVALID_ARGUMENT, "arch \"{}\" is not of the form sm_XY or sm_XYa", arch);
+        fail(Status::invalid_argument, "arch \"{}\" is not of the form sm_XY or sm_XYa", arch);
     }
     const std::vector<int> *known = nullptr;
     try {
@@ -46,7 +46,7 @@ void require_nvrtc_arch(const std::string &arch) {
     const std::vector<int> &archs = *known;
     if (archs.empty()) return;  // NVRTC could not say: its own compile error will
     if (std::find(archs.begin(), archs.end(), number) == archs.end())
-        fail(MOEJIT_ERROR_INVALID_ARGUMENT, "arch \"{}\" is not supported by this NVRTC, which compiles for sm_{}",
+        fail(Status::invalid_argument, "arch \"{}\" is not supported by this NVRTC, which compiles for sm_{}",
              arch, fmt::join(archs, ", sm_"));
 }
 

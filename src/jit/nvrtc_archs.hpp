@@ -10,7 +10,7 @@ namespace moejit {
 // The numbers NVRTC reports (e.g. 75, 80, ..., 90, 100, 120), ascending; computed once.
 const std::vector<int> &nvrtc_supported_archs();
 
-// Throws MOEJIT_ERROR_INVALID_ARGUMENT naming `arch` and the supported list when NVRTC cannot
+// Throws Status::invalid_argument naming `arch` and the supported list when NVRTC cannot
 // compile for `arch` ("sm_XY" / "sm_XYa", already checked by valid_arch()).
 void require_nvrtc_arch(const std::string &arch);
 

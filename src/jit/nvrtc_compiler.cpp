@@ -17,7 +17,7 @@ namespace {
 void check_nvrtc(const NvrtcApi &api, nvrtcResult result, const char *call,
                  const std::string &name) {
     if (result != NVRTC_SUCCESS)
-        fail(MOEJIT_ERROR_COMPILE, "{} failed for kernel {}: {}", call, name,
+        fail(Status::compile, "{} failed for kernel {}: {}", call, name,
              api.nvrtcGetErrorString(result));
 }
 
@@ -113,7 +113,7 @@ CompiledKernel nvrtc_compile(const KernelSource &source, const std::string &arch
     if (include.empty()) {
         std::string looked;
         for (const std::string &dir : cuda_include_candidates()) looked += "\n  " + dir;
-        fail(MOEJIT_ERROR_COMPILE,
+        fail(Status::compile,
              "cannot compile kernel {}: the CUDA headers NVRTC needs (cuda_bf16.h) were not found "
              "in:{}\nSet CUDA_HOME to a CUDA toolkit, or install the nvidia-cuda-runtime pip "
              "package of NVRTC's major version (pip install 'moejit[cuda]').",
@@ -134,7 +134,7 @@ CompiledKernel nvrtc_compile(const KernelSource &source, const std::string &arch
     if (result != NVRTC_SUCCESS) {
         std::string joined;
         for (const std::string &o : all) joined += (joined.empty() ? "" : " ") + o;
-        fail(MOEJIT_ERROR_COMPILE, "NVRTC failed to compile kernel {} ({}) for {}: {}\noptions: {}\nlog:\n{}",
+        fail(Status::compile, "NVRTC failed to compile kernel {} ({}) for {}: {}\noptions: {}\nlog:\n{}",
              source.name, source.entry, arch, api.nvrtcGetErrorString(result), joined, out.log);
     }
     std::size_t size = 0;

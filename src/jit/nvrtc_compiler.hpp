@@ -18,14 +18,14 @@ struct CompiledKernel {
 // Options every compile uses (sorted; the arch and include folder are added by compile()).
 std::vector<std::string> default_nvrtc_options();
 
-// Throws MOEJIT_ERROR_COMPILE with the NVRTC log, the kernel name and the options.
+// Throws Status::compile with the NVRTC log, the kernel name and the options.
 CompiledKernel nvrtc_compile(const KernelSource &source, const std::string &arch,
                              const std::vector<std::string> &options);
 
 // "sm_90a" -> "compute_90a"-style validation: sm_XY or sm_XYa with XY >= 80.
 bool valid_arch(const std::string &arch);
 
-// major*100 + minor of the loaded NVRTC; throws MOEJIT_ERROR_COMPILE when there is none.
+// major*100 + minor of the loaded NVRTC; throws Status::compile when there is none.
 int nvrtc_version();
 
 // Where NVRTC looks for cuda_bf16.h, in order: $CUDA_HOME/include, $CUDA_PATH/include, the

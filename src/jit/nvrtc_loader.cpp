@@ -94,8 +94,8 @@ const NvrtcApi &nvrtc() {
         failures += fmt::format("\n  {}: {}", path, why);
     }
     if (overridden)
-        fail(MOEJIT_ERROR_COMPILE, "NVRTC could not be loaded from $MOEJIT_NVRTC:{}", failures);
-    fail(MOEJIT_ERROR_COMPILE,
+        fail(Status::compile, "NVRTC could not be loaded from $MOEJIT_NVRTC:{}", failures);
+    fail(Status::compile,
          "NVRTC ({}) is needed to compile kernels and was not found; tried, in order:{}\n"
          "Install a CUDA {} toolkit (and set CUDA_HOME to it), or the CUDA {} pip packages "
          "nvidia-cuda-nvrtc and nvidia-cuda-runtime (pip install 'moejit[cuda]'), or set "

@@ -32,7 +32,7 @@ struct NvrtcApi {
 // The loaded NVRTC. Lookup: $MOEJIT_NVRTC alone when set; else the build's soname
 // (libnvrtc.so.<CUDA major>) through the system loader (which also finds a copy already
 // loaded, e.g. by the Python package or PyTorch), then lib64/ and lib/ of $CUDA_HOME,
-// $CUDA_PATH, the build's toolkit and /usr/local/cuda. Throws MOEJIT_ERROR_COMPILE naming every
+// $CUDA_PATH, the build's toolkit and /usr/local/cuda. Throws Status::compile naming every
 // path tried. A failure is not remembered: the next call looks again.
 const NvrtcApi &nvrtc();
 

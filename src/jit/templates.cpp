@@ -44,7 +44,7 @@ std::vector<std::string_view> template_include_closure(std::string_view source) 
         pending.pop_back();
         if (!seen.insert(name).second) continue;
         const EmbeddedTemplate *t = find_template(name);
-        if (!t) fail(MOEJIT_ERROR_INTERNAL, "kernel source includes \"{}\", which is not an embedded template", name);
+        if (!t) fail(Status::internal, "kernel source includes \"{}\", which is not an embedded template", name);
         for (std::string_view inner : quoted_includes(t->source)) pending.push_back(inner);
     }
     return {seen.begin(), seen.end()};

@@ -18,7 +18,7 @@ std::span<const EmbeddedTemplate> embedded_templates();
 const EmbeddedTemplate *find_template(std::string_view name);
 
 // The names of `name` and every embedded header it includes with #include "...", recursively,
-// sorted; throws MOEJIT_ERROR_INTERNAL for an include that is not embedded.
+// sorted; throws Status::internal for an include that is not embedded.
 std::vector<std::string_view> template_include_closure(std::string_view source);
 
 }  // namespace moejit

@@ -8,15 +8,15 @@
 
 namespace moejit {
 
-LayerSpecs layer_specs(const moejit_plan_desc_t &d, const Config &config, int cc) {
-    const bool merged = d.fc1_layout != MOEJIT_FC1_SPLIT;  // merged or interleaved: one [.,2I] fc1
+LayerSpecs layer_specs(const PlanDesc &d, const Config &config, int cc) {
+    const bool merged = d.fc1_layout != Fc1Layout::split;  // merged or interleaved: one [.,2I] fc1
     // Weights stored for x·W ([E,K,N] in the forward) flip every GEMM's B layout.
     const bool xw = d.weights_transposed != 0;
     const std::int64_t H = d.hidden_size, I = d.intermediate_size, E = d.num_experts;
     const std::int64_t fc1_n = merged ? 2 * I : I;
     // Typical scattered rows, for the tile heuristic (4096 tokens when the caller gives no hint).
     const std::int64_t rows_hint = checked_rows(d.tokens_hint > 0 ? d.tokens_hint : 4096, d.top_k, "desc->tokens_hint");
-    const moejit_dtype_t t = d.dtype, wg = d.weight_grad_dtype;
+    const DType t = d.dtype, wg = d.weight_grad_dtype;
     const bool acc = d.weight_grad_accumulate != 0;
     const ForcedTile *forced = config.forced_tile();
     LayerSpecs s;
@@ -52,7 +52,7 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, const Config &config, int cc
     // two GEMMs and the standalone kernel (docs/DECISIONS.md, docs/PERF_LOG.md).
     // The epilogue computes SwiGLU over [gate | up] column blocks without biases, for weights
     // stored [E,N,K]: other activations, layouts and biases use the standalone kernel.
-    const bool epilogue_fits = d.activation == MOEJIT_ACTIVATION_SWIGLU && d.fc1_layout != MOEJIT_FC1_INTERLEAVED &&
+    const bool epilogue_fits = d.activation == Activation::swiglu && d.fc1_layout != Fc1Layout::interleaved &&
                                !xw && !d.has_bias;
     s.fused_swiglu = config.fuse_swiglu.value && epilogue_fits &&
                      s.fc1.tile.engine == GemmEngine::wgmma;
@@ -68,11 +68,11 @@ LayerSpecs layer_specs(const moejit_plan_desc_t &d, const Config &config, int cc
     return s;
 }
 
-std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, const Config &config, int cc) {
+std::vector<KernelSource> layer_gemm_sources(const PlanDesc &d, const Config &config, int cc) {
     return layer_gemm_sources(d, layer_specs(d, config, cc));
 }
 
-std::vector<LayerGemmRole> layer_gemm_roles(const moejit_plan_desc_t &d, const LayerSpecs &s) {
+std::vector<LayerGemmRole> layer_gemm_roles(const PlanDesc &d, const LayerSpecs &s) {
     std::vector<LayerGemmRole> roles = {
         {&LayerKernels::fc1, group_gemm_kernels(s.fc1)},
         {&LayerKernels::fc2, group_gemm_kernels(s.fc2)},
@@ -81,19 +81,19 @@ std::vector<LayerGemmRole> layer_gemm_roles(const moejit_plan_desc_t &d, const L
         {&LayerKernels::fc2_wgrad, group_gemm_kernels(s.fc2_wgrad)},
         {&LayerKernels::fc1_wgrad, group_gemm_kernels(s.fc1_wgrad)},
     };
-    if (d.fc1_layout == MOEJIT_FC1_SPLIT && s.fc1_dgrad.k_split == 0)
+    if (d.fc1_layout == Fc1Layout::split && s.fc1_dgrad.k_split == 0)
         roles.push_back({&LayerKernels::fc1_dgrad_acc, group_gemm_kernels(s.fc1_dgrad_acc)});
     return roles;
 }
 
-std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &d, const LayerSpecs &s) {
+std::vector<KernelSource> layer_gemm_sources(const PlanDesc &d, const LayerSpecs &s) {
     std::vector<KernelSource> out;
     for (LayerGemmRole &role : layer_gemm_roles(d, s))
         for (KernelSource &k : role.sources) out.push_back(std::move(k));
     return out;
 }
 
-LayerGemms::LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs,
+LayerGemms::LayerGemms(Context &ctx, const PlanDesc &desc, const LayerSpecs &specs,
                        const LayerKernels *kernels, std::int64_t rows, const std::int32_t *offsets,
                        const std::int32_t *row_token, void *stream, void *split_workspace,
                        std::size_t split_workspace_bytes)
@@ -101,9 +101,9 @@ LayerGemms::LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const Layer
       row_token_(row_token), stream_(stream), split_workspace_(split_workspace),
       split_workspace_bytes_(split_workspace_bytes) {}
 
-std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &d, std::int64_t rows) {
+std::size_t wgrad_split_workspace_bytes(const PlanDesc &d, std::int64_t rows) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size;
-    const std::int64_t fc1_n = d.fc1_layout != MOEJIT_FC1_SPLIT ? 2 * I : I;
+    const std::int64_t fc1_n = d.fc1_layout != Fc1Layout::split ? 2 * I : I;
     // (M, N) of each weight gradient as layer_specs sets them.
     auto bytes = [&](std::int64_t m, std::int64_t n) {
         if (d.weights_transposed) std::swap(m, n);

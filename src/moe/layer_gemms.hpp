@@ -8,7 +8,7 @@
 
 #include "core/context.hpp"
 #include "jit/kernel_source.hpp"
-#include "moejit.h"
+#include "moe/plan_desc.hpp"
 #include "ops/group_gemm.hpp"
 
 namespace moejit {
@@ -28,7 +28,7 @@ struct LayerSpecs {
     bool gathered = false;
     bool fused_swiglu = false;
 };
-LayerSpecs layer_specs(const moejit_plan_desc_t &desc, const Config &config, int compute_capability);
+LayerSpecs layer_specs(const PlanDesc &desc, const Config &config, int compute_capability);
 
 // The kernels of a LayerSpecs, fetched once when a plan is created, so that the layer's
 // launches neither render nor look up (null: a GEMM the layout does not run).
@@ -41,17 +41,17 @@ struct LayerGemmRole {
     GemmKernels LayerKernels::*kernels;
     std::vector<KernelSource> sources;
 };
-std::vector<LayerGemmRole> layer_gemm_roles(const moejit_plan_desc_t &desc, const LayerSpecs &specs);
+std::vector<LayerGemmRole> layer_gemm_roles(const PlanDesc &desc, const LayerSpecs &specs);
 
 // Every GEMM specialization a plan of `desc` launches with `config` (pure; for warmup); the
 // second form for specs already chosen (a plan's own).
-std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, const Config &config,
+std::vector<KernelSource> layer_gemm_sources(const PlanDesc &desc, const Config &config,
                                              int compute_capability);
-std::vector<KernelSource> layer_gemm_sources(const moejit_plan_desc_t &desc, const LayerSpecs &specs);
+std::vector<KernelSource> layer_gemm_sources(const PlanDesc &desc, const LayerSpecs &specs);
 
 // Scratch the weight gradients need to split long reductions (dispatch/tile_schedule.hpp,
 // mn_split) for S = rows; arch-independent so the plan's size queries need no device.
-std::size_t wgrad_split_workspace_bytes(const moejit_plan_desc_t &desc, std::int64_t rows);
+std::size_t wgrad_split_workspace_bytes(const PlanDesc &desc, std::int64_t rows);
 
 class LayerGemms {
 public:
@@ -60,7 +60,7 @@ public:
     // row_token: [S], the token of each scattered row, for the gathering specs: fc1's xs is
     // then x itself (specs.gathered), else its scatter.
     // kernels: the specs' kernels (LayerKernels), or null to look them up per launch.
-    LayerGemms(Context &ctx, const moejit_plan_desc_t &desc, const LayerSpecs &specs, const LayerKernels *kernels,
+    LayerGemms(Context &ctx, const PlanDesc &desc, const LayerSpecs &specs, const LayerKernels *kernels,
                std::int64_t rows, const std::int32_t *offsets, const std::int32_t *row_token, void *stream,
                void *split_workspace = nullptr, std::size_t split_workspace_bytes = 0);
 
@@ -91,7 +91,7 @@ private:
     void mn(const GemmMnSpec &spec, GemmKernels LayerKernels::*role, const void *a, const void *b, void *c);
 
     Context &ctx_;
-    const moejit_plan_desc_t &desc_;
+    const PlanDesc &desc_;
     const LayerSpecs &specs_;
     const LayerKernels *kernels_;
     std::int64_t rows_;

@@ -17,11 +17,11 @@ namespace moejit {
 namespace {
 
 // Merged storage: one [.,2I] fc1 (gate then up, or interleaved).
-bool merged(const moejit_plan_desc_t &d) { return d.fc1_layout != MOEJIT_FC1_SPLIT; }
-bool has_limit(const moejit_plan_desc_t &d) { return d.swiglu_limit > 0.0f; }
-bool has_bias(const moejit_plan_desc_t &d) { return d.has_bias != 0; }
+bool merged(const PlanDesc &d) { return d.fc1_layout != Fc1Layout::split; }
+bool has_limit(const PlanDesc &d) { return d.swiglu_limit > 0.0f; }
+bool has_bias(const PlanDesc &d) { return d.has_bias != 0; }
 constexpr float kGptOssAlpha = 1.702f;
-float alpha(const moejit_plan_desc_t &d) { return d.activation_alpha > 0.0f ? d.activation_alpha : kGptOssAlpha; }
+float alpha(const PlanDesc &d) { return d.activation_alpha > 0.0f ? d.activation_alpha : kGptOssAlpha; }
 
 void require_tensor(const void *p, const char *name, bool needed) {
     if (!needed) return;
@@ -30,7 +30,7 @@ void require_tensor(const void *p, const char *name, bool needed) {
                    "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
 }
 
-PlanLayout checked_layout(const moejit_plan_desc_t &d, std::int64_t num_tokens, bool gathered) {
+PlanLayout checked_layout(const PlanDesc &d, std::int64_t num_tokens, bool gathered) {
     // PlanLayout validates T (>= 0, T·k <= 2^31-1) and every size with checked arithmetic.
     return PlanLayout(d, num_tokens, gathered, "args->num_tokens");
 }
@@ -50,7 +50,7 @@ void require_buffers(const PlanLayout &L, const void *saved, std::size_t saved_s
 // The SwiGLU op's arguments over the saved g and u (`gate_up`: g then u [S,I] each, or merged
 // [S,2I]); the op takes exactly one layout's pointers. The caller adds the rest.
 template <class Args>
-Args swiglu_args(const moejit_plan_desc_t &d, std::int64_t rows, const char *gate_up, const float *w_s, void *stream) {
+Args swiglu_args(const PlanDesc &d, std::int64_t rows, const char *gate_up, const float *w_s, void *stream) {
     const std::size_t half = static_cast<std::size_t>(rows * d.intermediate_size) * dtype_size(d.dtype);
     Args act;
     act.dtype = d.dtype;
@@ -63,38 +63,38 @@ Args swiglu_args(const moejit_plan_desc_t &d, std::int64_t rows, const char *gat
     act.gate_up = merged(d) ? gate_up : nullptr;
     act.w_s = w_s;
     act.stream = stream;
-    act.interleaved = d.fc1_layout == MOEJIT_FC1_INTERLEAVED;
+    act.interleaved = d.fc1_layout == Fc1Layout::interleaved;
     act.activation = d.activation;
     act.alpha = alpha(d);
     return act;
 }
 
-SwigluSpec swiglu_spec_of(const moejit_plan_desc_t &d) {
+SwigluSpec swiglu_spec_of(const PlanDesc &d) {
     SwigluSpec s;
     s.dtype = d.dtype;
     s.intermediate = d.intermediate_size;
     s.merged = merged(d);
     s.has_limit = has_limit(d);
     s.has_weights = true;
-    s.interleaved = d.fc1_layout == MOEJIT_FC1_INTERLEAVED;
+    s.interleaved = d.fc1_layout == Fc1Layout::interleaved;
     s.activation = d.activation;
     s.has_bias = has_bias(d);  // the forward's; render_swiglu_backward drops it
     return s;
 }
 
-GatherSpec gather_spec_of(const moejit_plan_desc_t &d, bool bias) {
-    GatherSpec g{d.dtype, d.hidden_size, d.top_k, static_cast<moejit_dtype_t>(0)};
+GatherSpec gather_spec_of(const PlanDesc &d, bool bias) {
+    GatherSpec g{d.dtype, d.hidden_size, d.top_k, static_cast<DType>(0)};
     g.bias = bias;
     return g;
 }
 
-BiasGradSpec bias_grad_spec_of(const moejit_plan_desc_t &d, bool scaled) {
+BiasGradSpec bias_grad_spec_of(const PlanDesc &d, bool scaled) {
     return BiasGradSpec{d.dtype, d.weight_grad_dtype, scaled, d.weight_grad_accumulate != 0};
 }
 
 }  // namespace
 
-void validate_plan_desc(const moejit_plan_desc_t &d) {
+void validate_plan_desc(const PlanDesc &d) {
     MOEJIT_REQUIRE(is_half_precision(d.dtype), "desc->dtype is {} ({}), expected MOEJIT_DTYPE_BF16 or MOEJIT_DTYPE_FP16",
                    static_cast<int>(d.dtype), dtype_name(d.dtype));
     MOEJIT_REQUIRE(d.hidden_size > 0 && d.hidden_size % 8 == 0,
@@ -105,12 +105,12 @@ void validate_plan_desc(const moejit_plan_desc_t &d) {
                    "desc->num_experts is {}, expected 1..4096", d.num_experts);
     MOEJIT_REQUIRE(d.top_k >= 1 && d.top_k <= std::min<std::int32_t>(64, d.num_experts * 64),
                    "desc->top_k is {}, expected 1..64", d.top_k);
-    MOEJIT_REQUIRE(d.fc1_layout == MOEJIT_FC1_SPLIT || d.fc1_layout == MOEJIT_FC1_MERGED ||
-                       d.fc1_layout == MOEJIT_FC1_INTERLEAVED,
+    MOEJIT_REQUIRE(d.fc1_layout == Fc1Layout::split || d.fc1_layout == Fc1Layout::merged ||
+                       d.fc1_layout == Fc1Layout::interleaved,
                    "desc->fc1_layout is {}, expected MOEJIT_FC1_SPLIT (0), MOEJIT_FC1_MERGED (1) or "
                    "MOEJIT_FC1_INTERLEAVED (2)",
                    static_cast<int>(d.fc1_layout));
-    MOEJIT_REQUIRE(d.activation == MOEJIT_ACTIVATION_SWIGLU || d.activation == MOEJIT_ACTIVATION_GPT_OSS,
+    MOEJIT_REQUIRE(d.activation == Activation::swiglu || d.activation == Activation::gpt_oss,
                    "desc->activation is {}, expected MOEJIT_ACTIVATION_SWIGLU (0) or MOEJIT_ACTIVATION_GPT_OSS (1)",
                    static_cast<int>(d.activation));
     MOEJIT_REQUIRE(std::isfinite(d.swiglu_limit), "desc->swiglu_limit is not finite");
@@ -119,33 +119,33 @@ void validate_plan_desc(const moejit_plan_desc_t &d) {
     MOEJIT_REQUIRE(d.weights_transposed == 0 || d.weights_transposed == 1,
                    "desc->weights_transposed is {}, expected 0 or 1", d.weights_transposed);
     MOEJIT_REQUIRE(d.has_bias == 0 || d.has_bias == 1, "desc->has_bias is {}, expected 0 or 1", d.has_bias);
-    if (d.fc1_layout == MOEJIT_FC1_SPLIT) {
+    if (d.fc1_layout == Fc1Layout::split) {
         // The split layout's separate W_gate/W_up would need two biases and transposed pairs;
         // the models that have them store fc1 merged.
         if (d.weights_transposed)
-            fail(MOEJIT_ERROR_UNSUPPORTED,
+            fail(Status::unsupported,
                  "desc->weights_transposed is 1 with desc->fc1_layout MOEJIT_FC1_SPLIT: transposed weights need "
                  "MOEJIT_FC1_MERGED or MOEJIT_FC1_INTERLEAVED");
         if (d.has_bias)
-            fail(MOEJIT_ERROR_UNSUPPORTED,
+            fail(Status::unsupported,
                  "desc->has_bias is 1 with desc->fc1_layout MOEJIT_FC1_SPLIT: biases need MOEJIT_FC1_MERGED or "
                  "MOEJIT_FC1_INTERLEAVED");
     }
-    MOEJIT_REQUIRE(d.weight_grad_dtype == d.dtype || d.weight_grad_dtype == MOEJIT_DTYPE_FP32,
+    MOEJIT_REQUIRE(d.weight_grad_dtype == d.dtype || d.weight_grad_dtype == DType::fp32,
                    "desc->weight_grad_dtype is {}, expected the layer dtype ({}) or MOEJIT_DTYPE_FP32",
                    dtype_name(d.weight_grad_dtype), dtype_name(d.dtype));
-    MOEJIT_REQUIRE(!d.weight_grad_accumulate || d.weight_grad_dtype == MOEJIT_DTYPE_FP32,
+    MOEJIT_REQUIRE(!d.weight_grad_accumulate || d.weight_grad_dtype == DType::fp32,
                    "desc->weight_grad_accumulate is set, which requires weight_grad_dtype MOEJIT_DTYPE_FP32 (got {})",
                    dtype_name(d.weight_grad_dtype));
-    MOEJIT_REQUIRE(d.index_dtype == MOEJIT_DTYPE_INT32 || d.index_dtype == MOEJIT_DTYPE_INT64,
+    MOEJIT_REQUIRE(d.index_dtype == DType::int32 || d.index_dtype == DType::int64,
                    "desc->index_dtype is {}, expected MOEJIT_DTYPE_INT32 or MOEJIT_DTYPE_INT64", dtype_name(d.index_dtype));
-    MOEJIT_REQUIRE(d.routing_dtype == d.dtype || d.routing_dtype == MOEJIT_DTYPE_FP32,
+    MOEJIT_REQUIRE(d.routing_dtype == d.dtype || d.routing_dtype == DType::fp32,
                    "desc->routing_dtype is {}, expected the layer dtype ({}) or MOEJIT_DTYPE_FP32",
                    dtype_name(d.routing_dtype), dtype_name(d.dtype));
     MOEJIT_REQUIRE(d.tokens_hint >= 0, "desc->tokens_hint is {}, expected >= 0", d.tokens_hint);
 }
 
-std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const Config &config,
+std::vector<KernelSource> plan_kernel_sources(const PlanDesc &d, const Config &config,
                                               int compute_capability) {
     validate_plan_desc(d);
     return plan_kernel_sources(d, layer_specs(d, config, compute_capability));
@@ -163,7 +163,7 @@ struct BoundSources {
     }
 };
 
-BoundSources plan_bound_sources(const moejit_plan_desc_t &d, const LayerSpecs &gemms) {
+BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     BoundSources b;
     RoutingKernels routing = render_routing_index(RoutingSpec{d.index_dtype, d.num_experts});
     b.add(std::move(routing.histogram), [](PlanKernels &p, Kernel *k) { p.routing.histogram = k; });
@@ -206,7 +206,7 @@ BoundSources plan_bound_sources(const moejit_plan_desc_t &d, const LayerSpecs &g
 
 }  // namespace
 
-std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const LayerSpecs &gemms) {
+std::vector<KernelSource> plan_kernel_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     std::vector<KernelSource> all = plan_bound_sources(d, gemms).sources;
     // Remove duplicates (e.g. the same GEMM shape used twice), keeping the first.
     std::set<std::string> seen;
@@ -216,7 +216,7 @@ std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &d, const
     return unique;
 }
 
-Plan::Plan(Context &ctx, const moejit_plan_desc_t &desc)
+Plan::Plan(Context &ctx, const PlanDesc &desc)
     : ctx_(ctx), desc_(desc), gemm_specs_((validate_plan_desc(desc), layer_specs(desc, ctx.config(), ctx.compute_capability()))) {
     // Compile or load every kernel now, the missing ones in parallel, so forward and backward
     // only launch. A source that serves two places (the same GEMM shape twice) resolves once.
@@ -235,7 +235,7 @@ const void *Plan::scatter_rows(const std::int32_t *scatter_index, std::int64_t n
 }
 
 void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
-    const moejit_plan_desc_t &d = desc_;
+    const PlanDesc &d = desc_;
     const std::int64_t S = r.rows, I = d.intermediate_size;
     const std::size_t el = dtype_size(d.dtype);
     LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, r.offsets, r.row_token, r.stream);
@@ -268,7 +268,7 @@ void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
 }
 
 void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, const ExpertGrads &g) {
-    const moejit_plan_desc_t &d = desc_;
+    const PlanDesc &d = desc_;
     const std::int64_t S = r.rows, H = d.hidden_size, I = d.intermediate_size;
     const std::size_t el = dtype_size(d.dtype);
     // Weight gradients of every expert are written even with no rows (zeros, or untouched when
@@ -312,29 +312,15 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
 
 namespace {
 
-template <class Args> ExpertWeights weights_of(const Args &a) {
-    ExpertWeights w;
-    w.w_gate = a.w_gate;
-    w.w_up = a.w_up;
-    w.w_gate_up = a.w_gate_up;
-    w.w_down = a.w_down;
-    if constexpr (requires { a.b_gate_up; }) w.b_gate_up = a.b_gate_up;
-    w.b_down = a.b_down;
-    return w;
-}
-template <class Args> ExpertGrads grads_of(const Args &a) {
-    return ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
-}
-
 // The weights every call reads (and, with `grads`, the gradients every backward writes).
-void require_weights(const moejit_plan_desc_t &d, const ExpertWeights &w, bool bias_needed) {
+void require_weights(const PlanDesc &d, const ExpertWeights &w, bool bias_needed) {
     require_tensor(w.w_gate, "args->w_gate", !merged(d));
     require_tensor(w.w_up, "args->w_up", !merged(d));
     require_tensor(w.w_gate_up, "args->w_gate_up", merged(d));
     require_tensor(w.w_down, "args->w_down", true);
     require_tensor(w.b_down, "args->b_down", has_bias(d) && bias_needed);
 }
-void require_grads(const moejit_plan_desc_t &d, const ExpertGrads &g) {
+void require_grads(const PlanDesc &d, const ExpertGrads &g) {
     require_tensor(g.dw_gate, "args->dw_gate", !merged(d));
     require_tensor(g.dw_up, "args->dw_up", !merged(d));
     require_tensor(g.dw_gate_up, "args->dw_gate_up", merged(d));
@@ -345,16 +331,16 @@ void require_grads(const moejit_plan_desc_t &d, const ExpertGrads &g) {
 
 }  // namespace
 
-void Plan::forward(const moejit_forward_args_t &a) {
-    const moejit_plan_desc_t &d = desc_;
+void Plan::forward(const ForwardArgs &a) {
+    const PlanDesc &d = desc_;
     PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
-    const ExpertWeights w = weights_of(a);
+    const ExpertWeights &w = a.weights;
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.selected_experts, "args->selected_experts", T0);
     require_tensor(a.routing_weights, "args->routing_weights", T0);
     require_weights(d, w, true);
-    require_tensor(a.b_gate_up, "args->b_gate_up", has_bias(d));
+    require_tensor(w.b_gate_up, "args->b_gate_up", has_bias(d));
     require_tensor(a.out, "args->out", T0);
     require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_forward");
@@ -382,7 +368,7 @@ void Plan::forward(const moejit_forward_args_t &a) {
     // y holds w·(a·W_down) per row; the gather adds w·b_down[e] (out = Σ_j w·(fc2 + b_down)).
     GatherArgs fc2_out{gather_spec_of(d, has_bias(d)), y, scatter_index, nullptr, a.num_tokens, a.out, a.stream};
     if (has_bias(d)) {
-        fc2_out.bias = a.b_down;
+        fc2_out.bias = w.b_down;
         fc2_out.bias_scale = w_s;
         fc2_out.offsets = offsets;
         fc2_out.num_experts = d.num_experts;
@@ -390,12 +376,12 @@ void Plan::forward(const moejit_forward_args_t &a) {
     gather(ctx_, fc2_out, has_bias(d) ? *kernels_.gather_bias : *kernels_.gather);
 }
 
-void Plan::backward(const moejit_backward_args_t &a) {
-    const moejit_plan_desc_t &d = desc_;
+void Plan::backward(const BackwardArgs &a) {
+    const PlanDesc &d = desc_;
     PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
-    const ExpertWeights w = weights_of(a);
-    const ExpertGrads g = grads_of(a);
+    const ExpertWeights &w = a.weights;
+    const ExpertGrads &g = a.grads;
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.dout, "args->dout", T0);
     require_weights(d, w, T0);
@@ -414,11 +400,8 @@ void Plan::backward(const moejit_backward_args_t &a) {
         dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
         xs = scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
     }
-    // The launch bound is S, the scattered tensors' rows (docs/DESIGN.md §3). The test hook
-    // passes T instead — the historical bug — so the regression suite can prove it catches it.
-    const std::int64_t bound = test_hooks.backward_bound_from_tokens ? a.num_tokens : L.rows;
-    run_experts_backward(BackwardRows{L.rows, bound, L.offsets.in<std::int32_t>(a.saved), xs, dy,
-                                      L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
+    run_experts_backward(BackwardRows{L.rows, backward_gemm_bound(L, a.num_tokens), L.offsets.in<std::int32_t>(a.saved),
+                                      xs, dy, L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
                                       L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, dxs,
                                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
                                       L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream},
@@ -453,18 +436,18 @@ void require_row_weights(const float *p, const char *name) {
 
 }  // namespace
 
-void Plan::experts_forward(const moejit_experts_forward_args_t &a) {
-    const moejit_plan_desc_t &d = desc_;
+void Plan::experts_forward(const ExpertsForwardArgs &a) {
+    const PlanDesc &d = desc_;
     const ExpertsLayout L(d, a.num_rows, gemm_specs_.gathered, "args->num_rows");
     const bool R0 = a.num_rows > 0;
-    const ExpertWeights w = weights_of(a);
+    const ExpertWeights &w = a.weights;
     require_tensor(a.xs, "args->xs", R0);
     MOEJIT_REQUIRE(a.expert_offsets != nullptr, "args->expert_offsets is NULL (int32 [E+1] on the device)");
     MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(a.expert_offsets) % 4 == 0,
                    "args->expert_offsets ({}) is not 4-byte aligned (int32)", static_cast<const void *>(a.expert_offsets));
     require_row_weights(a.row_weights, "args->row_weights");
     require_weights(d, w, true);
-    require_tensor(a.b_gate_up, "args->b_gate_up", has_bias(d));
+    require_tensor(w.b_gate_up, "args->b_gate_up", has_bias(d));
     require_tensor(a.ys, "args->ys", R0);
     require_experts_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_experts_forward");
@@ -478,17 +461,17 @@ void Plan::experts_forward(const moejit_experts_forward_args_t &a) {
                                     L.aw.in<char>(a.saved), a.ys, a.stream},
                         w);
     if (has_bias(d))
-        add_row_bias(ctx_, AddRowBiasArgs{a.ys, a.b_down, w_s, a.expert_offsets, d.num_experts, a.num_rows,
+        add_row_bias(ctx_, AddRowBiasArgs{a.ys, w.b_down, w_s, a.expert_offsets, d.num_experts, a.num_rows,
                                           d.hidden_size, a.stream},
                      *kernels_.add_row_bias);
 }
 
-void Plan::experts_backward(const moejit_experts_backward_args_t &a) {
-    const moejit_plan_desc_t &d = desc_;
+void Plan::experts_backward(const ExpertsBackwardArgs &a) {
+    const PlanDesc &d = desc_;
     const ExpertsLayout L(d, a.num_rows, gemm_specs_.gathered, "args->num_rows");
     const bool R0 = a.num_rows > 0;
-    const ExpertWeights w = weights_of(a);
-    const ExpertGrads g = grads_of(a);
+    const ExpertWeights &w = a.weights;
+    const ExpertGrads &g = a.grads;
     require_tensor(a.xs, "args->xs", R0);
     require_tensor(a.dys, "args->dys", R0);
     MOEJIT_REQUIRE(a.expert_offsets != nullptr, "args->expert_offsets is NULL (int32 [E+1] on the device)");

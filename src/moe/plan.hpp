@@ -11,30 +11,23 @@
 #include "core/context.hpp"
 #include "jit/kernel_source.hpp"
 #include "moe/layer_gemms.hpp"
+#include "moe/plan_desc.hpp"
 #include "moe/plan_layout.hpp"
-#include "moejit.h"
 #include "ops/expert_bias.hpp"
 #include "ops/routing.hpp"
 
 namespace moejit {
 
-// Throws MOEJIT_ERROR_INVALID_ARGUMENT / UNSUPPORTED naming the bad field.
-void validate_plan_desc(const moejit_plan_desc_t &desc);
+// Throws Status::invalid_argument / unsupported naming the bad field.
+void validate_plan_desc(const PlanDesc &desc);
 
 // Every kernel specialization a plan of `desc` launches on a context with `config` and
 // `compute_capability` (pure; used by plan creation and by warmup on a compile-only context).
 // Duplicates removed. The second form takes the layer's GEMM specs already chosen for a
 // validated `desc` (a plan's own).
-std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, const Config &config,
+std::vector<KernelSource> plan_kernel_sources(const PlanDesc &desc, const Config &config,
                                               int compute_capability);
-std::vector<KernelSource> plan_kernel_sources(const moejit_plan_desc_t &desc, const LayerSpecs &gemms);
-
-// Test-only hooks. backward_bound_from_tokens reproduces the historical bug: the backward
-// grouped GEMMs bounded by T instead of S, so with duplicate routes rows past T are never
-// written and weight gradients miss them. The regression suite must fail with it set.
-struct PlanTestHooks {
-    bool backward_bound_from_tokens = false;
-};
+std::vector<KernelSource> plan_kernel_sources(const PlanDesc &desc, const LayerSpecs &gemms);
 
 // Every kernel a plan launches, fetched when the plan is created: forward and backward only
 // fill in arguments and launch (no render, hash, cache lookup or lock on that path).
@@ -52,8 +45,7 @@ struct PlanKernels {
     Kernel *prepare_rows = nullptr, *prepare_rows_weighted = nullptr, *add_row_bias = nullptr;
 };
 
-// The experts' parameters and their gradients (the C arguments' pointers; null where the
-// layout has none).
+// The experts' parameters and their gradients (null where the layout has none).
 struct ExpertWeights {
     const void *w_gate = nullptr, *w_up = nullptr, *w_gate_up = nullptr, *w_down = nullptr;
     const void *b_gate_up = nullptr, *b_down = nullptr;
@@ -63,26 +55,97 @@ struct ExpertGrads {
     void *db_gate_up = nullptr, *db_down = nullptr;
 };
 
+// The arguments of a plan's calls: moejit_forward_args_t, moejit_backward_args_t and the
+// experts entry's structs, field for field, with the weights and gradients grouped
+// (capi/capi_convert.cpp makes them). Shapes and rules: capi/moejit.h. Every check names the C
+// field (args->...).
+struct ForwardArgs {
+    std::int64_t num_tokens = 0;  // T
+    const void *x = nullptr;      // [T,H]
+    const void *selected_experts = nullptr;
+    const void *routing_weights = nullptr;
+    ExpertWeights weights;
+    void *out = nullptr;  // [T,H]
+    void *saved = nullptr;
+    std::size_t saved_size = 0;
+    void *workspace = nullptr;
+    std::size_t workspace_size = 0;
+    void *stream = nullptr;
+};
+struct BackwardArgs {
+    std::int64_t num_tokens = 0;
+    const void *dout = nullptr;
+    const void *routing_weights = nullptr;
+    ExpertWeights weights;  // no b_gate_up: the backward does not read it
+    const void *saved = nullptr;
+    std::size_t saved_size = 0;
+    void *dx = nullptr;
+    void *d_routing_weights = nullptr;
+    ExpertGrads grads;
+    void *workspace = nullptr;
+    std::size_t workspace_size = 0;
+    void *stream = nullptr;
+    const void *x = nullptr;  // the forward's input
+};
+struct ExpertsForwardArgs {
+    std::int64_t num_rows = 0;  // R
+    const void *xs = nullptr;   // [R,H], grouped by expert
+    const std::int32_t *expert_offsets = nullptr;
+    const float *row_weights = nullptr;
+    ExpertWeights weights;
+    void *ys = nullptr;
+    void *saved = nullptr;
+    std::size_t saved_size = 0;
+    void *workspace = nullptr;
+    std::size_t workspace_size = 0;
+    void *stream = nullptr;
+};
+struct ExpertsBackwardArgs {
+    std::int64_t num_rows = 0;
+    const void *xs = nullptr;
+    const std::int32_t *expert_offsets = nullptr;
+    const float *row_weights = nullptr;
+    const void *dys = nullptr;
+    ExpertWeights weights;  // no b_gate_up
+    const void *saved = nullptr;
+    std::size_t saved_size = 0;
+    void *dxs = nullptr;
+    float *d_row_weights = nullptr;
+    ExpertGrads grads;
+    void *workspace = nullptr;
+    std::size_t workspace_size = 0;
+    void *stream = nullptr;
+};
+
 class Plan {
 public:
-    Plan(Context &ctx, const moejit_plan_desc_t &desc);
+    Plan(Context &ctx, const PlanDesc &desc);
+    virtual ~Plan() = default;
+    Plan(const Plan &) = delete;
+    Plan &operator=(const Plan &) = delete;
 
-    const moejit_plan_desc_t &desc() const { return desc_; }
+    const PlanDesc &desc() const { return desc_; }
     Context &context() const { return ctx_; }
     const LayerSpecs &gemm_specs() const { return gemm_specs_; }
     PlanLayout layout(std::int64_t num_tokens) const { return PlanLayout(desc_, num_tokens, gemm_specs_.gathered); }
 
-    void forward(const moejit_forward_args_t &args);
-    void backward(const moejit_backward_args_t &args);
+    void forward(const ForwardArgs &args);
+    void backward(const BackwardArgs &args);
 
     // The pre-dispatched experts entry (moejit.h): rows already grouped by expert.
     ExpertsLayout experts_layout(std::int64_t num_rows) const {
         return ExpertsLayout(desc_, num_rows, gemm_specs_.gathered);
     }
-    void experts_forward(const moejit_experts_forward_args_t &args);
-    void experts_backward(const moejit_experts_backward_args_t &args);
+    void experts_forward(const ExpertsForwardArgs &args);
+    void experts_backward(const ExpertsBackwardArgs &args);
 
-    PlanTestHooks test_hooks;
+protected:
+    // How many rows the backward's grouped GEMMs are launched for: the launch bound S, the
+    // scattered tensors' rows (docs/DESIGN.md §3). Virtual so that the regression suite can
+    // substitute the historical bug (T) and prove that its checks catch it (§3.5).
+    virtual std::int64_t backward_gemm_bound(const PlanLayout &L, std::int64_t /*num_tokens*/) const {
+        return L.rows;
+    }
 
 private:
     // The [S,H] scatter of a [T,H] tensor (x or dout) into `out`, for GEMMs that do not gather.
@@ -106,7 +169,7 @@ private:
     void run_experts_forward(const ForwardRows &rows, const ExpertWeights &w);
     // Backward: dxs, d_w_s (fp32, written) and the weight and bias gradients from dy.
     struct BackwardRows {
-        std::int64_t rows, bound;  // bound: the GEMMs' launch bound (rows, but for the test hook)
+        std::int64_t rows, bound;  // bound: the GEMMs' launch bound (backward_gemm_bound)
         const std::int32_t *offsets;
         const void *xs, *dy;
         const float *w_s;
@@ -125,14 +188,9 @@ private:
     void run_experts_backward(const BackwardRows &rows, const ExpertWeights &w, const ExpertGrads &g);
 
     Context &ctx_;
-    moejit_plan_desc_t desc_;
+    PlanDesc desc_;
     LayerSpecs gemm_specs_;  // chosen once: tiles depend on the shape, not on T
     PlanKernels kernels_;
 };
 
 }  // namespace moejit
-
-struct moejit_plan_s {
-    moejit::Plan impl;
-    moejit_plan_s(moejit::Context &ctx, const moejit_plan_desc_t &desc) : impl(ctx, desc) {}
-};

@@ -13,7 +13,7 @@ template <class T> void setting(std::string &out, const char *key, const std::st
 
 }  // namespace
 
-std::string describe_plan(const Config &c, const std::string &arch, const moejit_plan_desc_t &d,
+std::string describe_plan(const Config &c, const std::string &arch, const PlanDesc &d,
                           const LayerSpecs &s) {
     std::string out = fmt::format("arch={}\n", arch);
     setting(out, "jit", on_off(c.jit.value), c.jit);
@@ -27,7 +27,7 @@ std::string describe_plan(const Config &c, const std::string &arch, const moejit
     tile("fc2_dgrad", s.fc2_dgrad.tile);
     tile("fc1_dgrad", s.fc1_dgrad.tile);
     // As layer_gemm_roles: the accumulating second GEMM runs only for split fc1 without k_split.
-    if (d.fc1_layout == MOEJIT_FC1_SPLIT && s.fc1_dgrad.k_split == 0) tile("fc1_dgrad_acc", s.fc1_dgrad_acc.tile);
+    if (d.fc1_layout == Fc1Layout::split && s.fc1_dgrad.k_split == 0) tile("fc1_dgrad_acc", s.fc1_dgrad_acc.tile);
     tile("fc2_wgrad", s.fc2_wgrad.tile);
     tile("fc1_wgrad", s.fc1_wgrad.tile);
     return out;

@@ -6,13 +6,13 @@
 
 #include "core/config.hpp"
 #include "moe/layer_gemms.hpp"
-#include "moejit.h"
+#include "moe/plan_desc.hpp"
 
 namespace moejit {
 
 // One "key=value\n" line per item, in the order moejit.h documents. `specs` are the layer's
 // (layer_specs(desc, config, cc)), so gather and fuse_swiglu read what the plan does.
-std::string describe_plan(const Config &config, const std::string &arch, const moejit_plan_desc_t &desc,
+std::string describe_plan(const Config &config, const std::string &arch, const PlanDesc &desc,
                           const LayerSpecs &specs);
 
 }  // namespace moejit

@@ -25,7 +25,7 @@ struct Allocator {
 
 }  // namespace
 
-PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered_rows,
+PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathered_rows,
                        const char *tokens_arg)
     : tokens(num_tokens), rows(checked_rows(num_tokens, desc.top_k, tokens_arg)), gathered(gathered_rows) {
     // S <= 2^31-1 now; H, I and E come from a validated desc but have no upper bound, so every
@@ -61,7 +61,7 @@ PlanLayout::PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, 
     workspace_bytes = std::max(fwd.end, bwd.end);
 }
 
-ExpertsLayout::ExpertsLayout(const moejit_plan_desc_t &desc, std::int64_t num_rows, bool gathered,
+ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool gathered,
                              const char *rows_arg)
     : rows(num_rows) {
     MOEJIT_REQUIRE(num_rows >= 0 && num_rows <= std::numeric_limits<std::int32_t>::max(),

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "moejit.h"
+#include "moe/plan_desc.hpp"
 
 namespace moejit {
 
@@ -30,9 +30,9 @@ struct Region {
 // forward's workspace has no xs; otherwise forward scatters x to the same place (offset 0).
 struct PlanLayout {
     // Validates T as every call taking it does (T >= 0, T·k <= 2^31-1) and computes every size
-    // with checked arithmetic: a bad or overflowing T is MOEJIT_ERROR_INVALID_ARGUMENT naming
+    // with checked arithmetic: a bad or overflowing T is Status::invalid_argument naming
     // `tokens_arg` ("num_tokens" for the size queries, "args->num_tokens" for the calls).
-    PlanLayout(const moejit_plan_desc_t &desc, std::int64_t num_tokens, bool gathered,
+    PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathered,
                const char *tokens_arg = "num_tokens");
 
     std::int64_t tokens = 0, rows = 0;  // T and S = T·k
@@ -67,7 +67,7 @@ struct PlanLayout {
 // without the routing index, the scatters and the gather.
 struct ExpertsLayout {
     // Validates R (0 <= R <= 2^31-1, offsets are int32) and every size, blamed on `rows_arg`.
-    ExpertsLayout(const moejit_plan_desc_t &desc, std::int64_t num_rows, bool gathered,
+    ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool gathered,
                   const char *rows_arg = "num_rows");
 
     std::int64_t rows = 0;  // R

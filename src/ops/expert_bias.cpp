@@ -32,9 +32,9 @@ std::uint32_t col_blocks(std::int64_t cols) {
 
 void validate_bias_grad_spec(const BiasGradSpec &s) {
     MOEJIT_REQUIRE(is_half_precision(s.dtype), "bias gradient: dtype is {}, expected bf16 or fp16", dtype_name(s.dtype));
-    MOEJIT_REQUIRE(s.out_dtype == s.dtype || s.out_dtype == MOEJIT_DTYPE_FP32,
+    MOEJIT_REQUIRE(s.out_dtype == s.dtype || s.out_dtype == DType::fp32,
                    "bias gradient: out dtype is {}, expected {} or fp32", dtype_name(s.out_dtype), dtype_name(s.dtype));
-    MOEJIT_REQUIRE(!s.accumulate || s.out_dtype == MOEJIT_DTYPE_FP32, "bias gradient: accumulating needs fp32");
+    MOEJIT_REQUIRE(!s.accumulate || s.out_dtype == DType::fp32, "bias gradient: accumulating needs fp32");
 }
 
 KernelSource render_bias_grad_partial(const BiasGradSpec &s) {
@@ -93,7 +93,7 @@ void bias_grad(Context &ctx, const BiasGradSpec &spec, const BiasGradArgs &a, co
     ctx.launch(*kernels.reduce, s2, a.stream, partial, a.offsets, cols, a.out);
 }
 
-KernelSource render_bias_row_dot(moejit_dtype_t dtype) {
+KernelSource render_bias_row_dot(DType dtype) {
     MOEJIT_REQUIRE(is_half_precision(dtype), "bias row dot: dtype is {}, expected bf16 or fp16", dtype_name(dtype));
     return render(fmt::format("bias_row_dot_{}", dtype_name(dtype)),
                   fmt::format("using T = {};\nconstexpr int kWarps = {};\n", dtype_cuda_type(dtype), kDotWarps),

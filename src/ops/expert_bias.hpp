@@ -12,15 +12,15 @@
 #include <cstdint>
 
 #include "core/context.hpp"
+#include "core/dtype.hpp"
 #include "jit/kernel_source.hpp"
-#include "moejit.h"
 
 namespace moejit {
 
 // out[e, c] = Σ_{r of e} scale[r]·m[r, c] (scale null: 1), fp32 in a fixed order.
 struct BiasGradSpec {
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;      // m: bf16 or fp16
-    moejit_dtype_t out_dtype = MOEJIT_DTYPE_FP32;  // dtype or FP32
+    DType dtype = DType::bf16;      // m: bf16 or fp16
+    DType out_dtype = DType::fp32;  // dtype or fp32
     bool scaled = false;
     bool accumulate = false;                       // out += (requires FP32)
 };
@@ -60,7 +60,7 @@ struct BiasRowDotArgs {
     float *d_w_s = nullptr;                 // [S]
     void *stream = nullptr;
 };
-KernelSource render_bias_row_dot(moejit_dtype_t dtype);
+KernelSource render_bias_row_dot(DType dtype);
 void bias_row_dot(Context &ctx, const BiasRowDotArgs &args, const Kernel &kernel);
 
 }  // namespace moejit

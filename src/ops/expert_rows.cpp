@@ -39,7 +39,7 @@ void prepare_rows(Context &ctx, const PrepareRowsArgs &a, const Kernel &kernel) 
     ctx.launch(kernel, s, a.stream, a.weights, rows, a.w_s, a.row_token);
 }
 
-KernelSource render_add_row_bias(moejit_dtype_t dtype) {
+KernelSource render_add_row_bias(DType dtype) {
     MOEJIT_REQUIRE(is_half_precision(dtype), "row bias: dtype is {}, expected bf16 or fp16", dtype_name(dtype));
     const std::string name = fmt::format("add_row_bias_{}", dtype_name(dtype));
     return wrap_kernel({name, "expert_rows.cuh", name, fmt::format("using T = {};\n", dtype_cuda_type(dtype)), kThreads,

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "core/context.hpp"
+#include "core/dtype.hpp"
 #include "jit/kernel_source.hpp"
-#include "moejit.h"
 
 namespace moejit {
 
@@ -23,7 +23,7 @@ struct PrepareRowsArgs {
 void prepare_rows(Context &ctx, const PrepareRowsArgs &args, const Kernel &kernel);
 
 // ys[r, :] += w_s[r]·bias[e(r), :] in the layer dtype.
-KernelSource render_add_row_bias(moejit_dtype_t dtype);
+KernelSource render_add_row_bias(DType dtype);
 struct AddRowBiasArgs {
     void *ys = nullptr;                     // [R, cols]
     const void *bias = nullptr;             // [E, cols]

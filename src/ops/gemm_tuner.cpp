@@ -30,8 +30,8 @@ struct EventPair {
 };
 
 bool skippable(const Error &e) {
-    const moejit_status_t s = e.status();
-    return s == MOEJIT_ERROR_UNSUPPORTED || s == MOEJIT_ERROR_COMPILE || s == MOEJIT_ERROR_JIT_DISABLED;
+    const Status s = e.status();
+    return s == Status::unsupported || s == Status::compile || s == Status::jit_disabled;
 }
 
 }  // namespace
@@ -81,7 +81,7 @@ GemmTileConfig tuned_tile(Context &ctx, const GemmProblem &problem, std::int64_t
     }
     if (best_ms == std::numeric_limits<float>::infinity()) return fallback;  // nothing ran
     store.save(key, best);
-    ctx.log()(MOEJIT_LOG_INFO, fmt::format("moejit: tuned {}: {} ({:.4f} ms; the heuristic's {} {:.4f} ms)", key,
+    ctx.log()(LogLevel::info, fmt::format("moejit: tuned {}: {} ({:.4f} ms; the heuristic's {} {:.4f} ms)", key,
                                             to_string(best), best_ms, to_string(fallback), fallback_ms));
     return best;
 }

@@ -14,7 +14,7 @@ namespace moejit {
 // overwritten, not accumulated) and the stream is not being captured into a graph, runs
 // `launch` for every candidate (once to compile and warm up, then timed), stores the fastest
 // and returns it; otherwise `fallback`. Candidates that cannot compile or run here
-// (MOEJIT_ERROR_UNSUPPORTED, COMPILE, JIT_DISABLED) are skipped; any other error propagates.
+// (Status::unsupported, compile, jit_disabled) are skipped; any other error propagates.
 GemmTileConfig tuned_tile(Context &ctx, const GemmProblem &problem, std::int64_t rows, void *stream,
                           const GemmTileConfig &fallback, bool may_repeat,
                           const std::function<void(const GemmTileConfig &)> &launch);

@@ -21,11 +21,11 @@ namespace {
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 20;
 constexpr std::int32_t kMaxExperts = 65536;
 
-void check_dtypes(moejit_dtype_t dtype, moejit_dtype_t c_dtype, const char *prefix) {
+void check_dtypes(DType dtype, DType c_dtype, const char *prefix) {
     MOEJIT_REQUIRE(is_half_precision(dtype),
                    "{}dtype must be MOEJIT_DTYPE_BF16 or MOEJIT_DTYPE_FP16, got {} ({})", prefix,
                    static_cast<int>(dtype), dtype_name(dtype));
-    MOEJIT_REQUIRE(c_dtype == dtype || c_dtype == MOEJIT_DTYPE_FP32,
+    MOEJIT_REQUIRE(c_dtype == dtype || c_dtype == DType::fp32,
                    "{}c_dtype must be the operand dtype ({}) or MOEJIT_DTYPE_FP32, got {} ({})",
                    prefix, dtype_name(dtype), static_cast<int>(c_dtype), dtype_name(c_dtype));
 }
@@ -35,14 +35,14 @@ void check_dim(std::int64_t v, const char *prefix, const char *name) {
                    "{}{} must be a positive multiple of 8 (16-byte rows), got {}", prefix, name,
                    v);
     if (v > kMaxDim)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "{}{} = {} exceeds the supported maximum of {}", prefix,
+        fail(Status::unsupported, "{}{} = {} exceeds the supported maximum of {}", prefix,
              name, v, kMaxDim);
 }
 
 void check_experts(std::int32_t e, const char *prefix) {
     MOEJIT_REQUIRE(e >= 1, "{}num_experts must be >= 1, got {}", prefix, e);
     if (e > kMaxExperts)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "{}num_experts = {} exceeds the supported maximum of {}",
+        fail(Status::unsupported, "{}num_experts = {} exceeds the supported maximum of {}",
              prefix, e, kMaxExperts);
 }
 
@@ -97,13 +97,13 @@ void validate_shape(const GemmMnSpec &s, const char *prefix) {
     check_dtypes(s.dtype, s.c_dtype, prefix);
     check_dim(s.m, prefix, "m");
     check_dim(s.n, prefix, "n");
-    MOEJIT_REQUIRE(!s.accumulate || s.c_dtype == MOEJIT_DTYPE_FP32,
+    MOEJIT_REQUIRE(!s.accumulate || s.c_dtype == DType::fp32,
                    "{}accumulate = 1 requires c_dtype MOEJIT_DTYPE_FP32 (got {}): weight "
                    "gradients accumulate across micro-batches in fp32 only",
                    prefix, dtype_name(s.c_dtype));
 }
 
-std::string config_type(const GemmTileConfig &t, moejit_dtype_t dtype, moejit_dtype_t c_dtype) {
+std::string config_type(const GemmTileConfig &t, DType dtype, DType c_dtype) {
     return fmt::format("moejit::gg::Config<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
                        dtype_cuda_type(dtype), dtype_cuda_type(c_dtype), t.block_m, t.block_n,
                        t.block_k, t.stages, t.warps_m, t.warps_n, t.group_m);
@@ -169,7 +169,7 @@ void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
     const std::int64_t tiles =
         nk_tile_bound(ops.rows, ops.num_experts, spec.tile.block_m, spec.n, spec.tile.block_n);
     if (tiles > INT32_MAX)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
+        fail(Status::unsupported, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
     ctx.require_device(what);
     if (ops.rows == 0) return;  // nothing to write: no launch, no compile
     if (spec.tile.engine == GemmEngine::wgmma)
@@ -195,7 +195,7 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
     const std::int64_t tiles = mn_tile_count(ops.num_experts, spec.m, spec.tile.block_m, spec.n,
                                              spec.tile.block_n);
     if (tiles > INT32_MAX)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
+        fail(Status::unsupported, "{}: {} tiles exceed the 32-bit tile index", what, tiles);
     ctx.require_device(what);
     if (nothing) return;
     if (spec.tile.engine == GemmEngine::wgmma) return launch_group_gemm_mn_sm90(ctx, spec, ops, tiles, bound);
@@ -260,7 +260,7 @@ void launch_from_args(Context &ctx, Spec &spec, const Args &args, const GemmTile
 
 }  // namespace
 
-GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n,
+GemmNkSpec make_nk_spec(DType dtype, DType c_dtype, std::int64_t n,
                         std::int64_t k, bool b_transposed, bool accumulate,
                         std::int64_t rows_hint, std::int32_t num_experts, int cc, const ForcedTile *forced) {
     GemmNkSpec s;
@@ -280,7 +280,7 @@ GemmNkSpec with_chosen_tile(GemmNkSpec s, std::int64_t rows_hint, std::int32_t n
     return s;
 }
 
-GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t m,
+GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
                         std::int64_t n, bool accumulate, std::int64_t rows_hint,
                         std::int32_t num_experts, int cc, const ForcedTile *forced) {
     GemmMnSpec s;
@@ -309,8 +309,8 @@ void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int cc) 
 namespace {
 
 // The mma.sync engine's unit: raw operand pointers, gg::Config, `min_blocks_per_sm` CTAs per SM.
-GemmUnit mma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
-                  moejit_dtype_t c_dtype, std::string params, std::string call) {
+GemmUnit mma_unit(const char *kind, std::string name, const GemmTileConfig &t, DType dtype,
+                  DType c_dtype, std::string params, std::string call) {
     GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
     u.template_name = "group_gemm.cuh";
     u.cfg = config_type(t, dtype, c_dtype);
@@ -364,7 +364,7 @@ void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperan
     launch_tuned(ctx, spec, ops, "", "launch_group_gemm_mn", bound);
 }
 
-void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
+void group_gemm_same_nk(Context &ctx, const GroupGemmNkArgs &args,
                         const GemmTileConfig *tile) {
     GemmNkSpec spec;
     spec.dtype = args.dtype;
@@ -377,7 +377,7 @@ void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
     launch_from_args(ctx, spec, args, tile, "moejit_group_gemm_same_nk");
 }
 
-void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,
+void group_gemm_same_mn(Context &ctx, const GroupGemmMnArgs &args,
                         const GemmTileConfig *tile) {
     GemmMnSpec spec;
     spec.dtype = args.dtype;

@@ -23,16 +23,16 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "core/dtype.hpp"
 #include "dispatch/tile_config.hpp"
 #include "jit/kernel_source.hpp"
-#include "moejit.h"
 
 namespace moejit {
 
 // The compile-time part of a same_nk kernel.
 struct GemmNkSpec {
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;    // A, B
-    moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;  // dtype or FP32
+    DType dtype = DType::bf16;    // A, B
+    DType c_dtype = DType::bf16;  // dtype or fp32
     std::int64_t n = 0;
     std::int64_t k = 0;
     bool b_transposed = true;
@@ -58,8 +58,8 @@ struct GemmNkSpec {
 
 // The compile-time part of a same_mn kernel.
 struct GemmMnSpec {
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
-    moejit_dtype_t c_dtype = MOEJIT_DTYPE_FP32;
+    DType dtype = DType::bf16;
+    DType c_dtype = DType::fp32;
     std::int64_t m = 0;
     std::int64_t n = 0;
     bool accumulate = false;  // requires c_dtype FP32
@@ -70,19 +70,19 @@ struct GemmMnSpec {
 // Specs with the tile config chosen for the problem (choose_tile_config: `forced`, the
 // context's forced tile (Config::forced_tile()), or the heuristic); tunable.
 // rows_hint: the typical S (0 = unknown); compute_capability: e.g. ctx.compute_capability().
-GemmNkSpec make_nk_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n,
+GemmNkSpec make_nk_spec(DType dtype, DType c_dtype, std::int64_t n,
                         std::int64_t k, bool b_transposed, bool accumulate,
                         std::int64_t rows_hint, std::int32_t num_experts,
                         int compute_capability, const ForcedTile *forced = nullptr);
 // `spec` (every field but the tile set) with the tile chosen as make_nk_spec does.
 GemmNkSpec with_chosen_tile(GemmNkSpec spec, std::int64_t rows_hint, std::int32_t num_experts,
                             int compute_capability, const ForcedTile *forced = nullptr);
-GemmMnSpec make_mn_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t m,
+GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
                         std::int64_t n, bool accumulate, std::int64_t rows_hint,
                         std::int32_t num_experts, int compute_capability,
                         const ForcedTile *forced = nullptr);
 
-// Throws MOEJIT_ERROR_INVALID_ARGUMENT (bad dtype, size) or MOEJIT_ERROR_UNSUPPORTED (tile
+// Throws Status::invalid_argument (bad dtype, size) or Status::unsupported (tile
 // config not runnable on the arch, sizes too large), naming the field.
 void validate_nk_spec(const GemmNkSpec &spec, std::int32_t num_experts, int compute_capability);
 void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int compute_capability);
@@ -144,11 +144,44 @@ void launch_group_gemm_nk(Context &ctx, const GemmNkSpec &spec, const GemmOperan
 void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
                           const GemmKernels *bound = nullptr);
 
+// The standalone grouped GEMMs' arguments (moejit_group_gemm_nk_args_t and _mn_args_t's
+// fields, as the library uses them; capi/capi_convert.cpp makes them). The defaults are their
+// *_init's; the integer flags are as the caller gave them (validated as 0 or 1).
+struct GroupGemmNkArgs {
+    DType dtype = DType::bf16;    // A, B
+    DType c_dtype = DType::bf16;  // dtype or fp32
+    std::int64_t rows = 0;        // S
+    std::int64_t n = 0;
+    std::int64_t k = 0;
+    std::int32_t num_experts = 1;
+    std::int32_t b_transposed = 1;  // 1: B [E,N,K]; 0: B [E,K,N]
+    std::int32_t accumulate = 0;
+    const void *a = nullptr;  // [S,K]
+    const void *b = nullptr;
+    void *c = nullptr;  // [S,N]
+    const std::int32_t *offsets = nullptr;  // [E+1]
+    void *stream = nullptr;
+};
+struct GroupGemmMnArgs {
+    DType dtype = DType::bf16;
+    DType c_dtype = DType::fp32;
+    std::int64_t rows = 0;  // S
+    std::int64_t m = 0;
+    std::int64_t n = 0;
+    std::int32_t num_experts = 1;
+    std::int32_t accumulate = 0;
+    const void *a = nullptr;  // [S,M]
+    const void *b = nullptr;  // [S,N]
+    void *c = nullptr;        // [E,M,N]
+    const std::int32_t *offsets = nullptr;  // [E+1]
+    void *stream = nullptr;
+};
+
 // The C ABI's ops: validate the args struct, pick the spec (tile: `tile` when given, else the
 // context's forced tile or the heuristic), launch. Messages name the args fields ("args->n", ...).
-void group_gemm_same_nk(Context &ctx, const moejit_group_gemm_nk_args_t &args,
+void group_gemm_same_nk(Context &ctx, const GroupGemmNkArgs &args,
                         const GemmTileConfig *tile = nullptr);
-void group_gemm_same_mn(Context &ctx, const moejit_group_gemm_mn_args_t &args,
+void group_gemm_same_mn(Context &ctx, const GroupGemmMnArgs &args,
                         const GemmTileConfig *tile = nullptr);
 
 }  // namespace moejit

@@ -19,8 +19,8 @@ namespace {
 constexpr cuuint32_t kChunk = 64;  // elements in one 128-byte swizzle row
 constexpr int kReduceThreads = 256;
 
-CUtensorMapDataType tma_type(moejit_dtype_t dtype) {
-    return dtype == MOEJIT_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+CUtensorMapDataType tma_type(DType dtype) {
+    return dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
@@ -28,7 +28,7 @@ CUtensorMapDataType tma_type(moejit_dtype_t dtype) {
 // box[] elements with 128-byte swizzle (box[0] = 64 elements = 128 bytes); out-of-bounds
 // elements read as 0. row_elems > 0: dims[1]'s stride in elements, when rows are wider than
 // dims[0] (a column range of a wider matrix).
-CUtensorMap encode_map(moejit_dtype_t dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
+CUtensorMap encode_map(DType dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
                        std::initializer_list<cuuint32_t> box, std::int64_t row_elems = 0) {
     cuuint64_t d[3], strides[2];
     cuuint32_t b[3];
@@ -56,14 +56,14 @@ CUtensorMap encode_map(moejit_dtype_t dtype, const void *ptr, std::initializer_l
 void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *fn) {
     MOEJIT_REQUIRE(tile.engine == GemmEngine::wgmma, "{}: tile {} is not a wgmma config", fn, to_string(tile));
     if (ctx.arch() != "sm_90a")
-        fail(MOEJIT_ERROR_UNSUPPORTED, "the wgmma grouped GEMM needs an sm_90a context, got {}", ctx.arch());
+        fail(Status::unsupported, "the wgmma grouped GEMM needs an sm_90a context, got {}", ctx.arch());
 }
 
 // The wgmma engine's unit: tensor maps of A, B and C as __grid_constant__ parameters (same_nk
 // adds a2, b2 and c2 in `before_c`), sm90::Config, one CTA per SM. `before_c` / `after_c`: the
 // kind's operands before c and between c and offsets.
-GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, moejit_dtype_t dtype,
-                    moejit_dtype_t c_dtype, std::string_view before_c, std::string_view after_c, std::string params,
+GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, DType dtype,
+                    DType c_dtype, std::string_view before_c, std::string_view after_c, std::string params,
                     std::string call) {
     GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
     u.entry_suffix = "_sm90";

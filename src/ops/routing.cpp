@@ -45,7 +45,7 @@ void validate_counts(std::int64_t num_tokens, std::int32_t top_k) {
     MOEJIT_REQUIRE(num_tokens >= 0, "num_tokens must be >= 0, got {}", num_tokens);
     MOEJIT_REQUIRE(top_k >= 1, "top_k must be >= 1, got {}", top_k);
     if (num_tokens > kMaxRows / top_k)
-        fail(MOEJIT_ERROR_UNSUPPORTED,
+        fail(Status::unsupported,
              "num_tokens * top_k = {} * {} exceeds {} (scatter_index and offsets are int32)",
              num_tokens, top_k, kMaxRows);
 }
@@ -59,12 +59,12 @@ void require_tensor(const void *ptr, const char *name, std::int64_t elements, co
 }  // namespace
 
 void validate_routing_spec(const RoutingSpec &spec) {
-    MOEJIT_REQUIRE(spec.index_dtype == MOEJIT_DTYPE_INT32 || spec.index_dtype == MOEJIT_DTYPE_INT64,
+    MOEJIT_REQUIRE(spec.index_dtype == DType::int32 || spec.index_dtype == DType::int64,
                    "index_dtype must be MOEJIT_DTYPE_INT32 or MOEJIT_DTYPE_INT64, got {} ({})",
                    static_cast<int>(spec.index_dtype), dtype_name(spec.index_dtype));
     MOEJIT_REQUIRE(spec.num_experts >= 1, "num_experts must be >= 1, got {}", spec.num_experts);
     if (spec.num_experts > kRoutingMaxExperts)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "num_experts = {} exceeds the supported maximum of {}",
+        fail(Status::unsupported, "num_experts = {} exceeds the supported maximum of {}",
              spec.num_experts, kRoutingMaxExperts);
 }
 
@@ -91,7 +91,7 @@ RoutingChunking routing_chunking(std::int64_t rows, std::int32_t num_experts) {
 std::size_t routing_index_workspace_size(std::int64_t num_tokens, std::int32_t top_k,
                                          std::int32_t num_experts) {
     validate_counts(num_tokens, top_k);
-    validate_routing_spec(RoutingSpec{MOEJIT_DTYPE_INT32, num_experts});
+    validate_routing_spec(RoutingSpec{DType::int32, num_experts});
     return routing_chunking(num_tokens * top_k, num_experts).workspace_bytes;
 }
 
@@ -148,7 +148,7 @@ RoutingChunking validate_routing_args(const RoutingIndexArgs &args) {
 
     const RoutingChunking chunking = routing_chunking(rows, experts);
     if (chunking.num_chunks > kTargetChunks)
-        fail(MOEJIT_ERROR_INTERNAL, "routing_index: {} chunks exceed the row scan's bound of {}",
+        fail(Status::internal, "routing_index: {} chunks exceed the row scan's bound of {}",
              chunking.num_chunks, kTargetChunks);
     MOEJIT_REQUIRE(args.workspace_size >= chunking.workspace_bytes,
                    "workspace_size = {} is too small: moejit_routing_index_workspace_size gives "
@@ -214,7 +214,7 @@ void routing_index(Context &ctx, const RoutingIndexArgs &args,
     if (kernels.spec.index_dtype != args.index_dtype ||
         kernels.spec.num_experts != args.num_experts || !kernels.histogram ||
         !kernels.row_scan || !kernels.rank)
-        fail(MOEJIT_ERROR_INTERNAL, "routing_index: kernels were loaded for another spec");
+        fail(Status::internal, "routing_index: kernels were loaded for another spec");
     launch_routing_index(ctx, args, chunking, kernels);
 }
 

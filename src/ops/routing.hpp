@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "core/dtype.hpp"
 #include "jit/kernel_source.hpp"
-#include "moejit.h"
 
 namespace moejit {
 
@@ -26,11 +26,11 @@ inline constexpr std::int32_t kRoutingMaxExperts = 8192;
 
 // The compile-time part of the routing kernels (S and the chunking are kernel arguments).
 struct RoutingSpec {
-    moejit_dtype_t index_dtype = MOEJIT_DTYPE_INT32;  // INT32 or INT64
+    DType index_dtype = DType::int32;  // int32 or int64
     std::int32_t num_experts = 0;                     // E in [1, kRoutingMaxExperts]
 };
 
-// Throws MOEJIT_ERROR_INVALID_ARGUMENT / MOEJIT_ERROR_UNSUPPORTED naming the bad field.
+// Throws Status::invalid_argument / Status::unsupported naming the bad field.
 void validate_routing_spec(const RoutingSpec &spec);
 
 // The three kernels, in launch order. Pure (validates the spec first).
@@ -61,7 +61,7 @@ std::size_t routing_index_workspace_size(std::int64_t num_tokens, std::int32_t t
                                          std::int32_t num_experts);
 
 struct RoutingIndexArgs {
-    moejit_dtype_t index_dtype = MOEJIT_DTYPE_INT32;
+    DType index_dtype = DType::int32;
     const void *selected_experts = nullptr;  // [T,k] index_dtype
     std::int64_t num_tokens = 0;             // T >= 0
     std::int32_t top_k = 0;                  // k >= 1

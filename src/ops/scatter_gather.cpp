@@ -17,13 +17,13 @@ constexpr std::int64_t kMaxRows = std::numeric_limits<std::int32_t>::max();  // 
 constexpr std::uint32_t kWeightThreads = 256;
 constexpr std::int32_t kElementsPerVector = 8;  // 16 bytes of bf16 / fp16
 
-bool known_dtype(moejit_dtype_t dtype) { return dtype_name(dtype) != "unknown"; }
+bool known_dtype(DType dtype) { return dtype_name(dtype) != "unknown"; }
 
-void validate_row_dtype(moejit_dtype_t dtype) {
+void validate_row_dtype(DType dtype) {
     MOEJIT_REQUIRE(known_dtype(dtype), "dtype = {} is not a moejit_dtype_t value",
                    static_cast<int>(dtype));
-    if (dtype == MOEJIT_DTYPE_FP32)  // a valid row dtype, not implemented
-        fail(MOEJIT_ERROR_UNSUPPORTED, "dtype = fp32 is not supported (bf16 or fp16)");
+    if (dtype == DType::fp32)  // a valid row dtype, not implemented
+        fail(Status::unsupported, "dtype = fp32 is not supported (bf16 or fp16)");
     MOEJIT_REQUIRE(is_half_precision(dtype),
                    "dtype must be MOEJIT_DTYPE_BF16 or MOEJIT_DTYPE_FP16, got {}",
                    dtype_name(dtype));
@@ -32,22 +32,22 @@ void validate_row_dtype(moejit_dtype_t dtype) {
 void validate_hidden_and_k(std::int64_t hidden_size, std::int32_t top_k) {
     MOEJIT_REQUIRE(hidden_size >= 1, "hidden_size must be >= 1, got {}", hidden_size);
     if (hidden_size % kElementsPerVector != 0)
-        fail(MOEJIT_ERROR_UNSUPPORTED,
+        fail(Status::unsupported,
              "hidden_size = {} must be a multiple of 8 (rows move as 16-byte vectors)",
              hidden_size);
     if (hidden_size > kScatterMaxHidden)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "hidden_size = {} exceeds the supported maximum of {}",
+        fail(Status::unsupported, "hidden_size = {} exceeds the supported maximum of {}",
              hidden_size, kScatterMaxHidden);
     MOEJIT_REQUIRE(top_k >= 1, "top_k must be >= 1, got {}", top_k);
     if (top_k > kScatterMaxTopK)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "top_k = {} exceeds the supported maximum of {}", top_k,
+        fail(Status::unsupported, "top_k = {} exceeds the supported maximum of {}", top_k,
              kScatterMaxTopK);
 }
 
 void validate_tokens(std::int64_t num_tokens, std::int32_t top_k) {
     MOEJIT_REQUIRE(num_tokens >= 0, "num_tokens must be >= 0, got {}", num_tokens);
     if (num_tokens > kMaxRows / top_k)
-        fail(MOEJIT_ERROR_UNSUPPORTED,
+        fail(Status::unsupported,
              "num_tokens * top_k = {} * {} exceeds {} (scatter_index is int32)", num_tokens,
              top_k, kMaxRows);
 }
@@ -78,7 +78,7 @@ KernelSource render_rows(const std::string &name, const std::string &constants,
                         static_cast<std::uint32_t>(g.block_threads), params, std::string("moejit::sg::") + call});
 }
 
-KernelSource render_weights(const char *kind, moejit_dtype_t weight_dtype, const char *params,
+KernelSource render_weights(const char *kind, DType weight_dtype, const char *params,
                             const char *call) {
     validate_weight_dtype(weight_dtype);
     const std::string name = fmt::format("{}_{}", kind, dtype_name(weight_dtype));
@@ -123,18 +123,18 @@ void validate_gather_spec(const GatherSpec &spec) {
     validate_row_dtype(spec.dtype);
     validate_hidden_and_k(spec.hidden_size, spec.top_k);
     const auto w = spec.weight_dtype;
-    if (w == 0) return;  // unweighted
+    if (w == static_cast<DType>(0)) return;  // unweighted
     MOEJIT_REQUIRE(known_dtype(w), "weight_dtype = {} is not a moejit_dtype_t value",
                    static_cast<int>(w));
-    if (w != MOEJIT_DTYPE_FP32 && w != spec.dtype)
-        fail(is_half_precision(w) ? MOEJIT_ERROR_UNSUPPORTED : MOEJIT_ERROR_INVALID_ARGUMENT,
+    if (w != DType::fp32 && w != spec.dtype)
+        fail(is_half_precision(w) ? Status::unsupported : Status::invalid_argument,
              "weight_dtype must be MOEJIT_DTYPE_FP32 or dtype ({}), got {}",
              dtype_name(spec.dtype), dtype_name(w));
 }
 
-void validate_weight_dtype(moejit_dtype_t weight_dtype) {
-    MOEJIT_REQUIRE(weight_dtype == MOEJIT_DTYPE_BF16 || weight_dtype == MOEJIT_DTYPE_FP16 ||
-                       weight_dtype == MOEJIT_DTYPE_FP32,
+void validate_weight_dtype(DType weight_dtype) {
+    MOEJIT_REQUIRE(weight_dtype == DType::bf16 || weight_dtype == DType::fp16 ||
+                       weight_dtype == DType::fp32,
                    "weight_dtype must be MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16 or "
                    "MOEJIT_DTYPE_FP32, got {} ({})",
                    static_cast<int>(weight_dtype), dtype_name(weight_dtype));
@@ -155,7 +155,7 @@ KernelSource render_scatter(const ScatterSpec &spec) {
 
 KernelSource render_gather(const GatherSpec &spec) {
     validate_gather_spec(spec);
-    const bool weighted = spec.weight_dtype != 0;
+    const bool weighted = spec.weight_dtype != static_cast<DType>(0);
     return render_rows(
         fmt::format("gather_{}_h{}_k{}_w{}{}", dtype_name(spec.dtype), spec.hidden_size,
                     spec.top_k, weighted ? dtype_name(spec.weight_dtype) : "none", spec.bias ? "_bias" : ""),
@@ -173,14 +173,14 @@ KernelSource render_gather(const GatherSpec &spec) {
         "kRowsPerBlock>(ys, scatter_index, weights, num_tokens, out, bias, bias_scale, offsets, num_experts)");
 }
 
-KernelSource render_scatter_weights(moejit_dtype_t weight_dtype) {
+KernelSource render_scatter_weights(DType weight_dtype) {
     return render_weights("scatter_weights", weight_dtype,
                           "const W *__restrict__ weights, const int *__restrict__ scatter_index, "
                           "long long rows, float *__restrict__ w_s, int *__restrict__ row_token, int top_k",
                           "scatter_weights<W>(weights, scatter_index, rows, w_s, row_token, top_k)");
 }
 
-KernelSource render_gather_weights(moejit_dtype_t weight_dtype) {
+KernelSource render_gather_weights(DType weight_dtype) {
     return render_weights("gather_weights", weight_dtype,
                           "const float *__restrict__ d_w_s, const int *__restrict__ "
                           "scatter_index, long long rows, W *__restrict__ d_weights",
@@ -276,7 +276,7 @@ void gather_weights_impl(Context &ctx, const WeightsGatherArgs &args, Kernel *pr
 
 GatherSpec effective_gather_spec(const GatherArgs &args) {
     GatherSpec spec = args.spec;
-    if (args.weights == nullptr) spec.weight_dtype = static_cast<moejit_dtype_t>(0);
+    if (args.weights == nullptr) spec.weight_dtype = static_cast<DType>(0);
     return spec;
 }
 

@@ -14,8 +14,8 @@
 #include <cstdint>
 
 #include "core/context.hpp"
+#include "core/dtype.hpp"
 #include "jit/kernel_source.hpp"
-#include "moejit.h"
 
 namespace moejit {
 
@@ -33,31 +33,31 @@ struct RowGeometry {
 RowGeometry row_geometry(std::int64_t hidden_size);
 
 struct ScatterSpec {
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;  // bf16 or fp16
+    DType dtype = DType::bf16;  // bf16 or fp16
     std::int64_t hidden_size = 0;              // H, a positive multiple of 8, <= kScatterMaxHidden
     std::int32_t top_k = 0;                    // k in [1, kScatterMaxTopK]
 };
 
-// weight_dtype: MOEJIT_DTYPE_FP32, the row dtype, or 0 for "no weights" (all 1).
+// weight_dtype: DType::fp32, the row dtype, or 0 for "no weights" (all 1).
 struct GatherSpec {
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
+    DType dtype = DType::bf16;
     std::int64_t hidden_size = 0;
     std::int32_t top_k = 0;
-    moejit_dtype_t weight_dtype = static_cast<moejit_dtype_t>(0);
+    DType weight_dtype = static_cast<DType>(0);
     bool bias = false;  // GatherArgs::bias is added (the layer's fc2 bias)
 };
 
-// Throw MOEJIT_ERROR_INVALID_ARGUMENT / MOEJIT_ERROR_UNSUPPORTED naming the bad field.
+// Throw Status::invalid_argument / Status::unsupported naming the bad field.
 void validate_scatter_spec(const ScatterSpec &spec);
 void validate_gather_spec(const GatherSpec &spec);
 // bf16, fp16 or fp32 (the per-route weight kernels).
-void validate_weight_dtype(moejit_dtype_t weight_dtype);
+void validate_weight_dtype(DType weight_dtype);
 
 // Pure: the full translation unit of one specialization (validates the spec first).
 KernelSource render_scatter(const ScatterSpec &spec);
 KernelSource render_gather(const GatherSpec &spec);
-KernelSource render_scatter_weights(moejit_dtype_t weight_dtype);
-KernelSource render_gather_weights(moejit_dtype_t weight_dtype);
+KernelSource render_scatter_weights(DType weight_dtype);
+KernelSource render_gather_weights(DType weight_dtype);
 
 struct ScatterArgs {
     ScatterSpec spec;
@@ -85,7 +85,7 @@ struct GatherArgs {
 };
 
 struct WeightsScatterArgs {
-    moejit_dtype_t weight_dtype = MOEJIT_DTYPE_FP32;  // of weights
+    DType weight_dtype = DType::fp32;  // of weights
     const void *weights = nullptr;                    // [T,k]
     const std::int32_t *scatter_index = nullptr;      // [T,k]
     std::int64_t num_tokens = 0;
@@ -96,7 +96,7 @@ struct WeightsScatterArgs {
 };
 
 struct WeightsGatherArgs {
-    moejit_dtype_t weight_dtype = MOEJIT_DTYPE_FP32;  // of d_weights
+    DType weight_dtype = DType::fp32;  // of d_weights
     const float *d_w_s = nullptr;                     // [S]
     const std::int32_t *scatter_index = nullptr;      // [T,k]
     std::int64_t num_tokens = 0;

@@ -19,7 +19,7 @@ constexpr std::uint32_t kThreadsPerBlock = 32u * kSwigluWarpsPerBlock;
 std::string spec_suffix(const SwigluSpec &spec) {
     return fmt::format("{}_i{}_{}{}{}{}{}", dtype_name(spec.dtype), spec.intermediate,
                        spec.interleaved ? "interleaved" : spec.merged ? "merged" : "split",
-                       spec.activation == MOEJIT_ACTIVATION_GPT_OSS ? "_gptoss" : "",
+                       spec.activation == Activation::gpt_oss ? "_gptoss" : "",
                        spec.has_limit ? "_limit" : "", spec.has_weights ? "_w" : "",
                        spec.has_bias ? "_bias" : "");
 }
@@ -51,7 +51,7 @@ void validate_shape(const SwigluSpec &spec, std::int64_t rows, float limit) {
                    limit);
     // grid_x = ceil(S / rows per block) must fit the 2^31 - 1 grid limit.
     if (rows > (std::int64_t{0x7FFFFFFF} * kSwigluWarpsPerBlock))
-        fail(MOEJIT_ERROR_UNSUPPORTED, "rows = {} exceeds the supported maximum of {}", rows,
+        fail(Status::unsupported, "rows = {} exceeds the supported maximum of {}", rows,
              std::int64_t{0x7FFFFFFF} * kSwigluWarpsPerBlock);
 }
 
@@ -105,10 +105,10 @@ LaunchShape launch_shape(std::int64_t rows) {
 
 void validate_swiglu_spec(const SwigluSpec &spec) {
     if (!is_half_precision(spec.dtype)) {
-        if (spec.dtype == MOEJIT_DTYPE_FP32)
-            fail(MOEJIT_ERROR_UNSUPPORTED, "dtype fp32 is not supported by SwiGLU (expected bf16 "
+        if (spec.dtype == DType::fp32)
+            fail(Status::unsupported, "dtype fp32 is not supported by SwiGLU (expected bf16 "
                                            "or fp16)");
-        fail(MOEJIT_ERROR_INVALID_ARGUMENT,
+        fail(Status::invalid_argument,
              "dtype = {} ({}) is not valid for SwiGLU (expected MOEJIT_DTYPE_BF16 or "
              "MOEJIT_DTYPE_FP16)",
              static_cast<int>(spec.dtype), dtype_name(spec.dtype));
@@ -118,9 +118,9 @@ void validate_swiglu_spec(const SwigluSpec &spec) {
                    "got {}",
                    dtype_name(spec.dtype), spec.intermediate);
     if (spec.intermediate > kMaxIntermediate)
-        fail(MOEJIT_ERROR_UNSUPPORTED, "intermediate (I) = {} exceeds the supported maximum {}",
+        fail(Status::unsupported, "intermediate (I) = {} exceeds the supported maximum {}",
              spec.intermediate, kMaxIntermediate);
-    MOEJIT_REQUIRE(spec.activation == MOEJIT_ACTIVATION_SWIGLU || spec.activation == MOEJIT_ACTIVATION_GPT_OSS,
+    MOEJIT_REQUIRE(spec.activation == Activation::swiglu || spec.activation == Activation::gpt_oss,
                    "activation is {}, expected MOEJIT_ACTIVATION_SWIGLU (0) or MOEJIT_ACTIVATION_GPT_OSS (1)",
                    static_cast<int>(spec.activation));
     MOEJIT_REQUIRE(!spec.interleaved || spec.merged, "the interleaved layout stores gate_up [S,2I] (merged)");

@@ -17,27 +17,28 @@
 #include <cstdint>
 
 #include "core/context.hpp"
+#include "core/dtype.hpp"
 #include "jit/kernel_source.hpp"
-#include "moejit.h"
+#include "ops/activation.hpp"
 
 namespace moejit {
 
 // The compile-time part of a SwiGLU kernel. The limit value itself is a kernel argument.
 struct SwigluSpec {
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;  // bf16 or fp16
+    DType dtype = DType::bf16;  // bf16 or fp16
     std::int64_t intermediate = 0;             // I, a positive multiple of 8
     bool merged = false;
     bool has_limit = false;
     bool has_weights = false;  // w_s given (else w_s = 1)
     // Merged storage [S,2I] with gate and up columns interleaved (2i, 2i+1; requires merged).
     bool interleaved = false;
-    moejit_activation_t activation = MOEJIT_ACTIVATION_SWIGLU;
+    Activation activation = Activation::swiglu;
     // Forward only: bias [E,2I] added to g and u per row's expert (requires merged), the biased
     // values written back in place.
     bool has_bias = false;
 };
 
-// Throws MOEJIT_ERROR_INVALID_ARGUMENT / MOEJIT_ERROR_UNSUPPORTED naming the bad field.
+// Throws Status::invalid_argument / Status::unsupported naming the bad field.
 void validate_swiglu_spec(const SwigluSpec &spec);
 
 // Pure: the full translation unit of one specialization (validates the spec first).
@@ -45,7 +46,7 @@ KernelSource render_swiglu_forward(const SwigluSpec &spec);
 KernelSource render_swiglu_backward(const SwigluSpec &spec);
 
 struct SwigluForwardArgs {
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
+    DType dtype = DType::bf16;
     std::int64_t rows = 0;          // S >= 0
     std::int64_t intermediate = 0;  // I
     bool merged = false;
@@ -58,8 +59,8 @@ struct SwigluForwardArgs {
     void *aw = nullptr;             // [S,I] or null (at least one of a, aw)
     void *stream = nullptr;         // CUstream
     bool interleaved = false;       // gate_up's columns interleaved (requires merged)
-    moejit_activation_t activation = MOEJIT_ACTIVATION_SWIGLU;
-    float alpha = 1.702f;           // MOEJIT_ACTIVATION_GPT_OSS's α
+    Activation activation = Activation::swiglu;
+    float alpha = 1.702f;           // Activation::gpt_oss's α
     // [E,2I] (merged only): g, u += bias[e] for the row's expert e (offsets [E+1], device), and
     // gate_up is overwritten with the biased values.
     const void *bias = nullptr;
@@ -68,7 +69,7 @@ struct SwigluForwardArgs {
 };
 
 struct SwigluBackwardArgs {
-    moejit_dtype_t dtype = MOEJIT_DTYPE_BF16;
+    DType dtype = DType::bf16;
     std::int64_t rows = 0;
     std::int64_t intermediate = 0;
     bool merged = false;
@@ -87,7 +88,7 @@ struct SwigluBackwardArgs {
     void *aw = nullptr;
     void *stream = nullptr;
     bool interleaved = false;
-    moejit_activation_t activation = MOEJIT_ACTIVATION_SWIGLU;
+    Activation activation = Activation::swiglu;
     float alpha = 1.702f;
 };
 

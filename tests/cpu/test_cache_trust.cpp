@@ -21,6 +21,7 @@
 
 #include "compile_only.hpp"
 #include "jit_test_kernels.hpp"
+#include "print_enums.hpp"
 #include "core/error.hpp"
 #include "dispatch/tuning.hpp"
 #include "jit/jit_engine.hpp"
@@ -273,7 +274,7 @@ BOOST_AUTO_TEST_CASE(reading_changes_nothing_on_disk) {
         off.get(tiny_kernel());
         BOOST_FAIL("expected MOEJIT_ERROR_JIT_DISABLED");
     } catch (const Error &e) {
-        BOOST_TEST(e.status() == MOEJIT_ERROR_JIT_DISABLED);
+        BOOST_TEST(e.status() == Status::jit_disabled);
     }
     BOOST_TEST(off.counters().disk_rejects == 1u);
     BOOST_TEST(fs::exists(path));

@@ -14,15 +14,14 @@
 #include "core/error.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan_layout.hpp"
-#include "layer_args.h"
-#include "moejit.h"
+#include "print_enums.hpp"
 
 using namespace moejit;
 
 namespace {
 
 // Runs f; it must throw moejit::Error with `status` and a message containing `needle`.
-template <class F> void expect_error(F &&f, moejit_status_t status, const std::string &needle) {
+template <class F> void expect_error(F &&f, Status status, const std::string &needle) {
     try {
         f();
         BOOST_ERROR("no error; expected one naming " << needle);
@@ -32,9 +31,12 @@ template <class F> void expect_error(F &&f, moejit_status_t status, const std::s
     }
 }
 
-moejit_plan_desc_t small_desc() {
-    moejit_plan_desc_t d;
-    layer_desc_init(&d, 64, 64, 4, 8);
+PlanDesc small_desc() {
+    PlanDesc d;
+    d.hidden_size = 64;
+    d.intermediate_size = 64;
+    d.num_experts = 4;
+    d.top_k = 8;
     return d;
 }
 
@@ -44,26 +46,26 @@ constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
 
 BOOST_AUTO_TEST_CASE(helper_reports_overflow_naming_the_argument) {
     BOOST_TEST(checked_mul<std::int64_t>(3, 4, "x") == 12);
-    expect_error([] { checked_mul<std::int64_t>(kI64Max, 2, "num_tokens"); }, MOEJIT_ERROR_INVALID_ARGUMENT,
+    expect_error([] { checked_mul<std::int64_t>(kI64Max, 2, "num_tokens"); }, Status::invalid_argument,
                  "num_tokens");
     expect_error([] { checked_mul<std::size_t>(std::size_t{1} << 40, std::size_t{1} << 40, "args->rows"); },
-                 MOEJIT_ERROR_INVALID_ARGUMENT, "args->rows");
+                 Status::invalid_argument, "args->rows");
     expect_error([] { checked_add<std::size_t>(std::numeric_limits<std::size_t>::max(), 1, "bytes"); },
-                 MOEJIT_ERROR_INVALID_ARGUMENT, "bytes");
+                 Status::invalid_argument, "bytes");
     BOOST_TEST(checked_bytes({2, 3, 4}, "x") == 24u);
-    expect_error([] { checked_bytes({-1, 3}, "num_tokens"); }, MOEJIT_ERROR_INVALID_ARGUMENT, "num_tokens");
-    expect_error([] { checked_bytes({kI64Max, kI64Max}, "num_tokens"); }, MOEJIT_ERROR_INVALID_ARGUMENT, "num_tokens");
+    expect_error([] { checked_bytes({-1, 3}, "num_tokens"); }, Status::invalid_argument, "num_tokens");
+    expect_error([] { checked_bytes({kI64Max, kI64Max}, "num_tokens"); }, Status::invalid_argument, "num_tokens");
     BOOST_TEST(checked_rows(1000, 8, "num_tokens") == 8000);
-    expect_error([] { checked_rows(-1, 8, "num_tokens"); }, MOEJIT_ERROR_INVALID_ARGUMENT, "num_tokens");
-    expect_error([] { checked_rows(std::int64_t{1} << 29, 8, "num_tokens"); }, MOEJIT_ERROR_INVALID_ARGUMENT,
+    expect_error([] { checked_rows(-1, 8, "num_tokens"); }, Status::invalid_argument, "num_tokens");
+    expect_error([] { checked_rows(std::int64_t{1} << 29, 8, "num_tokens"); }, Status::invalid_argument,
                  "num_tokens");
-    expect_error([] { checked_rows(kI64Max, 64, "desc->tokens_hint"); }, MOEJIT_ERROR_INVALID_ARGUMENT,
+    expect_error([] { checked_rows(kI64Max, 64, "desc->tokens_hint"); }, Status::invalid_argument,
                  "desc->tokens_hint");
 }
 
 // The size queries' arithmetic: T is validated as forward and backward validate it.
 BOOST_AUTO_TEST_CASE(plan_layout_validates_tokens) {
-    const moejit_plan_desc_t d = small_desc();
+    const PlanDesc d = small_desc();
     for (bool gathered : {false, true}) {
         PlanLayout ok(d, 1000, gathered);
         BOOST_TEST(ok.rows == 8000);
@@ -72,33 +74,33 @@ BOOST_AUTO_TEST_CASE(plan_layout_validates_tokens) {
         PlanLayout zero(d, 0, gathered);
         BOOST_TEST(zero.rows == 0);
         for (std::int64_t T : {std::int64_t{-1}, std::numeric_limits<std::int64_t>::min()})
-            expect_error([&] { PlanLayout(d, T, gathered); }, MOEJIT_ERROR_INVALID_ARGUMENT, "num_tokens");
+            expect_error([&] { PlanLayout(d, T, gathered); }, Status::invalid_argument, "num_tokens");
         // T·k just past 2^31-1, T·k overflowing int64 (0.3.0: signed overflow, UB).
         for (std::int64_t T : {std::int64_t{1} << 28, kI64Max / 4, kI64Max})
-            expect_error([&] { PlanLayout(d, T, gathered); }, MOEJIT_ERROR_INVALID_ARGUMENT, "num_tokens");
-        expect_error([&] { PlanLayout(d, kI64Max, gathered, "args->num_tokens"); }, MOEJIT_ERROR_INVALID_ARGUMENT,
+            expect_error([&] { PlanLayout(d, T, gathered); }, Status::invalid_argument, "num_tokens");
+        expect_error([&] { PlanLayout(d, kI64Max, gathered, "args->num_tokens"); }, Status::invalid_argument,
                      "args->num_tokens");
     }
 }
 
 // H and I have no upper bound in a desc: with the largest T their byte counts overflow size_t.
 BOOST_AUTO_TEST_CASE(plan_layout_sizes_are_checked) {
-    moejit_plan_desc_t d = small_desc();
+    PlanDesc d = small_desc();
     d.hidden_size = std::int64_t{1} << 60;
-    expect_error([&] { PlanLayout(d, (std::int64_t{1} << 28) - 1, false); }, MOEJIT_ERROR_INVALID_ARGUMENT,
+    expect_error([&] { PlanLayout(d, (std::int64_t{1} << 28) - 1, false); }, Status::invalid_argument,
                  "num_tokens");
     d = small_desc();
     d.intermediate_size = std::int64_t{1} << 61;
-    expect_error([&] { PlanLayout(d, 1 << 20, true); }, MOEJIT_ERROR_INVALID_ARGUMENT, "num_tokens");
+    expect_error([&] { PlanLayout(d, 1 << 20, true); }, Status::invalid_argument, "num_tokens");
 }
 
 // layer_specs (plan creation, warmup): tokens_hint·k overflowed before validation on 0.3.0.
 BOOST_AUTO_TEST_CASE(tokens_hint_overflow_names_the_field) {
-    moejit_plan_desc_t d = small_desc();
+    PlanDesc d = small_desc();
     d.tokens_hint = kI64Max;
-    expect_error([&] { layer_specs(d, Config{}, 90); }, MOEJIT_ERROR_INVALID_ARGUMENT, "desc->tokens_hint");
+    expect_error([&] { layer_specs(d, Config{}, 90); }, Status::invalid_argument, "desc->tokens_hint");
     d.tokens_hint = std::int64_t{1} << 31;
-    expect_error([&] { layer_specs(d, Config{}, 90); }, MOEJIT_ERROR_INVALID_ARGUMENT, "desc->tokens_hint");
+    expect_error([&] { layer_specs(d, Config{}, 90); }, Status::invalid_argument, "desc->tokens_hint");
     d.tokens_hint = 4096;
     BOOST_CHECK_NO_THROW(layer_specs(d, Config{}, 90));
 }

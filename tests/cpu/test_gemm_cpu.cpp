@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "compile_only.hpp"
+#include "print_enums.hpp"
 #include "thread_cpu_time.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
@@ -54,7 +55,7 @@ struct LayerGemms {
 };
 
 LayerGemms layer_gemms(const Shape &s, int cc, std::int64_t rows_hint) {
-    const auto bf16 = MOEJIT_DTYPE_BF16, fp32 = MOEJIT_DTYPE_FP32;
+    const auto bf16 = DType::bf16, fp32 = DType::fp32;
     const std::int64_t H = s.hidden, I = s.intermediate;
     const std::int32_t E = s.experts;
     LayerGemms g;
@@ -120,7 +121,7 @@ BOOST_AUTO_TEST_CASE(tile_config_text_round_trips) {
             parse_tile_config(bad, "MOEJIT_GEMM_TILE");
             BOOST_ERROR("accepted '" << bad << "'");
         } catch (const Error &e) {
-            BOOST_TEST(e.status() == MOEJIT_ERROR_INVALID_ARGUMENT);
+            BOOST_TEST(e.status() == Status::invalid_argument);
             BOOST_TEST(contains(e.what(), "MOEJIT_GEMM_TILE"));
         }
     }
@@ -134,7 +135,7 @@ BOOST_AUTO_TEST_CASE(tile_config_validation_names_the_problem) {
             validate_tile_config(c, p, cc);
             BOOST_ERROR("accepted " << to_string(c) << " on sm_" << cc);
         } catch (const Error &e) {
-            BOOST_TEST(e.status() == MOEJIT_ERROR_UNSUPPORTED);
+            BOOST_TEST(e.status() == Status::unsupported);
             BOOST_TEST(contains(e.what(), fragment), e.what());
         }
     };
@@ -192,15 +193,15 @@ BOOST_AUTO_TEST_CASE(heuristic_is_valid_for_every_reference_shape) {
 // context resolved it, not the spec).
 BOOST_AUTO_TEST_CASE(forced_tile_overrides_the_heuristic) {
     const ForcedTile forced{parse_tile_config("64x128x64_s4", "test"), "test"};
-    GemmNkSpec spec = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 512, true, false, 4096, 8, 90, &forced);
+    GemmNkSpec spec = make_nk_spec(DType::bf16, DType::bf16, 512, 512, true, false, 4096, 8, 90, &forced);
     BOOST_TEST(spec.tile.block_m == 64);
     BOOST_TEST(spec.tile.block_k == 64);
     BOOST_TEST(spec.tile.stages == 4);
     ::setenv("MOEJIT_GEMM_TILE", "64x128x64_s4", 1);  // not read here
-    GemmNkSpec plain = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 512, true, false, 4096, 8, 90);
+    GemmNkSpec plain = make_nk_spec(DType::bf16, DType::bf16, 512, 512, true, false, 4096, 8, 90);
     ::unsetenv("MOEJIT_GEMM_TILE");
-    BOOST_TEST((plain.tile == heuristic_tile_config(GemmProblem{GemmKind::same_nk, MOEJIT_DTYPE_BF16,
-                                                                MOEJIT_DTYPE_BF16, 0, 512, 512, true,
+    BOOST_TEST((plain.tile == heuristic_tile_config(GemmProblem{GemmKind::same_nk, DType::bf16,
+                                                                DType::bf16, 0, 512, 512, true,
                                                                 false, 4096, 8},
                                                     90)));
 }
@@ -211,7 +212,7 @@ BOOST_AUTO_TEST_CASE(render_names_are_readable_and_distinct) {
     std::map<std::string, int> names;
     for (bool bt : {true, false})
         for (bool acc : {true, false})
-            for (auto c : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32}) {
+            for (auto c : {DType::bf16, DType::fp32}) {
                 GemmNkSpec s;
                 s.n = 2880, s.k = 1408;
                 s.b_transposed = bt;
@@ -293,10 +294,10 @@ BOOST_AUTO_TEST_CASE(every_reference_specialization_compiles_for_sm90a) {
 BOOST_AUTO_TEST_CASE(specializations_compile_for_sm80) {
     CompileOnlyContext context("sm_80");
     for (bool bt : {true, false}) {
-        GemmNkSpec s = make_nk_spec(MOEJIT_DTYPE_FP16, MOEJIT_DTYPE_FP32, 1408, 2880, bt, true, 8192, 8, 80);
+        GemmNkSpec s = make_nk_spec(DType::fp16, DType::fp32, 1408, 2880, bt, true, 8192, 8, 80);
         BOOST_CHECK_NO_THROW(context.impl().kernel(render_group_gemm_nk(s)));
     }
-    GemmMnSpec m = make_mn_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 2880, 1408, false, 8192, 8, 80);
+    GemmMnSpec m = make_mn_spec(DType::bf16, DType::bf16, 2880, 1408, false, 8192, 8, 80);
     BOOST_CHECK_NO_THROW(context.impl().kernel(render_group_gemm_mn(m)));
 }
 
@@ -379,10 +380,14 @@ BOOST_AUTO_TEST_CASE(mn_argument_validation) {
 // The C++ launcher reports an unusable tile config as UNSUPPORTED before touching the device.
 BOOST_AUTO_TEST_CASE(launcher_rejects_bad_tile_and_arch) {
     CompileOnlyContext context("sm_90a");
-    moejit_group_gemm_nk_args_t args;
-    BOOST_REQUIRE(moejit_group_gemm_nk_args_init(&args) == MOEJIT_SUCCESS);
-    args.rows = 64, args.n = 256, args.k = 256, args.num_experts = 2;
-    args.a = fake_pointer(0x10000), args.b = fake_pointer(0x20000), args.c = fake_pointer(0x30000);
+    GroupGemmNkArgs args;
+    args.rows = 64;
+    args.n = 256;
+    args.k = 256;
+    args.num_experts = 2;
+    args.a = fake_pointer(0x10000);
+    args.b = fake_pointer(0x20000);
+    args.c = fake_pointer(0x30000);
     args.offsets = static_cast<const std::int32_t *>(fake_pointer(0x40000));
     GemmTileConfig bad;
     bad.block_n = 48;
@@ -390,7 +395,7 @@ BOOST_AUTO_TEST_CASE(launcher_rejects_bad_tile_and_arch) {
         group_gemm_same_nk(context.impl(), args, &bad);
         BOOST_ERROR("accepted block_n = 48");
     } catch (const Error &e) {
-        BOOST_TEST(e.status() == MOEJIT_ERROR_UNSUPPORTED);
+        BOOST_TEST(e.status() == Status::unsupported);
         BOOST_TEST(contains(e.what(), "block_n"), e.what());
     }
 }

@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "compile_only.hpp"
+#include "print_enums.hpp"
 #include "thread_cpu_time.hpp"
 #include "layer_args.h"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "jit/templates.hpp"
-#include "moejit.h"
 #include "ops/group_gemm.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan.hpp"
@@ -52,7 +52,7 @@ const Shape kShapes[] = {
 constexpr int kHopper = 90;
 
 // The heuristic's spec for a forward (B [E,N,K]) GEMM on sm_90a: must be the wgmma engine.
-GemmNkSpec wgmma_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t n, std::int64_t k,
+GemmNkSpec wgmma_spec(DType dtype, DType c_dtype, std::int64_t n, std::int64_t k,
                       bool accumulate, std::int32_t experts) {
     GemmNkSpec s = make_nk_spec(dtype, c_dtype, n, k, true, accumulate, 0, experts, kHopper);
     BOOST_TEST((s.tile.engine == GemmEngine::wgmma), "sm_90a forward GEMMs run on wgmma: " << to_string(s.tile));
@@ -63,9 +63,9 @@ GemmNkSpec wgmma_spec(moejit_dtype_t dtype, moejit_dtype_t c_dtype, std::int64_t
 std::vector<GemmNkSpec> forward_specs(const Shape &s) {
     std::vector<GemmNkSpec> out;
     const std::int64_t H = s.hidden, I = s.intermediate;
-    for (auto c : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32}) {
-        out.push_back(wgmma_spec(MOEJIT_DTYPE_BF16, c, 2 * I, H, false, s.experts));  // fc1
-        out.push_back(wgmma_spec(MOEJIT_DTYPE_BF16, c, H, I, false, s.experts));      // fc2
+    for (auto c : {DType::bf16, DType::fp32}) {
+        out.push_back(wgmma_spec(DType::bf16, c, 2 * I, H, false, s.experts));  // fc1
+        out.push_back(wgmma_spec(DType::bf16, c, H, I, false, s.experts));      // fc2
     }
     return out;
 }
@@ -80,7 +80,7 @@ bool contains(const std::string &text, const std::string &part) {
 }
 
 // Runs `call`, expects moejit::Error with `status` and a message containing every fragment.
-void expect_error(const std::function<void()> &call, moejit_status_t status,
+void expect_error(const std::function<void()> &call, Status status,
                   std::initializer_list<const char *> fragments) {
     try {
         call();
@@ -147,9 +147,12 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
     // Every GEMM a plan launches (forward, input and weight gradients, both fc1 layouts) runs
     // on the wgmma engine on sm_90a.
     for (const Shape &s : kShapes)
-        for (auto layout : {MOEJIT_FC1_MERGED, MOEJIT_FC1_SPLIT}) {
-            moejit_plan_desc_t d{};
-            layer_desc_init(&d, s.hidden, s.intermediate, s.experts, 4);
+        for (auto layout : {Fc1Layout::merged, Fc1Layout::split}) {
+            PlanDesc d{};
+            d.hidden_size = s.hidden;
+            d.intermediate_size = s.intermediate;
+            d.num_experts = s.experts;
+            d.top_k = 4;
             d.fc1_layout = layout;
             for (KernelSource &ks : layer_gemm_sources(d, Config{}, kHopper)) {
                 BOOST_TEST(ks.template_name == "sm90/group_gemm.cuh", ks.name);
@@ -157,7 +160,7 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
             }
         }
     // The other tile widths, fp16 and accumulate, once each.
-    GemmNkSpec extra = wgmma_spec(MOEJIT_DTYPE_FP16, MOEJIT_DTYPE_FP32, 1408, 2880, true, 8);
+    GemmNkSpec extra = wgmma_spec(DType::fp16, DType::fp32, 1408, 2880, true, 8);
     for (int bn : {64, 128, 256}) {
         extra.tile.block_n = bn;
         extra.tile.stages = bn == 256 ? 4 : 5;
@@ -187,7 +190,7 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
 
 BOOST_AUTO_TEST_CASE(ptx_uses_wgmma_tma_mbarriers_and_setmaxnreg) {
     for (int bn : {128, 256}) {
-        GemmNkSpec spec = wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 1536, 2048, false, 128);
+        GemmNkSpec spec = wgmma_spec(DType::bf16, DType::bf16, 1536, 2048, false, 128);
         spec.tile.block_n = bn;
         spec.tile.stages = 4;
         const std::string ptx = ptx_of(render_group_gemm_nk(spec));
@@ -206,11 +209,11 @@ BOOST_AUTO_TEST_CASE(ptx_uses_wgmma_tma_mbarriers_and_setmaxnreg) {
     // Input gradient (B [E,K,N] MN-major: transpose-B flag) and weight gradient (both operands
     // MN-major, the foreign-row zeroing made visible to the async proxy).
     const std::string dgrad = ptx_of(render_group_gemm_nk(
-        make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 768, 2048, false, false, 0, 128, kHopper)));
+        make_nk_spec(DType::bf16, DType::bf16, 768, 2048, false, false, 0, 128, kHopper)));
     BOOST_TEST(contains(dgrad, "k16.f32.bf16.bf16"));
     BOOST_TEST(contains(dgrad, "p, 1, 1, 0, 1;"), "transpose-B immediate");
     const std::string wgrad = ptx_of(render_group_gemm_mn(
-        make_mn_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32, 2048, 768, true, 0, 128, kHopper)));
+        make_mn_spec(DType::bf16, DType::fp32, 2048, 768, true, 0, 128, kHopper)));
     BOOST_TEST(contains(wgrad, "p, 1, 1, 1, 1;"), "transpose-A and -B immediates");
     BOOST_TEST(contains(wgrad, "fence.proxy.async.shared::cta"));
     BOOST_TEST(contains(wgrad, "cp.async.bulk.tensor.2d"));
@@ -224,11 +227,11 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
                 BOOST_TEST(gemm_smem_bytes(spec.tile, GemmKind::same_nk, s.experts) <= std::size_t{227 * 1024});
             }
         }
-    GemmNkSpec a = wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, 8);
+    GemmNkSpec a = wgmma_spec(DType::bf16, DType::bf16, 512, 256, false, 8);
     GemmNkSpec b = a;
     b.accumulate = true;
     GemmNkSpec c = a;
-    c.c_dtype = MOEJIT_DTYPE_FP32;
+    c.c_dtype = DType::fp32;
     GemmNkSpec d = a;
     d.tile.block_n = 128;
     d.tile.stages = 4;
@@ -241,14 +244,14 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
         names.insert(ks.name);
     }
     BOOST_TEST(names.size() == 4u);
-    BOOST_TEST(wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 64, 256, false, 8).tile.block_n == 64);
+    BOOST_TEST(wgmma_spec(DType::bf16, DType::bf16, 64, 256, false, 8).tile.block_n == 64);
     // Input and weight gradients run on wgmma too; other arches never get wgmma.
-    BOOST_TEST((make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, false, 0, 8, kHopper).tile.engine ==
+    BOOST_TEST((make_nk_spec(DType::bf16, DType::bf16, 512, 256, false, false, 0, 8, kHopper).tile.engine ==
                 GemmEngine::wgmma));
-    BOOST_TEST((make_mn_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32, 512, 256, false, 0, 8, kHopper).tile.engine ==
+    BOOST_TEST((make_mn_spec(DType::bf16, DType::fp32, 512, 256, false, 0, 8, kHopper).tile.engine ==
                 GemmEngine::wgmma));
     for (int cc : {80, 86, 89, 100})
-        BOOST_TEST((make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, true, false, 0, 8, cc).tile.engine ==
+        BOOST_TEST((make_nk_spec(DType::bf16, DType::bf16, 512, 256, true, false, 0, 8, cc).tile.engine ==
                     GemmEngine::mma_sync));
     // The name round-trips through MOEJIT_GEMM_TILE's syntax.
     BOOST_TEST(to_string(d.tile) == "wgmma_128x128x64_s4_g8_e1");
@@ -256,16 +259,16 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
 }
 
 BOOST_AUTO_TEST_CASE(validation_names_the_field) {
-    const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;
-    const GemmNkSpec good = wgmma_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, 8);
+    const auto INVALID = Status::invalid_argument, UNSUPPORTED = Status::unsupported;
+    const GemmNkSpec good = wgmma_spec(DType::bf16, DType::bf16, 512, 256, false, 8);
     auto with = [&](auto edit, std::int32_t experts = 8) {
         GemmNkSpec s = good;
         edit(s);
         return [s, experts] { validate_nk_spec(s, experts, kHopper); };
     };
     using S = GemmNkSpec;
-    expect_error(with([](S &s) { s.dtype = MOEJIT_DTYPE_FP32; }), INVALID, {"dtype", "BF16"});
-    expect_error(with([](S &s) { s.c_dtype = MOEJIT_DTYPE_FP16; }), INVALID, {"c_dtype"});
+    expect_error(with([](S &s) { s.dtype = DType::fp32; }), INVALID, {"dtype", "BF16"});
+    expect_error(with([](S &s) { s.c_dtype = DType::fp16; }), INVALID, {"c_dtype"});
     expect_error(with([](S &s) { s.n = 100; }), INVALID, {"n must be", "multiple of 8", "100"});
     expect_error(with([](S &s) { s.k = 0; }), INVALID, {"k must be"});
     expect_error(with([](S &s) { s.k = std::int64_t{1} << 24; }), UNSUPPORTED, {"k = "});
@@ -310,7 +313,7 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field) {
     GemmNkSpec pairs = good;
     pairs.k_split = 128;
     expect_error([&] { launch_group_gemm_nk(sm90a.impl(), pairs, ops); }, INVALID, {"a2 or b2 is NULL"});
-    GemmNkSpec portable = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 512, 256, false, false, 0, 8, 80);
+    GemmNkSpec portable = make_nk_spec(DType::bf16, DType::bf16, 512, 256, false, false, 0, 8, 80);
     portable.k_split = 128;
     expect_error([&] { render_group_gemm_nk(portable); }, UNSUPPORTED, {"two operand pairs", "wgmma"});
 }
@@ -318,9 +321,12 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field) {
 // Split fc1's dgrad is one GEMM over two operand pairs (K = 2I, k_split = I) where the wgmma
 // engine runs it and I is a multiple of 64; otherwise a GEMM and an accumulating one.
 BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
-    auto dgrad_of = [](std::int64_t I, moejit_fc1_layout_t layout, int cc) {
-        moejit_plan_desc_t d{};
-        layer_desc_init(&d, 1536, I, 128, 8);
+    auto dgrad_of = [](std::int64_t I, Fc1Layout layout, int cc) {
+        PlanDesc d{};
+        d.hidden_size = 1536;
+        d.intermediate_size = I;
+        d.num_experts = 128;
+        d.top_k = 8;
         d.fc1_layout = layout;
         const LayerSpecs s = layer_specs(d, Config{}, cc);
         bool renders_acc = false;
@@ -328,20 +334,20 @@ BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
             renders_acc |= ks.name == render_group_gemm_nk(s.fc1_dgrad_acc).name;
         return std::pair{s.fc1_dgrad, renders_acc};
     };
-    auto [pairs, pairs_acc] = dgrad_of(256, MOEJIT_FC1_SPLIT, kHopper);
+    auto [pairs, pairs_acc] = dgrad_of(256, Fc1Layout::split, kHopper);
     BOOST_TEST(pairs.k == 512);
     BOOST_TEST(pairs.k_split == 256);
     BOOST_TEST(!pairs_acc, "no accumulating dgrad is rendered");
     BOOST_TEST(contains(render_group_gemm_nk(pairs).name, "_k512_ks256_bn"));
-    auto [ragged, ragged_acc] = dgrad_of(200, MOEJIT_FC1_SPLIT, kHopper);  // I % 64 != 0
+    auto [ragged, ragged_acc] = dgrad_of(200, Fc1Layout::split, kHopper);  // I % 64 != 0
     BOOST_TEST(ragged.k == 200);
     BOOST_TEST(ragged.k_split == 0);
     BOOST_TEST(ragged_acc);
-    auto [merged, merged_acc] = dgrad_of(256, MOEJIT_FC1_MERGED, kHopper);
+    auto [merged, merged_acc] = dgrad_of(256, Fc1Layout::merged, kHopper);
     BOOST_TEST(merged.k == 512);
     BOOST_TEST(merged.k_split == 0);
     BOOST_TEST(!merged_acc);
-    auto [portable, portable_acc] = dgrad_of(256, MOEJIT_FC1_SPLIT, 80);
+    auto [portable, portable_acc] = dgrad_of(256, Fc1Layout::split, 80);
     BOOST_TEST(portable.k_split == 0);
     BOOST_TEST(portable_acc);
 }
@@ -351,8 +357,11 @@ BOOST_AUTO_TEST_CASE(split_fc1_dgrad_reduces_both_pairs_in_one_gemm) {
 // stores, no standalone forward SwiGLU kernel; by default, and on other engines, the unfused
 // path.
 BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
-    moejit_plan_desc_t d{};
-    layer_desc_init(&d, 2048, 768, 128, 8);
+    PlanDesc d{};
+    d.hidden_size = 2048;
+    d.intermediate_size = 768;
+    d.num_experts = 128;
+    d.top_k = 8;
     d.swiglu_limit = 7.0f;
     Config config;
     auto has_swiglu_fwd = [&](int cc) {
@@ -363,14 +372,14 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     BOOST_TEST(!layer_specs(d, config, kHopper).fused_swiglu, "opt-in");
     BOOST_TEST(has_swiglu_fwd(kHopper));
     config.fuse_swiglu = {true, ConfigSource::option};
-    for (auto layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
+    for (auto layout : {Fc1Layout::split, Fc1Layout::merged}) {
         d.fc1_layout = layout;
         const LayerSpecs s = layer_specs(d, config, kHopper);
         BOOST_TEST(s.fused_swiglu);
         BOOST_TEST(s.fc1.n == 2 * 768);
         BOOST_TEST(s.fc1.swiglu.on);
         BOOST_TEST(s.fc1.swiglu.limit);
-        BOOST_TEST(s.fc1.swiglu.merged == (layout == MOEJIT_FC1_MERGED));
+        BOOST_TEST(s.fc1.swiglu.merged == (layout == Fc1Layout::merged));
         BOOST_TEST(s.fc1.tile.tma_store, "g and u leave through TMA stores");
         BOOST_TEST(!has_swiglu_fwd(kHopper));
         const LayerSpecs portable = layer_specs(d, config, 80);
@@ -381,7 +390,7 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     const GemmNkSpec good = layer_specs(d, config, kHopper).fc1;
     BOOST_TEST(good.swiglu.on);
 
-    const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;
+    const auto INVALID = Status::invalid_argument, UNSUPPORTED = Status::unsupported;
     BOOST_CHECK_NO_THROW(validate_nk_spec(good, 128, kHopper));
     auto with = [&](auto edit) {
         GemmNkSpec s = good;
@@ -390,11 +399,11 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     };
     using S = GemmNkSpec;
     expect_error(with([](S &s) { s.b_transposed = false; }), INVALID, {"SwiGLU epilogue needs b_transposed"});
-    expect_error(with([](S &s) { s.c_dtype = MOEJIT_DTYPE_FP32; }), INVALID, {"c_dtype = dtype"});
+    expect_error(with([](S &s) { s.c_dtype = DType::fp32; }), INVALID, {"c_dtype = dtype"});
     expect_error(with([](S &s) { s.n = 1544; }), INVALID, {"n is 1544", "I a multiple of 8"});
     expect_error(with([](S &s) { s.tile.block_n = 64; }), UNSUPPORTED, {"TMA stores (_e1) need block_n >= 128"});
     BOOST_CHECK_NO_THROW(with([](S &s) { s.tile.block_n = 64; s.tile.tma_store = false; })());
-    GemmNkSpec portable = make_nk_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_BF16, 1536, 2048, true, false, 0, 8, 80);
+    GemmNkSpec portable = make_nk_spec(DType::bf16, DType::bf16, 1536, 2048, true, false, 0, 8, 80);
     portable.swiglu.on = true;
     expect_error([&] { render_group_gemm_nk(portable); }, UNSUPPORTED, {"SwiGLU epilogue needs the wgmma engine"});
     // The launcher wants the epilogue's outputs and, split, W_up.

@@ -17,6 +17,7 @@
 
 #include "compile_only.hpp"
 #include "jit_test_kernels.hpp"
+#include "print_enums.hpp"
 #include "core/context.hpp"
 #include "jit/cache_paths.hpp"
 #include "jit/cuda_headers.hpp"
@@ -115,7 +116,7 @@ BOOST_AUTO_TEST_CASE(compile_error_returns_the_log) {
         engine.get(bad);
         BOOST_FAIL("expected a compile error");
     } catch (const Error &e) {
-        BOOST_TEST(e.status() == MOEJIT_ERROR_COMPILE);
+        BOOST_TEST(e.status() == Status::compile);
         BOOST_TEST(std::string(e.what()).find("this_is_not_cuda") != std::string::npos);
     }
     BOOST_TEST(engine.counters().compile_failures == 1u);
@@ -244,7 +245,7 @@ BOOST_AUTO_TEST_CASE(jit_disabled_turns_a_miss_into_an_error) {
         engine.get(tiny_kernel());
         BOOST_FAIL("expected MOEJIT_ERROR_JIT_DISABLED");
     } catch (const Error &e) {
-        BOOST_TEST(e.status() == MOEJIT_ERROR_JIT_DISABLED);
+        BOOST_TEST(e.status() == Status::jit_disabled);
     }
     // A warmed cache serves it with JIT off.
     { JitEngine(compile_only_options(dir.string())).get(tiny_kernel()); }
@@ -286,7 +287,7 @@ BOOST_AUTO_TEST_CASE(arch_is_checked_against_nvrtcs_own_list) {
         require_nvrtc_arch("sm_99");
         BOOST_FAIL("expected MOEJIT_ERROR_INVALID_ARGUMENT");
     } catch (const Error &e) {
-        BOOST_TEST(e.status() == MOEJIT_ERROR_INVALID_ARGUMENT);
+        BOOST_TEST(e.status() == Status::invalid_argument);
         BOOST_TEST(std::string(e.what()).find("sm_99") != std::string::npos, e.what());
         BOOST_TEST(std::string(e.what()).find("sm_90") != std::string::npos, e.what());
     }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "compile_only.hpp"
+#include "print_enums.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "jit/jit_engine.hpp"
@@ -74,7 +75,7 @@ BOOST_AUTO_TEST_CASE(log_callback_calls_back_into_the_engine) {
         std::atomic<int> reentered{0};
         std::atomic<bool> inside{false};
     } state;
-    auto callback = [](moejit_log_level_t, const char *, void *user) {
+    auto callback = [](LogLevel, const char *, void *user) {
         auto &s = *static_cast<State *>(user);
         if (s.inside.exchange(true)) return;  // one level of re-entry is enough
         (void)s.engine->counters();
@@ -122,7 +123,7 @@ BOOST_AUTO_TEST_CASE(a_failed_compile_is_retried_and_reported_every_time) {
             engine.get(tiny_kernel(-1));
             BOOST_FAIL("a source that does not compile was accepted");
         } catch (const Error &e) {
-            BOOST_TEST(e.status() == MOEJIT_ERROR_COMPILE);
+            BOOST_TEST(e.status() == Status::compile);
             BOOST_TEST(std::string(e.what()).find("not_declared") != std::string::npos);
         }
     }
@@ -171,7 +172,7 @@ BOOST_AUTO_TEST_CASE(context_resolves_many_sources_in_parallel) {
         ctx.kernels(with_failure);
         BOOST_FAIL("a source that does not compile was accepted");
     } catch (const Error &e) {
-        BOOST_TEST(e.status() == MOEJIT_ERROR_COMPILE);
+        BOOST_TEST(e.status() == Status::compile);
     }
     // Both good sources were still compiled (and are memory hits now).
     const CacheCounters before = ctx.jit().counters();

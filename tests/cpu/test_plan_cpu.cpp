@@ -20,6 +20,7 @@
 
 #include "moe/plan.hpp"
 #include "moe/plan_layout.hpp"
+#include "capi_convert.hpp"  // the C descriptors these tests share with the C API, as the library's
 #include "compile_only.hpp"
 #include "layer_args.h"
 #include "moejit.h"
@@ -196,22 +197,25 @@ BOOST_AUTO_TEST_CASE(split_layout_rejects_transposed_weights_and_biases) {
 // The edges of the valid range are accepted (validation is not stricter than documented).
 BOOST_AUTO_TEST_CASE(valid_edge_descriptors_pass_validation) {
     moejit_plan_desc_t d = small_desc();
-    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
+    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(moejit::to_internal(d)));
     d.weight_grad_accumulate = 1;  // with FP32 gradients
-    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
+    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(moejit::to_internal(d)));
     d = small_desc();
     d.weight_grad_dtype = MOEJIT_DTYPE_BF16;  // the layer dtype
     d.routing_dtype = MOEJIT_DTYPE_BF16;
     d.index_dtype = MOEJIT_DTYPE_INT32;
     d.swiglu_limit = 7.0f;
-    d.hidden_size = 8, d.intermediate_size = 8, d.num_experts = 1, d.top_k = 1;  // the smallest layer
-    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
+    d.hidden_size = 8;
+    d.intermediate_size = 8;
+    d.num_experts = 1;
+    d.top_k = 1;
+    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(moejit::to_internal(d)));
     d = small_desc();
     d.dtype = MOEJIT_DTYPE_FP16;
     d.weight_grad_dtype = MOEJIT_DTYPE_FP16;
     d.routing_dtype = MOEJIT_DTYPE_FP16;
     d.swiglu_limit = -1.0f;  // <= 0: no limit
-    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(d));
+    BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(moejit::to_internal(d)));
 }
 
 BOOST_AUTO_TEST_CASE(plan_create_on_a_compile_only_context_is_rejected) {
@@ -236,8 +240,8 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_split_and_merged_then_disk_hits_only) {
     const moejit_plan_desc_t merged = small_desc(MOEJIT_FC1_MERGED);
 
     // The pure kernel list: unique sources, readable file-name-safe names.
-    const auto split_sources = moejit::plan_kernel_sources(split, moejit::Config{}, 90);
-    const auto merged_sources = moejit::plan_kernel_sources(merged, moejit::Config{}, 90);
+    const auto split_sources = moejit::plan_kernel_sources(moejit::to_internal(split), moejit::Config{}, 90);
+    const auto merged_sources = moejit::plan_kernel_sources(moejit::to_internal(merged), moejit::Config{}, 90);
     std::set<std::string> unique_sources;
     for (const auto *list : {&split_sources, &merged_sources})
         for (const moejit::KernelSource &s : *list) {
@@ -339,8 +343,11 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                 moejit_plan_desc_t d = small_desc(layout);
                 d.dtype = dtype;
                 d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
-                d.hidden_size = 2048, d.intermediate_size = 768, d.num_experts = 128, d.top_k = 8;
-                const moejit::PlanLayout L(d, T, gathered);
+                d.hidden_size = 2048;
+                d.intermediate_size = 768;
+                d.num_experts = 128;
+                d.top_k = 8;
+                const moejit::PlanLayout L(moejit::to_internal(d), T, gathered);
                 const std::size_t S = static_cast<std::size_t>(T * d.top_k), H = 2048, I = 768, E = 128;
                 const std::size_t el = 2;
                 // x's and dout's scatters live in the workspace (backward's; forward's too when
@@ -381,7 +388,7 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
         moejit_plan_desc_t d = small_desc(layout);
         std::size_t prev_saved = 0, prev_ws = 0;
         for (std::int64_t T = 0; T <= 600; ++T) {
-            const moejit::PlanLayout L(d, T, true);
+            const moejit::PlanLayout L(moejit::to_internal(d), T, true);
             BOOST_TEST_CONTEXT("T=" << T) {
                 BOOST_TEST(L.saved_bytes >= prev_saved);
                 BOOST_TEST(L.workspace_bytes >= prev_ws);
@@ -390,14 +397,14 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
             prev_ws = L.workspace_bytes;
         }
         // T = 0: only the offsets (E+1 int32) and alignment padding remain.
-        const moejit::PlanLayout zero(d, 0, true);
+        const moejit::PlanLayout zero(moejit::to_internal(d), 0, true);
         BOOST_TEST(zero.rows == 0);
         BOOST_TEST(zero.saved_bytes <= 8 * moejit::kRegionAlignment);
         BOOST_TEST(zero.workspace_bytes <= 8 * moejit::kRegionAlignment);
         BOOST_TEST(zero.offsets.bytes == (static_cast<std::size_t>(d.num_experts) + 1) * 4);
         // Large T: linear, dominated by the row tensors (g|u, aw in saved; x's rows are
         // re-read in backward, not saved as an [S,H] scatter).
-        const moejit::PlanLayout a(d, 1000, true), b(d, 2000, true);
+        const moejit::PlanLayout a(moejit::to_internal(d), 1000, true), b(moejit::to_internal(d), 2000, true);
         const std::size_t per_row_saved = 4 + 4 + 4 + 3 * d.intermediate_size * 2;
         const double growth = static_cast<double>(b.saved_bytes - a.saved_bytes) / (1000.0 * d.top_k);
         // Alignment padding between regions changes by less than 256 bytes per region.
@@ -407,5 +414,5 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
     // Many experts: offsets grow with E even at T = 0.
     moejit_plan_desc_t d = small_desc();
     d.num_experts = 4096;
-    BOOST_TEST(moejit::PlanLayout(d, 0, true).offsets.bytes == 4097u * 4u);
+    BOOST_TEST(moejit::PlanLayout(moejit::to_internal(d), 0, true).offsets.bytes == 4097u * 4u);
 }

@@ -26,34 +26,34 @@ namespace {
 
 using moejit::test::CompileOnlyContext;
 
-const auto kNoWeights = static_cast<moejit_dtype_t>(0);
+const auto kNoWeights = static_cast<DType>(0);
 
 // Every kernel kind and dtype, over shapes that cover each geometry branch (rows per block > 1,
 // partial last vector step, 1024-thread rows) and each warps-per-block value of the routing.
 std::vector<KernelSource> all_specializations() {
     std::vector<KernelSource> out;
-    for (auto id : {MOEJIT_DTYPE_INT32, MOEJIT_DTYPE_INT64})
+    for (auto id : {DType::int32, DType::int64})
         for (int e : {1, 8, 128, 256, 384, 1536, 4096, kRoutingMaxExperts}) {
             RoutingKernels k = render_routing_index(RoutingSpec{id, e});
             out.push_back(k.histogram);
             out.push_back(k.rank);
         }
-    out.push_back(render_routing_index(RoutingSpec{MOEJIT_DTYPE_INT32, 8}).row_scan);
+    out.push_back(render_routing_index(RoutingSpec{DType::int32, 8}).row_scan);
     struct Shape {
         std::int64_t h;
         std::int32_t k;
     };
     const Shape shapes[] = {{8, 1}, {64, 2}, {2048, 8}, {2880, 4}, {7168, 8}, {kScatterMaxHidden, 2}};
-    for (auto dtype : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16}) {
+    for (auto dtype : {DType::bf16, DType::fp16}) {
         for (const Shape &s : shapes) {
             out.push_back(render_scatter(ScatterSpec{dtype, s.h, s.k}));
-            for (auto w : {kNoWeights, dtype, MOEJIT_DTYPE_FP32})
+            for (auto w : {kNoWeights, dtype, DType::fp32})
                 out.push_back(render_gather(GatherSpec{dtype, s.h, s.k, w}));
         }
         out.push_back(render_scatter(ScatterSpec{dtype, 4096, kScatterMaxTopK}));
-        out.push_back(render_gather(GatherSpec{dtype, 4096, kScatterMaxTopK, MOEJIT_DTYPE_FP32}));
+        out.push_back(render_gather(GatherSpec{dtype, 4096, kScatterMaxTopK, DType::fp32}));
     }
-    for (auto w : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16, MOEJIT_DTYPE_FP32}) {
+    for (auto w : {DType::bf16, DType::fp16, DType::fp32}) {
         out.push_back(render_scatter_weights(w));
         out.push_back(render_gather_weights(w));
     }
@@ -201,10 +201,10 @@ BOOST_AUTO_TEST_CASE(render_functions_are_pure_and_named) {
         names.insert(a[i].name);
     }
     BOOST_TEST(names.size() == a.size());  // distinct specializations, distinct names
-    BOOST_TEST(render_scatter(ScatterSpec{MOEJIT_DTYPE_BF16, 2048, 8}).name == "scatter_bf16_h2048_k8");
-    BOOST_TEST(render_gather(GatherSpec{MOEJIT_DTYPE_FP16, 2048, 8, kNoWeights}).name ==
+    BOOST_TEST(render_scatter(ScatterSpec{DType::bf16, 2048, 8}).name == "scatter_bf16_h2048_k8");
+    BOOST_TEST(render_gather(GatherSpec{DType::fp16, 2048, 8, kNoWeights}).name ==
                "gather_fp16_h2048_k8_wnone");
-    BOOST_TEST(render_routing_index(RoutingSpec{MOEJIT_DTYPE_INT64, 256}).rank.name ==
+    BOOST_TEST(render_routing_index(RoutingSpec{DType::int64, 256}).rank.name ==
                "routing_rank_int64_e256");
 }
 

@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "moejit.h"
 #include "ops/swiglu.hpp"
+#include "print_enums.hpp"
 #include "reference_swiglu.hpp"
 
 namespace {
@@ -30,7 +31,7 @@ using moejit::test::CompileOnlyContext;
 
 std::vector<moejit::SwigluSpec> all_specs() {
     std::vector<moejit::SwigluSpec> specs;
-    for (moejit_dtype_t dtype : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16})
+    for (moejit::DType dtype : {moejit::DType::bf16, moejit::DType::fp16})
         for (std::int64_t intermediate : {768, 1408, 2880})
             for (bool merged : {false, true})
                 for (bool limit : {false, true})
@@ -133,7 +134,7 @@ BOOST_AUTO_TEST_CASE(rendered_sources_are_well_formed_and_distinct) {
     }
     BOOST_TEST(names.size() == 2 * all_specs().size());
     // Rendering is pure: the same spec gives the same text.
-    const moejit::SwigluSpec spec{MOEJIT_DTYPE_FP16, 1408, true, true, false};
+    const moejit::SwigluSpec spec{moejit::DType::fp16, 1408, true, true, false};
     BOOST_TEST(moejit::render_swiglu_backward(spec).source ==
                moejit::render_swiglu_backward(spec).source);
 }
@@ -145,17 +146,17 @@ BOOST_AUTO_TEST_CASE(render_rejects_bad_specs) {
         } catch (const moejit::Error &e) {
             return e.status();
         }
-        return MOEJIT_SUCCESS;
+        return moejit::Status::success;
     };
-    BOOST_TEST(status_of({MOEJIT_DTYPE_BF16, 100, false, false, false}) ==
-               MOEJIT_ERROR_INVALID_ARGUMENT);
-    BOOST_TEST(status_of({MOEJIT_DTYPE_BF16, 0, false, false, false}) ==
-               MOEJIT_ERROR_INVALID_ARGUMENT);
-    BOOST_TEST(status_of({MOEJIT_DTYPE_INT32, 768, false, false, false}) ==
-               MOEJIT_ERROR_INVALID_ARGUMENT);
-    BOOST_TEST(status_of({MOEJIT_DTYPE_FP32, 768, false, false, false}) ==
-               MOEJIT_ERROR_UNSUPPORTED);
-    BOOST_TEST(status_of({MOEJIT_DTYPE_FP16, 8, true, true, true}) == MOEJIT_SUCCESS);
+    BOOST_TEST(status_of({moejit::DType::bf16, 100, false, false, false}) ==
+               moejit::Status::invalid_argument);
+    BOOST_TEST(status_of({moejit::DType::bf16, 0, false, false, false}) ==
+               moejit::Status::invalid_argument);
+    BOOST_TEST(status_of({moejit::DType::int32, 768, false, false, false}) ==
+               moejit::Status::invalid_argument);
+    BOOST_TEST(status_of({moejit::DType::fp32, 768, false, false, false}) ==
+               moejit::Status::unsupported);
+    BOOST_TEST(status_of({moejit::DType::fp16, 8, true, true, true}) == moejit::Status::success);
 }
 
 BOOST_AUTO_TEST_CASE(args_init_and_handles) {

@@ -41,8 +41,8 @@ BOOST_AUTO_TEST_CASE(key_names_every_input) {
         keys.insert(tuning_key(p, rows, cc));
     };
     vary([](GemmProblem &p) { p.kind = GemmKind::same_mn; });
-    vary([](GemmProblem &p) { p.dtype = MOEJIT_DTYPE_FP16; });
-    vary([](GemmProblem &p) { p.c_dtype = MOEJIT_DTYPE_FP32; });
+    vary([](GemmProblem &p) { p.dtype = DType::fp16; });
+    vary([](GemmProblem &p) { p.c_dtype = DType::fp32; });
     vary([](GemmProblem &p) { p.m = 64; });
     vary([](GemmProblem &p) { p.n = 1544; });
     vary([](GemmProblem &p) { p.k = 2056; });
@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(candidates_are_valid_and_start_with_the_heuristic) {
     }
     // fp32 C: no TMA-store candidate (it stages 16-bit C only).
     GemmProblem f = nk_problem();
-    f.c_dtype = MOEJIT_DTYPE_FP32;
+    f.c_dtype = DType::fp32;
     for (const GemmTileConfig &t : tuning_candidates(f, 90)) BOOST_TEST(!t.tma_store, to_string(t));
 }
 
@@ -132,28 +132,27 @@ BOOST_AUTO_TEST_CASE(winners_persist_and_bad_files_are_ignored) {
 BOOST_AUTO_TEST_CASE(tuning_is_resolved_per_context_unless_a_tile_is_forced) {
     ::unsetenv("MOEJIT_GEMM_TILE");
     ::unsetenv("MOEJIT_TUNE");
-    auto tuning = [](std::int32_t tune = MOEJIT_SWITCH_FROM_ENV, const char *tile = nullptr) {
-        moejit_context_options_t o;
-        moejit_context_options_init(&o);
+    auto tuning = [](Switch tune = Switch::from_env, const char *tile = nullptr) {
+        ConfigOptions o;
         o.tune = tune;
         o.gemm_tile = tile;
         return resolve_config(o).tuning();
     };
     BOOST_TEST(!tuning());
-    BOOST_TEST(tuning(MOEJIT_SWITCH_ON));
+    BOOST_TEST(tuning(Switch::on));
     for (const char *on : {"1", "on", "TRUE", "yes"}) {
         ::setenv("MOEJIT_TUNE", on, 1);
         BOOST_TEST(tuning(), on);
-        BOOST_TEST(!tuning(MOEJIT_SWITCH_OFF), "the option wins over " << on);
+        BOOST_TEST(!tuning(Switch::off), "the option wins over " << on);
     }
     ::setenv("MOEJIT_TUNE", "0", 1);
     BOOST_TEST(!tuning());
-    BOOST_TEST(tuning(MOEJIT_SWITCH_ON));
+    BOOST_TEST(tuning(Switch::on));
     ::setenv("MOEJIT_TUNE", "1", 1);
-    BOOST_TEST(!tuning(MOEJIT_SWITCH_FROM_ENV, "128x128x64"), "an explicit tile wins");
+    BOOST_TEST(!tuning(Switch::from_env, "128x128x64"), "an explicit tile wins");
     ::setenv("MOEJIT_GEMM_TILE", "128x128x64", 1);
     BOOST_TEST(!tuning(), "a tile from the environment wins");
-    BOOST_TEST(tuning(MOEJIT_SWITCH_FROM_ENV, ""), "\"\": the heuristic, over MOEJIT_GEMM_TILE");
+    BOOST_TEST(tuning(Switch::from_env, ""), "\"\": the heuristic, over MOEJIT_GEMM_TILE");
     ::unsetenv("MOEJIT_GEMM_TILE");
     // A context reads the switch once, when it is created.
     moejit::test::CompileOnlyContext tuned("sm_90a");

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "capi_convert.hpp"  // the tool's C descriptors, as the library's
 #include "compile_only.hpp"
 #include "core/context.hpp"
 #include "jit/disk_cache.hpp"
@@ -76,7 +77,7 @@ std::set<std::string> texts(const SourceSet &s) {
 SourceSet kernels_of(const moejit::Context &ctx) {
     SourceSet out;
     for (const warmup::WarmupJob &job : jobs())
-        for (moejit::KernelSource &k : moejit::plan_kernel_sources(job.desc, ctx.config(), ctx.compute_capability()))
+        for (moejit::KernelSource &k : moejit::plan_kernel_sources(moejit::to_internal(job.desc), ctx.config(), ctx.compute_capability()))
             out.emplace(k.source, std::move(k));
     return out;
 }

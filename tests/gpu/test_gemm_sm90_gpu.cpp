@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 
+#include "capi_convert.hpp"  // the cases' C dtypes, as the library's
 #include "core/context.hpp"
 #include "core/dtype.hpp"
 #include "dispatch/tile_config.hpp"
@@ -65,7 +66,7 @@ void set_block_n(GemmNkSpec &spec, int block_n, int experts) {
 // The heuristic's wgmma spec, with the case's BLOCK_N and stages when it sets them.
 GemmNkSpec wgmma_spec(const Case &tc, int experts) {
     const int cc = internal_ctx().compute_capability();
-    GemmNkSpec spec = make_nk_spec(tc.dtype, tc.c_dtype, tc.n, tc.k, tc.b_transposed, tc.accumulate, 0, experts, cc);
+    GemmNkSpec spec = make_nk_spec(to_internal(tc.dtype), to_internal(tc.c_dtype), tc.n, tc.k, tc.b_transposed, tc.accumulate, 0, experts, cc);
     BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma, "the heuristic picks wgmma on sm_90a");
     if (tc.block_n) set_block_n(spec, tc.block_n, experts);
     if (tc.stages) spec.tile.stages = tc.stages;
@@ -83,7 +84,7 @@ void run(const Case &tc) {
         std::mt19937_64 rng = case_rng(tc.name + std::to_string(spec.tile.block_n));
         const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
         const std::int64_t S = offsets[E], N = tc.n, K = tc.k;
-        const std::size_t c_elem = dtype_size(tc.c_dtype);
+        const std::size_t c_elem = dtype_size(to_internal(tc.c_dtype));
         const std::size_t c_count = static_cast<std::size_t>(S * N);
         HalfTensor a = random_half(static_cast<std::size_t>(S * K), tc.dtype, rng);
         HalfTensor b = random_half(static_cast<std::size_t>(E * N * K), tc.dtype, rng);
@@ -333,7 +334,7 @@ void run_glu(const GluCase &tc) {
         if (S > 0) {
             DeviceBuffer aw2(SI * 2);
             SwigluForwardArgs act;
-            act.dtype = dt;
+            act.dtype = to_internal(dt);
             act.rows = S;
             act.intermediate = I;
             act.merged = tc.merged;

@@ -15,6 +15,7 @@
 #include "core/dtype.hpp"
 #include "dispatch/tile_schedule.hpp"
 #include "ops/group_gemm.hpp"
+#include "capi_convert.hpp"  // the cases' C arguments, as the library's
 #include "compile_only.hpp"
 #include "expert_counts.hpp"
 #include "reference_gemm.hpp"
@@ -40,7 +41,7 @@ struct CTensor {
     std::vector<std::uint8_t> prefill_bytes;
 
     CTensor(moejit_dtype_t dtype_, std::size_t count_)
-        : dtype(dtype_), count(count_), buf(count_ * dtype_size(dtype_)) {}
+        : dtype(dtype_), count(count_), buf(count_ * dtype_size(to_internal(dtype_))) {}
 
     void make_prefill(std::mt19937_64 &rng) {
         if (dtype == MOEJIT_DTYPE_FP32) {
@@ -126,7 +127,7 @@ void run_nk(const NkCase &tc) {
         auto run = [&] {
             c.reset(tc.accumulate);
             if (tc.tile)
-                group_gemm_same_nk(internal_ctx(), args, &*tc.tile);
+                group_gemm_same_nk(internal_ctx(), to_internal(args), &*tc.tile);
             else
                 MOEJIT_TEST_OK(moejit_group_gemm_same_nk(tc.context ? tc.context : gpu_context(), &args));
             synchronize();
@@ -223,7 +224,7 @@ void run_mn(const MnCase &tc) {
         auto run = [&] {
             c.reset(tc.accumulate);
             if (tc.split) {
-                GemmMnSpec spec = make_mn_spec(tc.dtype, tc.c_dtype, M, N, tc.accumulate, S, E,
+                GemmMnSpec spec = make_mn_spec(to_internal(tc.dtype), to_internal(tc.c_dtype), M, N, tc.accumulate, S, E,
                                                internal_ctx().compute_capability());
                 if (tc.tile) spec.tile = *tc.tile;
                 GemmOperands ops{da.get(), db.get(), c.buf.get(), doff.as<const std::int32_t>(), S, E, nullptr};
@@ -233,7 +234,7 @@ void run_mn(const MnCase &tc) {
                 ops.split_rows = tc.split_rows;
                 launch_group_gemm_mn(internal_ctx(), spec, ops);
             } else if (tc.tile) {
-                group_gemm_same_mn(internal_ctx(), args, &*tc.tile);
+                group_gemm_same_mn(internal_ctx(), to_internal(args), &*tc.tile);
             } else {
                 MOEJIT_TEST_OK(moejit_group_gemm_same_mn(tc.context ? tc.context : gpu_context(), &args));
             }
@@ -254,7 +255,7 @@ void run_mn(const MnCase &tc) {
             const std::size_t begin = e * per_expert, end = begin + per_expert;
             if (tc.counts[e] == 0) {
                 // Exactly 0, or untouched (bitwise the prefill) when accumulating.
-                std::size_t elem = dtype_size(tc.c_dtype);
+                std::size_t elem = dtype_size(to_internal(tc.c_dtype));
                 bool exact = true;
                 for (std::size_t i = begin; i < end && exact; ++i) {
                     if (tc.accumulate)
@@ -515,7 +516,7 @@ BOOST_AUTO_TEST_CASE(mn_split_stays_inside_its_workspace) {
     DeviceBuffer workspace(ws_bytes + guard), c(c_bytes + guard);
     workspace.upload(std::vector<std::uint8_t>(ws_bytes + guard, 0xFF));
     c.upload(std::vector<std::uint8_t>(c_bytes + guard, 0xFF));
-    GemmMnSpec spec = make_mn_spec(MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP32, M, N, false, S, E,
+    GemmMnSpec spec = make_mn_spec(DType::bf16, DType::fp32, M, N, false, S, E,
                                    internal_ctx().compute_capability());
     GemmOperands ops{da.get(), db.get(), c.get(), doff.as<const std::int32_t>(), S, E, nullptr};
     ops.workspace = workspace.get();

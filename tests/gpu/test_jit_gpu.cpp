@@ -76,8 +76,7 @@ BOOST_AUTO_TEST_CASE(foreign_arch_is_refused) {
 BOOST_AUTO_TEST_CASE(compile_load_launch_and_reload_from_disk) {
     TempDir dir;
     std::string cache = dir.string();
-    moejit_context_options_t o;
-    moejit_context_options_init(&o);
+    ContextOptions o;
     o.cache_dir = cache.c_str();
     {
         Context ctx(o);
@@ -86,7 +85,7 @@ BOOST_AUTO_TEST_CASE(compile_load_launch_and_reload_from_disk) {
         BOOST_TEST(ctx.jit().counters().compiles == 1u);
         BOOST_TEST(ctx.jit().counters().memory_hits == 1u);
     }
-    o.jit_mode = MOEJIT_JIT_OFF;  // the disk entry must serve it
+    o.config.jit_mode = JitMode::off;  // the disk entry must serve it
     Context ctx(o);
     run_scale(ctx, 3);
     BOOST_TEST(ctx.jit().counters().compiles == 0u);

@@ -62,7 +62,7 @@ struct RoutingBuffers {
     // The library's own entry, for kernels loaded once (the layer plan's path).
     moejit::RoutingIndexArgs internal_args() const {
         moejit::RoutingIndexArgs a;
-        a.index_dtype = dtype;
+        a.index_dtype = static_cast<moejit::DType>(dtype);  // the same values (capi static_asserts them)
         a.selected_experts = sel.get();
         a.num_tokens = t, a.top_k = k, a.num_experts = e;
         a.counts = counts.as<std::int32_t>();
@@ -267,7 +267,7 @@ BOOST_AUTO_TEST_CASE(routing_index_timing) {
         // The layer plan's path: kernels fetched once, no render or cache lookup per call.
         moejit::Context &ctx = internal_ctx();
         const moejit::LoadedRoutingKernels loaded =
-            moejit::load_routing_index(ctx, moejit::RoutingSpec{MOEJIT_DTYPE_INT32, s.e});
+            moejit::load_routing_index(ctx, moejit::RoutingSpec{moejit::DType::int32, s.e});
         const moejit::RoutingIndexArgs args = b.internal_args();
         float preloaded_ms = 0;
         MOEJIT_CU(cuEventRecord(start, nullptr));
@@ -507,12 +507,12 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
 
     const RoutingBuffers b(sel, t, k, e);
     const moejit::RoutingIndexArgs ra = b.internal_args();
-    moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {MOEJIT_DTYPE_INT64, e}));
+    moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {moejit::DType::int64, e}));
     const RoutingResult got = b.download();
     BOOST_TEST((got == expected));
     // A kernel set loaded for another spec is refused.
     BOOST_CHECK_THROW(
-        moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {MOEJIT_DTYPE_INT32, e})),
+        moejit::routing_index(ctx, ra, moejit::load_routing_index(ctx, {moejit::DType::int32, e})),
         moejit::Error);
 
     const HalfTensor x = random_half(static_cast<std::size_t>(t * h), MOEJIT_DTYPE_BF16, rng);
@@ -522,7 +522,7 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     MOEJIT_TEST_OK(moejit_scatter(gpu_context(), MOEJIT_DTYPE_BF16, d_x.get(), b.index.as<std::int32_t>(),
                                   t, k, h, xs_a.get(), nullptr));
     moejit::ScatterArgs sa;
-    sa.spec = {MOEJIT_DTYPE_BF16, h, k};
+    sa.spec = {moejit::DType::bf16, h, k};
     sa.x = d_x.get();
     sa.scatter_index = b.index.as<std::int32_t>();
     sa.num_tokens = t;
@@ -535,7 +535,7 @@ BOOST_AUTO_TEST_CASE(preloaded_kernels_match_the_c_abi) {
     MOEJIT_TEST_OK(moejit_gather(gpu_context(), MOEJIT_DTYPE_BF16, xs_a.get(), b.index.as<std::int32_t>(),
                                  nullptr, MOEJIT_DTYPE_FP32, t, k, h, out_a.get(), nullptr));
     moejit::GatherArgs ga;
-    ga.spec = {MOEJIT_DTYPE_BF16, h, k, MOEJIT_DTYPE_FP32};
+    ga.spec = {moejit::DType::bf16, h, k, moejit::DType::fp32};
     ga.ys = xs_a.get();
     ga.scatter_index = b.index.as<std::int32_t>();
     ga.num_tokens = t;

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "capi_convert.hpp"  // the cases' C dtypes, as the library's
 #include "core/context.hpp"
 #include "ops/swiglu.hpp"
 #include "reference_swiglu.hpp"
@@ -346,7 +347,7 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
         DeviceBuffer aw(bytes);
         aw.poison();
         SwigluForwardArgs f;
-        f.dtype = in.dtype;
+        f.dtype = to_internal(in.dtype);
         f.rows = in.rows;
         f.intermediate = in.intermediate;
         f.limit = in.limit;
@@ -363,7 +364,7 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
         DeviceBuffer aw(bytes);
         aw.poison();
         SwigluBackwardArgs b;
-        b.dtype = in.dtype;
+        b.dtype = to_internal(in.dtype);
         b.rows = in.rows;
         b.intermediate = in.intermediate;
         b.limit = in.limit;
@@ -386,7 +387,7 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
         DeviceBuffer d_w_s(static_cast<std::size_t>(in.rows) * sizeof(float));
         d_w_s.poison();
         SwigluBackwardArgs b;
-        b.dtype = in.dtype;
+        b.dtype = to_internal(in.dtype);
         b.rows = in.rows;
         b.intermediate = in.intermediate;
         b.merged = true;

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "capi_handles.hpp"  // moejit_context_s, for the library's Context behind a handle
 #include "core/context.hpp"
 #include "moejit.h"
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "capi_handles.hpp"  // moejit_context_s, for the library's Context behind a handle
 #include "core/context.hpp"
 #include "driver/driver.hpp"
 #include "moejit.h"

@@ -30,8 +30,8 @@ extern "C" __global__ void {}(const __nv_bfloat16 *x, float *y, int n) {{
 
 struct LogCapture {
     std::vector<std::string> warnings;
-    static void callback(moejit_log_level_t level, const char *msg, void *user) {
-        if (level >= MOEJIT_LOG_WARNING) static_cast<LogCapture *>(user)->warnings.emplace_back(msg);
+    static void callback(LogLevel level, const char *msg, void *user) {
+        if (level >= LogLevel::warning) static_cast<LogCapture *>(user)->warnings.emplace_back(msg);
     }
     Logger logger() { return Logger{&LogCapture::callback, this}; }
 };
