@@ -83,24 +83,31 @@ MOEJIT_API moejit_status_t moejit_plan_warmup(moejit_context_t context, const mo
     });
 }
 
-MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
+}  // extern "C"
+
+namespace {
+
+// A size query: `size(plan, n)` of a valid plan into *bytes. The layouts validate n as the calls
+// taking it do (T >= 0 and T·k <= 2^31-1, or 0 <= R <= 2^31-1; every size a checked product):
+// INVALID_ARGUMENT naming num_tokens / num_rows.
+template <class Size> moejit_status_t size_query(moejit_plan_t plan, size_t *bytes, Size size) {
     return capi_guard([&] {
         Plan &p = *require_handle(plan, "plan").impl;
         MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
-        // Validated as forward and backward validate args->num_tokens (T >= 0, T·k <= 2^31-1,
-        // every size a checked product): INVALID_ARGUMENT naming num_tokens.
-        *bytes = p.layout(num_tokens).saved_bytes;
+        *bytes = size(p);
     });
 }
 
+}  // namespace
+
+extern "C" {
+
+MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
+    return size_query(plan, bytes, [&](Plan &p) { return p.layout(num_tokens).saved_bytes; });
+}
+
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
-    return capi_guard([&] {
-        Plan &p = *require_handle(plan, "plan").impl;
-        MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
-        // Validated as forward and backward validate args->num_tokens (T >= 0, T·k <= 2^31-1,
-        // every size a checked product): INVALID_ARGUMENT naming num_tokens.
-        *bytes = p.layout(num_tokens).workspace_bytes;
-    });
+    return size_query(plan, bytes, [&](Plan &p) { return p.layout(num_tokens).workspace_bytes; });
 }
 
 // The argument struct is read before the plan handle is checked, so its struct_size rules are
@@ -139,19 +146,11 @@ MOEJIT_API moejit_status_t moejit_experts_backward_args_init_sized(moejit_expert
 }
 
 MOEJIT_API moejit_status_t moejit_plan_experts_saved_size(moejit_plan_t plan, int64_t num_rows, size_t *bytes) {
-    return capi_guard([&] {
-        Plan &p = *require_handle(plan, "plan").impl;
-        MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
-        *bytes = p.experts_layout(num_rows).saved_bytes;
-    });
+    return size_query(plan, bytes, [&](Plan &p) { return p.experts_layout(num_rows).saved_bytes; });
 }
 
 MOEJIT_API moejit_status_t moejit_plan_experts_workspace_size(moejit_plan_t plan, int64_t num_rows, size_t *bytes) {
-    return capi_guard([&] {
-        Plan &p = *require_handle(plan, "plan").impl;
-        MOEJIT_REQUIRE(bytes, "bytes (the out-pointer) is NULL");
-        *bytes = p.experts_layout(num_rows).workspace_bytes;
-    });
+    return size_query(plan, bytes, [&](Plan &p) { return p.experts_layout(num_rows).workspace_bytes; });
 }
 
 MOEJIT_API moejit_status_t moejit_plan_experts_forward(moejit_plan_t plan, const moejit_experts_forward_args_t *args) {

@@ -152,29 +152,15 @@ public:
             return moejit_plan_describe(get(), buf, size, need);
         });
     }
-    std::size_t saved_size(std::int64_t tokens) const {
-        std::size_t b = 0;
-        check(moejit_plan_saved_size(get(), tokens, &b));
-        return b;
-    }
-    std::size_t workspace_size(std::int64_t tokens) const {
-        std::size_t b = 0;
-        check(moejit_plan_workspace_size(get(), tokens, &b));
-        return b;
-    }
+    std::size_t saved_size(std::int64_t tokens) const { return size(moejit_plan_saved_size, tokens); }
+    std::size_t workspace_size(std::int64_t tokens) const { return size(moejit_plan_workspace_size, tokens); }
     void forward(const moejit_forward_args_t &args) const { check(moejit_plan_forward(get(), &args)); }
     void backward(const moejit_backward_args_t &args) const { check(moejit_plan_backward(get(), &args)); }
 
     // The pre-dispatched experts entry (since 0.6): rows already grouped by expert, sizes by R.
-    std::size_t experts_saved_size(std::int64_t rows) const {
-        std::size_t b = 0;
-        check(moejit_plan_experts_saved_size(get(), rows, &b));
-        return b;
-    }
+    std::size_t experts_saved_size(std::int64_t rows) const { return size(moejit_plan_experts_saved_size, rows); }
     std::size_t experts_workspace_size(std::int64_t rows) const {
-        std::size_t b = 0;
-        check(moejit_plan_experts_workspace_size(get(), rows, &b));
-        return b;
+        return size(moejit_plan_experts_workspace_size, rows);
     }
     void experts_forward(const moejit_experts_forward_args_t &args) const {
         check(moejit_plan_experts_forward(get(), &args));
@@ -184,6 +170,12 @@ public:
     }
 
 private:
+    // One of the plan's size queries (T or R) through check().
+    std::size_t size(moejit_status_t (*query)(moejit_plan_t, std::int64_t, std::size_t *), std::int64_t n) const {
+        std::size_t b = 0;
+        check(query(get(), n, &b));
+        return b;
+    }
     std::unique_ptr<moejit_plan_s, PlanDeleter> handle_;
 };
 

@@ -71,14 +71,22 @@ BOOST_AUTO_TEST_CASE(struct_size_from_a_newer_header_needs_a_zero_tail) {
     BOOST_TEST(std::string(moejit_last_error()).find("options->struct_size") != std::string::npos);
 }
 
+// `init` (a *_init macro) on a struct followed by a 0xA5 guard: it sets struct_size to the
+// caller's sizeof and writes nothing past it.
+template <class T, class Init> void expect_init_writes_its_sizeof(Init init) {
+    unsigned char buf[sizeof(T) + 32];
+    std::memset(buf, 0xA5, sizeof buf);
+    auto *args = reinterpret_cast<T *>(buf);
+    BOOST_TEST(init(args) == MOEJIT_SUCCESS);
+    BOOST_TEST(args->struct_size == sizeof(T));
+    for (std::size_t i = sizeof(T); i < sizeof buf; ++i) BOOST_TEST(buf[i] == 0xA5);
+}
+
 // The C++ wrappers go through the *_init macros, so they get the caller's sizeof too.
 BOOST_AUTO_TEST_CASE(init_macro_passes_the_callers_size) {
-    unsigned char buf[sizeof(moejit_backward_args_t) + 32];
-    std::memset(buf, 0xA5, sizeof buf);
-    auto *args = reinterpret_cast<moejit_backward_args_t *>(buf);
-    BOOST_TEST(moejit_backward_args_init(args) == MOEJIT_SUCCESS);
-    BOOST_TEST(args->struct_size == sizeof(moejit_backward_args_t));
-    for (std::size_t i = sizeof(moejit_backward_args_t); i < sizeof buf; ++i) BOOST_TEST(buf[i] == 0xA5);
+    expect_init_writes_its_sizeof<moejit_backward_args_t>([](auto *a) { return moejit_backward_args_init(a); });
+    moejit_backward_args_t args_storage;
+    auto *args = &args_storage;
     // The unsized exported function (binaries built against 0.1-0.3) is still there.
     moejit_status_t (*legacy)(moejit_backward_args_t *) = &moejit_backward_args_init;
     BOOST_TEST(legacy(args) == MOEJIT_SUCCESS);
@@ -165,13 +173,8 @@ BOOST_AUTO_TEST_CASE(cpp_wrapper_throws_with_status) {
 // The pre-dispatched experts entry's argument structs follow the ABI rules of every other
 // (struct_size read before the handle, so these hold without a device).
 BOOST_AUTO_TEST_CASE(experts_entry_arguments_are_checked_without_a_device) {
-    unsigned char buf[sizeof(moejit_experts_backward_args_t) + 32];
-    std::memset(buf, 0xA5, sizeof buf);
-    auto *bwd = reinterpret_cast<moejit_experts_backward_args_t *>(buf);
-    BOOST_TEST(moejit_experts_backward_args_init(bwd) == MOEJIT_SUCCESS);
-    BOOST_TEST(bwd->struct_size == sizeof(moejit_experts_backward_args_t));
-    BOOST_TEST(bwd->xs == nullptr);
-    for (std::size_t i = sizeof(moejit_experts_backward_args_t); i < sizeof buf; ++i) BOOST_TEST(buf[i] == 0xA5);
+    expect_init_writes_its_sizeof<moejit_experts_backward_args_t>(
+        [](auto *a) { return moejit_experts_backward_args_init(a); });
 
     moejit_experts_forward_args_t fwd;
     BOOST_TEST(moejit_experts_forward_args_init(&fwd) == MOEJIT_SUCCESS);
