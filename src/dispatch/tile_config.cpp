@@ -12,8 +12,8 @@ namespace moejit {
 
 std::string to_string(const GemmTileConfig &c) {
     if (c.engine == GemmEngine::wgmma)
-        return fmt::format("wgmma_{}x{}x{}_s{}_g{}{}", c.block_m, c.block_n, c.block_k, c.stages,
-                           c.group_m, c.tma_store ? "_e1" : "");
+        return fmt::format("wgmma_{}x{}x{}_s{}_g{}{}{}", c.block_m, c.block_n, c.block_k, c.stages,
+                           c.group_m, c.tma_store ? "_e1" : "", c.pingpong ? "_p1" : "");
     return fmt::format("{}x{}x{}_s{}_w{}x{}_g{}_o{}", c.block_m, c.block_n, c.block_k, c.stages,
                        c.warps_m, c.warps_n, c.group_m, c.min_blocks_per_sm);
 }
@@ -41,7 +41,7 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
     auto bad = [&]() -> GemmTileConfig {
         fail(Status::invalid_argument,
              "{}: cannot parse tile config '{}' (expected [wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN]"
-             "[_gGROUP][_oMINBLOCKS][_e0|_e1], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
+             "[_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
              what, original);
     };
     GemmTileConfig c;
@@ -67,6 +67,12 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
             int epilogue = 0;
             ok = parse_int(text, epilogue) && (epilogue == 0 || epilogue == 1);
             c.tma_store = epilogue == 1;
+            break;
+        }
+        case 'p': {
+            int pingpong = 0;
+            ok = parse_int(text, pingpong) && (pingpong == 0 || pingpong == 1);
+            c.pingpong = pingpong == 1;
             break;
         }
         default: break;
@@ -95,7 +101,10 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t
     std::size_t bytes = stage * stages;
     if (c.engine == GemmEngine::wgmma) {  // host mirror of templates/sm90/pipeline.cuh's layout
         bytes += 1024 + stages * 16 + 16 * sizeof(int);
-        if (c.tma_store) bytes += static_cast<std::size_t>(c.block_m) * c.block_n * 2;
+        // C staging: 64 x BN per cooperative consumer, 128 x BN per ping-pong consumer, which
+        // also keep two turn mbarriers.
+        if (c.tma_store) bytes += static_cast<std::size_t>(c.block_m) * c.block_n * 2 * (c.pingpong ? 2 : 1);
+        if (c.pingpong) bytes += 16;
         // same_mn: cum_items[E+1] and cum_slots[E+1] of the split schedule
         if (kind == GemmKind::same_mn)
             bytes += 2 * (static_cast<std::size_t>(std::max(num_experts, 0)) + 1) * sizeof(int);
@@ -133,6 +142,9 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
     if (c.group_m < 1 || c.group_m > 64) unsupported("group_m must be in [1, 64]");
     if (c.tma_store && (p.c_dtype == DType::fp32 || p.accumulate))
         unsupported("the TMA-store epilogue (_e1) needs a 16-bit C and no accumulation");
+    if (c.pingpong && c.block_n > 128)
+        unsupported("ping-pong consumers (_p1) hold a whole 128 x block_n tile each: block_n must be 64 or 128");
+    if (c.pingpong && p.swiglu) unsupported("the SwiGLU epilogue runs on cooperative consumers (_p0)");
     if (c.tma_store && p.swiglu && c.block_n < 128)
         unsupported("the SwiGLU epilogue's TMA stores (_e1) need block_n >= 128 (whole 64-column chunks of g and u)");
     if (p.kind == GemmKind::same_nk && (p.num_experts < 1 || p.num_experts > 65536))
@@ -183,6 +195,7 @@ void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc)
     if (c.min_blocks_per_sm < 1 || c.min_blocks_per_sm > 4)
         unsupported("min_blocks_per_sm must be in [1, 4]");
     if (c.tma_store) unsupported("the TMA-store epilogue (_e1) belongs to the wgmma engine");
+    if (c.pingpong) unsupported("ping-pong consumers (_p1) belong to the wgmma engine");
     const int threads = c.threads();
     // Every thread issues the same number of 16-byte copies per operand tile.
     if ((c.block_m * c.block_k / 8) % threads != 0 || (c.block_n * c.block_k / 8) % threads != 0)
@@ -234,6 +247,14 @@ std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
             if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
         return gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block;
     };
+    // Ping-pong 128x128 for same_nk where tiles are short or few (docs/PERF_LOG.md 0.7.0, device
+    // run 1): at <= 512 rows per expert, N < 1024 or K <= 512 it ran 2-10 % ahead of cooperative
+    // 128x256 on most reference GEMMs (at worst -3 %); with more rows and wide N and K the
+    // cooperative tile led by 1-4 %. Weight gradients stay cooperative: their ping-pong kernel
+    // measured 0.6-0.8x (open, PERF_LOG).
+    const bool few_rows = p.num_experts > 0 && p.rows_hint > 0 && p.rows_hint / p.num_experts <= 512;
+    w.pingpong = p.kind == GemmKind::same_nk && !p.swiglu && (few_rows || p.n < 1024 || p.k <= 512);
+    if (w.pingpong) w.block_n = std::min(w.block_n, 128);
     w.tma_store = p.c_dtype != DType::fp32 && !p.accumulate && !(p.swiglu && w.block_n < 128);
     if (!w.tma_store || !deepest_ring(3)) {
         w.tma_store = false;

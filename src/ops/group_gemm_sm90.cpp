@@ -69,8 +69,10 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     u.entry_suffix = "_sm90";
     u.title = ", sm_90a wgmma/TMA";
     u.template_name = "sm90/group_gemm.cuh";
-    u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}>", dtype_cuda_type(dtype), dtype_cuda_type(c_dtype),
-                        t.block_n, t.stages, t.group_m, bool_text(t.tma_store));
+    // The ping-pong flag is rendered only when set, so cooperative kernels keep their source.
+    u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}{}>", dtype_cuda_type(dtype),
+                        dtype_cuda_type(c_dtype), t.block_n, t.stages, t.group_m, bool_text(t.tma_store),
+                        t.pingpong ? ", true" : "");
     u.min_blocks = 1;
     u.operands = fmt::format(
         "const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"

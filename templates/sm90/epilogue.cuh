@@ -53,14 +53,11 @@ __device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], CT *c_t
 // stores the chunks with `store_chunk(j, src)` and commits; the previous tile's stores must
 // have finished reading the buffer first. Conflict-free: the swizzle spreads a warp's 8 rows
 // over all banks.
-template <class Cfg, class StoreChunk>
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], const Smem<Cfg> &m, int consumer,
-                                               int warp_in_group, int lane, StoreChunk store_chunk) {
+// One m64 row block's accumulators -> its swizzled 64 x BN staging tile at `tile`.
+template <class Cfg>
+__device__ __forceinline__ void stage_row_block(const float (&acc)[Cfg::ACC], unsigned tile, int warp_in_group,
+                                                int lane) {
     using CT = typename Cfg::CT;
-    const bool leader = warp_in_group == 0 && lane == 0;
-    const unsigned tile = m.cstage + consumer * Cfg::BN * 128;
-    if (leader) bulk_wait_read();
-    warpgroup_sync(consumer);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = warp_in_group * 16 + (lane >> 2) + 8 * h;
@@ -71,11 +68,48 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
         }
     }
+}
+
+template <class Cfg, class StoreChunk>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], const Smem<Cfg> &m, int consumer,
+                                               int warp_in_group, int lane, StoreChunk store_chunk) {
+    const bool leader = warp_in_group == 0 && lane == 0;
+    const unsigned tile = m.cstage + consumer * Cfg::BN * 128;
+    if (leader) bulk_wait_read();
+    warpgroup_sync(consumer);
+    stage_row_block<Cfg>(acc, tile, warp_in_group, lane);
     fence_proxy_async_smem();
     warpgroup_sync(consumer);
     if (leader) {
 #pragma unroll
         for (int j = 0; j < Cfg::BN / 64; ++j) store_chunk(j, tile + j * (64 * 128));
+        bulk_commit();
+    }
+}
+
+// The TMA-store epilogue of a ping-pong consumer's 128 x BN tile: its first `blocks` (0-2, the
+// same in every thread) m64 row blocks through their staging tiles (2 consumer + block), stored
+// with `store_chunk(block, j, src)`; the caller stores the others from registers.
+template <class Cfg, class StoreChunk>
+__device__ __forceinline__ void store_tile_tma_rows2(const float (&acc)[2][Cfg::ACC], const Smem<Cfg> &m,
+                                                     int consumer, int warp_in_group, int lane, int blocks,
+                                                     StoreChunk store_chunk) {
+    const bool leader = warp_in_group == 0 && lane == 0;
+    const unsigned tile0 = m.cstage + 2 * consumer * Cfg::BN * 128;
+    if (leader) bulk_wait_read();
+    warpgroup_sync(consumer);
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+        if (b < blocks) stage_row_block<Cfg>(acc[b], tile0 + b * Cfg::BN * 128, warp_in_group, lane);
+    fence_proxy_async_smem();
+    warpgroup_sync(consumer);
+    if (leader) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            if (b >= blocks) continue;
+#pragma unroll
+            for (int j = 0; j < Cfg::BN / 64; ++j) store_chunk(b, j, tile0 + b * Cfg::BN * 128 + j * (64 * 128));
+        }
         bulk_commit();
     }
 }

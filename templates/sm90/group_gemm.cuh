@@ -137,6 +137,51 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
             }
         }
         if constexpr (GATHER_A) cp_async_wait_all();
+    } else if constexpr (Cfg::PINGPONG) {
+        // ------------------------------------------------ ping-pong consumers
+        static_assert(!Glu::ON, "the SwiGLU epilogue runs on cooperative consumers");
+        setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+        const int cw = wg - 1;  // owns the CTA's tiles j with j % 2 == cw, all 128 rows
+        const int wig = warp & 3;
+        const int r_base = wig * 16 + (lane >> 2);  // inside each 64-row block
+        const bool leader = wig == 0 && lane == 0;
+        RingPos<Cfg::STAGES> pos;
+        Turns turns;
+        int j = 0;
+        for (int t = blockIdx.x; t < total_tiles; t += gridDim.x, ++j) {
+            if ((j & 1) != cw) {  // the other consumer's tile: skip its k-slices in the ring
+                pos.it += K_TILES;
+                continue;
+            }
+            const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
+            const int row0 = rr.begin + tc.m_block * BM;
+            const int n0 = tc.n_block * BN;
+            float acc[2][Cfg::ACC];
+#pragma unroll
+            for (int i = 0; i < Cfg::ACC; ++i) acc[0][i] = acc[1][i] = 0.0f;
+            turns.wait(m, cw);
+            int prev = 0;
+            for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
+                consume_kslice_rows2<Cfg, false, !B_TRANSPOSED>(m, pos, kb == 0, prev, acc, NoPrepare{});
+            turns.pass(m, cw, leader);
+            consume_finish_rows2(m, prev, acc);  // K_TILES >= 1 (K >= 8)
+            const int rows_valid = rr.end - row0;
+            // A box may not reach into the next expert's rows: TMA only for whole 64-row blocks.
+            int tma_blocks = 0;
+            if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
+                tma_blocks = rows_valid >= 128 ? 2 : rows_valid >= 64 ? 1 : 0;
+                if (tma_blocks > 0)
+                    store_tile_tma_rows2<Cfg>(acc, m, cw, wig, lane, tma_blocks, [&](int b, int jj, unsigned src) {
+                        tma_store_2d(&tma_c, src, n0 + 64 * jj, row0 + 64 * b);
+                    });
+            }
+            typename Cfg::CT *const c_tile = c + static_cast<long long>(row0) * N + n0;
+            if (tma_blocks < 1) store_tile<Cfg, ACCUMULATE>(acc[0], c_tile, N, r_base, rows_valid, N - n0, lane);
+            if (tma_blocks < 2)
+                store_tile<Cfg, ACCUMULATE>(acc[1], c_tile + 64LL * N, N, r_base, rows_valid - 64, N - n0, lane);
+        }
+        if (Cfg::EPI_TMA && leader) bulk_wait_all();
     } else {
         // ------------------------------------------------ consumers
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();
@@ -264,6 +309,76 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
                     tma_load_2d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, &tma_b, bar, n0 + 64 * j, k0);
             }
         }
+    } else if constexpr (Cfg::PINGPONG) {
+        // ------------------------------------------------ ping-pong consumers
+        setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+        const int cw = wg - 1;  // owns the CTA's tiles j with j % 2 == cw, all 128 M rows
+        const int wig = warp & 3;
+        const int wtid = tid - 128 * wg;
+        const int r_base = wig * 16 + (lane >> 2);  // inside each 64-row block
+        const bool leader = wig == 0 && lane == 0;
+        RingPos<Cfg::STAGES> pos;
+        Turns turns;
+        int j = 0;
+        for (int t = blockIdx.x; t < total_tiles; t += gridDim.x, ++j) {
+            const sched::MnItemTile it = sched::mn_item_tile(cum_items, num_experts, M_TILES, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = sched::mn_item_rows(offsets, rows, split_rows, it);
+            const int count = rr.end - rr.begin;
+            const int k_tiles = sched::ceil_div(count, BK);
+            if ((j & 1) != cw) {  // the other consumer's tile: skip its k-slices in the ring
+                pos.it += k_tiles;
+                continue;
+            }
+            const bool partial = sched::mn_is_split(count_of(it.expert), split_rows);
+            const int m0 = it.m_block * BM, n0 = it.n_block * BN;
+            turns.wait(m, cw);
+            if (ACCUMULATE && k_tiles == 0) {  // C[e] += 0
+                turns.pass(m, cw, leader);
+                continue;
+            }
+            float acc[2][Cfg::ACC];
+#pragma unroll
+            for (int i = 0; i < Cfg::ACC; ++i) acc[0][i] = acc[1][i] = 0.0f;
+            int prev = 0;
+            for (int kb = 0; kb < k_tiles; ++kb, ++pos.it) {
+                const int valid = count - kb * BK;  // k-rows of this item in the slice
+                auto zero_foreign_rows = [&](unsigned stage) {
+                    if (valid >= BK) return;
+                    // As the cooperative consumers do, by this consumer's 128 threads alone.
+                    constexpr int CHUNKS = (Cfg::A_BYTES + Cfg::B_BYTES) / Cfg::CHUNK_BYTES;
+                    const int per_chunk = (BK - valid) * 8;
+                    for (int i = wtid; i < CHUNKS * per_chunk; i += 128) {
+                        const int chunk = i / per_chunk, unit = valid * 8 + i % per_chunk;
+                        const unsigned addr = stage + chunk * Cfg::CHUNK_BYTES + unit * 16;
+                        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0)
+                                     : "memory");
+                    }
+                    fence_proxy_async_smem();
+                    warpgroup_sync(cw);
+                };
+                consume_kslice_rows2<Cfg, true, true>(m, pos, kb == 0, prev, acc, zero_foreign_rows);
+            }
+            turns.pass(m, cw, leader);
+            if (k_tiles > 0) consume_finish_rows2(m, prev, acc);
+            if (partial) {
+                const int slot_index = cum_slots[it.expert] + it.segment;
+                if (slot_index >= max_slots) continue;
+                float *const slot = partials + static_cast<long long>(slot_index) * M * N + static_cast<long long>(m0) * N + n0;
+                store_tile<Cfg, false>(acc[0], slot, N, r_base, M - m0, N - n0, lane);
+                store_tile<Cfg, false>(acc[1], slot + 64LL * N, N, r_base, M - m0 - 64, N - n0, lane);
+                continue;
+            }
+            if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
+                store_tile_tma_rows2<Cfg>(acc, m, cw, wig, lane, 2, [&](int b, int jj, unsigned src) {
+                    tma_store_3d(&tma_c, src, n0 + 64 * jj, m0 + 64 * b, it.expert);
+                });
+            } else {
+                typename Cfg::CT *const c_tile = c + (static_cast<long long>(it.expert) * M + m0) * N + n0;
+                store_tile<Cfg, ACCUMULATE>(acc[0], c_tile, N, r_base, M - m0, N - n0, lane);
+                store_tile<Cfg, ACCUMULATE>(acc[1], c_tile + 64LL * N, N, r_base, M - m0 - 64, N - n0, lane);
+            }
+        }
+        if (Cfg::EPI_TMA && leader) bulk_wait_all();
     } else {
         // ------------------------------------------------ consumers
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();

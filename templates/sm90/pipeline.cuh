@@ -17,13 +17,23 @@ constexpr int kGatherThreads = 128;  // the producer warpgroup copies gathered r
 // elements), BN in {64, 128, 256}. Host mirror: gemm_smem_bytes in src/dispatch/tile_config.cpp.
 // EPI_TMA: the epilogue stages each consumer's 64 x BN tile in shared memory (16-bit C) and
 // TMA stores it asynchronously, so the next tile's wgmmas overlap the store.
-template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false> struct Config {
+// PINGPONG: each consumer warpgroup owns whole 128 x BN tiles (two m64 row blocks, BN <= 128),
+// the two taking turns at the tensor cores: one warpgroup's epilogue runs under the other's
+// mainloop (docs/DESIGN.md §3.4). Otherwise (cooperative) both share every tile, 64 rows each.
+template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false, bool PINGPONG_ = false>
+struct Config {
     using T = T_;
     using CT = CT_;
     static constexpr int BM = 128, BK = 64, BN = BN_, STAGES = STAGES_, GROUP_M = GROUP_M_;
-    static constexpr bool EPI_TMA = EPI_TMA_;
-    static constexpr int C_STAGE_BYTES = EPI_TMA ? BM * BN * 2 : 0;  // both consumers' tiles
+    static constexpr bool EPI_TMA = EPI_TMA_, PINGPONG = PINGPONG_;
+    // Staging for every consumer's share of its tile: 64 x BN each (cooperative), 128 x BN each
+    // (ping-pong).
+    static constexpr int C_STAGE_BYTES = EPI_TMA ? BM * BN * 2 * (PINGPONG ? 2 : 1) : 0;
     static constexpr int CONSUMERS = 2;
+    // m64 row blocks one consumer computes per tile, and the threads that release a stage.
+    static constexpr int ROW_BLOCKS = PINGPONG ? 2 : 1;
+    static constexpr int RELEASERS = PINGPONG ? 128 : 128 * CONSUMERS;
+    static constexpr int TURN_BYTES = PINGPONG ? 16 : 0;  // the two turn mbarriers
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int B_BYTES = BN * BK * 2;
@@ -39,20 +49,26 @@ template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_
     static_assert(STAGES >= 2, "at least double buffering");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
     static_assert(!EPI_TMA || sizeof(CT) == 2, "the TMA-store epilogue stages 16-bit C");
+    static_assert(!PINGPONG || BN <= 128, "a ping-pong consumer holds 128 x BN accumulators: BN <= 128");
 };
 
 // Shared memory: 1 KiB alignment slack, STAGES x (A, B), (EPI_TMA) the C staging tiles, a
-// full and an empty mbarrier per stage, 16 ints of scan scratch, then (same_nk) cum[E+1].
+// full and an empty mbarrier per stage, (PINGPONG) two turn mbarriers, 16 ints of scan
+// scratch, then (same_nk) cum[E+1].
 template <class Cfg> struct Smem {
     unsigned base;   // shared address of stage 0 (1024-byte aligned)
-    unsigned cstage; // C staging: consumer c's 64 x BN tile at cstage + c * BN * 128
+    unsigned cstage; // C staging: 64 x BN row block b at cstage + b * BN * 128 (cooperative: b =
+                     // consumer; ping-pong: b = 2 consumer + row block)
     unsigned full0;  // full[s] = full0 + 8 s: TMA completed the stage's bytes
-    unsigned empty0; // empty[s]: every consumer thread released the stage
+    unsigned empty0; // empty[s]: every releasing consumer thread released the stage
+    unsigned done0;  // PINGPONG: done[c] = done0 + 8 c: consumer c issued a tile's last k-slice
     int *scratch;    // 16 ints
     __device__ __forceinline__ unsigned stage(int s) const { return base + s * Cfg::STAGE_BYTES; }
     __device__ __forceinline__ unsigned full(int s) const { return full0 + 8 * s; }
     __device__ __forceinline__ unsigned empty(int s) const { return empty0 + 8 * s; }
+    __device__ __forceinline__ unsigned done(int c) const { return done0 + 8 * c; }
 };
+
 
 template <class Cfg> __device__ __forceinline__ Smem<Cfg> carve_smem(unsigned char *smem_raw) {
     Smem<Cfg> m;
@@ -62,8 +78,9 @@ template <class Cfg> __device__ __forceinline__ Smem<Cfg> carve_smem(unsigned ch
     m.cstage = m.base + Cfg::STAGES * Cfg::STAGE_BYTES;
     m.full0 = m.cstage + Cfg::C_STAGE_BYTES;
     m.empty0 = m.full0 + 8 * Cfg::STAGES;
+    m.done0 = m.empty0 + 8 * Cfg::STAGES;
     m.scratch = reinterpret_cast<int *>(gbase + Cfg::STAGES * Cfg::STAGE_BYTES + Cfg::C_STAGE_BYTES +
-                                        16 * Cfg::STAGES);
+                                        16 * Cfg::STAGES + Cfg::TURN_BYTES);
     return m;
 }
 
@@ -75,7 +92,11 @@ __device__ __forceinline__ void init_ring(const Smem<Cfg> &m, const TmaDesc &a, 
 #pragma unroll
     for (int s = 0; s < Cfg::STAGES; ++s) {
         mbar_init(m.full(s), 1 + (GATHER ? kGatherThreads : 0));
-        mbar_init(m.empty(s), 128 * Cfg::CONSUMERS);    // every consumer thread
+        mbar_init(m.empty(s), Cfg::RELEASERS);  // every thread of the consumer(s) reading it
+    }
+    if constexpr (Cfg::PINGPONG) {
+        mbar_init(m.done(0), 1);
+        mbar_init(m.done(1), 1);
     }
     mbar_init_fence();
     tma_prefetch(&a);
@@ -172,6 +193,70 @@ __device__ __forceinline__ void consume_finish(const Smem<Cfg> &m, int prev_stag
     fence_operands(acc);
     mbar_arrive(m.empty(prev_stage));
 }
+
+// ---------------------------------------------------------------- ping-pong consumers
+
+// Consumer of a ping-pong kernel: the k-slice's wgmmas for both m64 row blocks of the tile (A's
+// rows 64.. are 8 KiB into the stage in both A layouts), otherwise as consume_kslice.
+template <class Cfg, bool A_MN, bool B_MN, class Prepare>
+__device__ __forceinline__ void consume_kslice_rows2(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos,
+                                                     bool first, int &prev_stage, float (&acc)[2][Cfg::ACC],
+                                                     Prepare prepare) {
+    const int s = pos.stage();
+    mbar_wait(m.full(s), pos.phase());
+    const unsigned stage = m.stage(s);
+    prepare(stage);
+    const unsigned b = stage + Cfg::A_BYTES;
+    const unsigned long long da0 = A_MN ? desc_mnmajor_sw128(stage) : desc_kmajor_sw128(stage);
+    const unsigned long long da1 =
+        A_MN ? desc_mnmajor_sw128(stage + Cfg::CHUNK_BYTES) : desc_kmajor_sw128(stage + Cfg::CHUNK_BYTES);
+    const unsigned long long db = B_MN ? desc_mnmajor_sw128(b) : desc_kmajor_sw128(b);
+    constexpr unsigned long long a_step = A_MN ? 128 : 2, b_step = B_MN ? 128 : 2;
+    fence_operands(acc[0]);
+    fence_operands(acc[1]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
+        Wgmma<typename Cfg::T, Cfg::BN, A_MN, B_MN>::run(acc[0], da0 + a_step * kk, db + b_step * kk, 1);
+        Wgmma<typename Cfg::T, Cfg::BN, A_MN, B_MN>::run(acc[1], da1 + a_step * kk, db + b_step * kk, 1);
+    }
+    wgmma_commit();
+    fence_operands(acc[0]);
+    fence_operands(acc[1]);
+    wgmma_wait<1>();
+    fence_operands(acc[0]);
+    fence_operands(acc[1]);
+    if (!first) mbar_arrive(m.empty(prev_stage));
+    prev_stage = s;
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consume_finish_rows2(const Smem<Cfg> &m, int prev_stage, float (&acc)[2][Cfg::ACC]) {
+    wgmma_wait<0>();
+    fence_operands(acc[0]);
+    fence_operands(acc[1]);
+    mbar_arrive(m.empty(prev_stage));
+}
+
+// The turns of the two ping-pong consumers: tile j of a CTA belongs to consumer j % 2, and a
+// consumer starts a tile's mainloop only after the other consumer issued its previous tile's
+// last k-slice. Besides taking turns at the tensor cores, this keeps every consumer at most one
+// ring phase ahead of the stages it waits on, which the parity waits need (a consumer that
+// skipped the other's tiles could otherwise see a stage's parity of two phases back as ready).
+struct Turns {
+    int own = 0;  // tiles this consumer started
+    // Before the mainloop of this consumer's next tile (tile j = 2 own + c).
+    template <class Cfg> __device__ __forceinline__ void wait(const Smem<Cfg> &m, int c) const {
+        const int other_tiles = own + c;  // the other consumer's tiles before tile j
+        if (other_tiles > 0) mbar_wait(m.done(1 - c), static_cast<unsigned>(other_tiles - 1) & 1u);
+    }
+    // After its last k-slice was issued (every thread of the consumer has waited on it): one
+    // thread hands the turn over.
+    template <class Cfg> __device__ __forceinline__ void pass(const Smem<Cfg> &m, int c, bool leader) {
+        ++own;
+        if (leader) mbar_arrive(m.done(c));
+    }
+};
 
 // Gathered stages need no consumer-side proxy fence: the full barrier's completion by
 // cp.async.mbarrier.arrive orders the copies before the wgmmas (as in CUTLASS's cp.async GMMA

@@ -235,6 +235,7 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
     GemmNkSpec d = a;
     d.tile.block_n = 128;
     d.tile.stages = 4;
+    d.tile.pingpong = false;
     std::set<std::string> names;
     for (const auto &s : {a, b, c, d}) {
         const KernelSource ks = render_group_gemm_nk(s);
@@ -256,6 +257,53 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
     // The name round-trips through MOEJIT_GEMM_TILE's syntax.
     BOOST_TEST(to_string(d.tile) == "wgmma_128x128x64_s4_g8_e1");
     BOOST_TEST((parse_tile_config(to_string(d.tile), "t") == d.tile));
+    GemmNkSpec e = d;
+    e.tile.pingpong = true;
+    BOOST_TEST(to_string(e.tile) == "wgmma_128x128x64_s4_g8_e1_p1");
+    BOOST_TEST((parse_tile_config(to_string(e.tile), "t") == e.tile));
+    BOOST_TEST(render_group_gemm_nk(e).name != render_group_gemm_nk(d).name);
+    BOOST_TEST(render_group_gemm_nk(e).source.find("Config<__nv_bfloat16, __nv_bfloat16, 128, 4, 8, true, true>") !=
+               std::string::npos);
+    // Cooperative kernels render without the ping-pong argument (their sources, keys and cubins
+    // stay those of 0.6).
+    BOOST_TEST(render_group_gemm_nk(d).source.find("Config<__nv_bfloat16, __nv_bfloat16, 128, 4, 8, true>") !=
+               std::string::npos);
+    BOOST_TEST((parse_tile_config("wgmma_128x128x64_p0", "t").pingpong == false));
+    BOOST_CHECK_THROW(parse_tile_config("wgmma_128x128x64_p2", "t"), Error);
+}
+
+// The heuristic's ping-pong rule (same_nk only; few rows per expert, N < 1024 or K <= 512), its
+// ring and shared memory, and the cooperative weight gradients.
+BOOST_AUTO_TEST_CASE(pingpong_heuristic_and_validation) {
+    auto nk = [](std::int64_t n, std::int64_t k, std::int64_t rows, std::int32_t experts) {
+        return make_nk_spec(DType::bf16, DType::bf16, n, k, true, false, rows, experts, kHopper).tile;
+    };
+    // deepseek-v3 at 256 rows per expert, qwen3's fc2 dgrad (N = 768), small experts (K = 256).
+    for (const GemmTileConfig &t : {nk(4096, 7168, 8192 * 8, 256), nk(768, 2048, 16384 * 8, 128),
+                                    nk(1536, 256, 24576 * 8, 128)}) {
+        BOOST_TEST_CONTEXT(to_string(t)) {
+            BOOST_TEST(t.pingpong);
+            BOOST_TEST(t.block_n <= 128);
+            BOOST_TEST(t.tma_store);
+            BOOST_TEST(t.stages == 5, "the deepest ring next to two 128 x 128 staging tiles");
+            BOOST_TEST(gemm_smem_bytes(t, GemmKind::same_nk, 256) <= std::size_t{227 * 1024});
+        }
+    }
+    // Many rows per expert with wide N and K (mixtral, mid-expert-30b): cooperative 128x256.
+    for (const GemmTileConfig &t : {nk(28672, 4096, 8192 * 2, 8), nk(2048, 4096, 32768 * 4, 64)}) {
+        BOOST_TEST(!t.pingpong, to_string(t));
+        BOOST_TEST(t.block_n == 256, to_string(t));
+    }
+    BOOST_TEST(!make_mn_spec(DType::bf16, DType::bf16, 2048, 768, false, 4096, 128, kHopper).tile.pingpong);
+    // Validation names the rule.
+    const GemmNkSpec good = wgmma_spec(DType::bf16, DType::bf16, 512, 256, false, 8);
+    GemmNkSpec wide = good;
+    wide.tile.pingpong = true;
+    wide.tile.block_n = 256;
+    expect_error([&] { validate_nk_spec(wide, 8, kHopper); }, Status::unsupported, {"_p1", "block_n must be 64 or 128"});
+    GemmTileConfig sync = parse_tile_config("128x128x64_s3_p1", "t");
+    GemmProblem problem;
+    expect_error([&] { validate_tile_config(sync, problem, 80); }, Status::unsupported, {"_p1", "wgmma engine"});
 }
 
 BOOST_AUTO_TEST_CASE(validation_names_the_field) {
@@ -275,7 +323,8 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field) {
     expect_error(with([](S &s) { s.tile.block_n = 96; }), UNSUPPORTED, {"block_n", "64, 128 or 256"});
     expect_error(with([](S &s) { s.tile.block_m = 64; }), UNSUPPORTED, {"block_m must be 128"});
     expect_error(with([](S &s) { s.tile.stages = 1; }), UNSUPPORTED, {"stages"});
-    expect_error(with([](S &s) { s.tile.block_n = 256; s.tile.stages = 8; }), UNSUPPORTED, {"shared memory"});
+    expect_error(with([](S &s) { s.tile.block_n = 256; s.tile.stages = 8; s.tile.pingpong = false; }), UNSUPPORTED,
+                 {"shared memory"});
     expect_error(with([](S &) {}, 0), INVALID, {"num_experts"});
     expect_error(with([](S &) {}, 65535), UNSUPPORTED, {"65535 experts", "shared memory"});
     expect_error(with([](S &s) { s.k_split = 100; }), INVALID, {"k_split is 100", "multiple of 64", "k = 256"});

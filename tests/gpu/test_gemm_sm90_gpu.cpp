@@ -53,6 +53,7 @@ struct Case {
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
     bool gather = false;  // A's rows gathered from a [T,K] source by a random row_token (duplicates)
     std::int64_t k_split = 0;  // > 0: A and B handed over as two operand pairs split at this k
+    bool pingpong = false;     // ping-pong consumers (BLOCK_N 128 unless the case sets 64)
 };
 
 // BLOCK_N = block_n with the deepest ring that fits.
@@ -68,7 +69,8 @@ GemmNkSpec wgmma_spec(const Case &tc, int experts) {
     const int cc = internal_ctx().compute_capability();
     GemmNkSpec spec = make_nk_spec(to_internal(tc.dtype), to_internal(tc.c_dtype), tc.n, tc.k, tc.b_transposed, tc.accumulate, 0, experts, cc);
     BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma, "the heuristic picks wgmma on sm_90a");
-    if (tc.block_n) set_block_n(spec, tc.block_n, experts);
+    spec.tile.pingpong = tc.pingpong;
+    if (tc.block_n || tc.pingpong) set_block_n(spec, tc.block_n ? tc.block_n : 128, experts);
     if (tc.stages) spec.tile.stages = tc.stages;
     return spec;
 }
@@ -493,6 +495,38 @@ BOOST_AUTO_TEST_CASE(two_operand_pairs) {
     run({.name = "p_t1", .counts = {0, 1, 0, 0}, .n = 64, .k = 128, .b_transposed = false, .k_split = 64});
     run({.name = "p_acc_c32", .counts = counts, .n = 136, .k = 392, .accumulate = true, .b_transposed = false,
          .c_dtype = MOEJIT_DTYPE_FP32, .k_split = 320});
+}
+
+// Ping-pong consumers (each warpgroup owns whole tiles, the two take turns): random routing at
+// both BLOCK_N, every route to one expert (many tiles per CTA), empty experts, T = 1, ragged N
+// and K, one k-slice per tile (the ring's phase flips between the two consumers' tiles), shallow
+// and deep rings, both B layouts, gathered rows, two operand pairs, fp32 and accumulated C (the
+// register epilogue) and the TMA stores of partial tiles.
+BOOST_AUTO_TEST_CASE(pingpong_consumers) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("pingpong");
+    const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
+    for (int bn : {64, 128})
+        run({.name = "pp_random", .counts = counts, .n = 264, .k = 520, .block_n = bn, .pingpong = true});
+    run({.name = "pp_all_to_last", .counts = all_to_expert(8000, 8, 7), .n = 512, .k = 512, .pingpong = true});
+    run({.name = "pp_empty", .counts = {0, 0, 77, 0, 129, 0, 0}, .n = 256, .k = 192, .pingpong = true});
+    run({.name = "pp_t1_dup", .counts = {0, 0, 2, 0}, .pingpong = true});
+    run({.name = "pp_one_row", .counts = {0, 1, 0}, .n = 64, .k = 64, .pingpong = true});
+    const std::vector<int> many = random_counts(1024, 8, 32, rng);
+    run({.name = "pp_k64_many_tiles", .counts = many, .n = 1024, .k = 64, .pingpong = true});
+    for (int stages : {2, 5})
+        run({.name = "pp_k1024_s" + std::to_string(stages), .counts = many, .n = 512, .k = 1024, .stages = stages,
+             .pingpong = true});
+    run({.name = "pp_bn", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .pingpong = true});
+    run({.name = "pp_gather", .counts = counts, .n = 264, .k = 520, .gather = true, .pingpong = true});
+    run({.name = "pp_gather_all_to_last", .counts = all_to_expert(4000, 8, 7), .n = 512, .k = 512, .gather = true,
+         .pingpong = true});
+    run({.name = "pp_pairs", .counts = counts, .n = 264, .k = 512, .b_transposed = false, .k_split = 256,
+         .pingpong = true});
+    run({.name = "pp_c32", .counts = counts, .n = 264, .k = 520, .c_dtype = MOEJIT_DTYPE_FP32, .pingpong = true});
+    run({.name = "pp_acc_bf16", .counts = counts, .n = 264, .k = 520, .accumulate = true, .pingpong = true});
+    run({.name = "pp_fp16", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16,
+         .c_dtype = MOEJIT_DTYPE_FP16, .pingpong = true});
 }
 
 // fc1 with the SwiGLU epilogue: split and merged weights, with and without a limit, gathered

@@ -172,7 +172,8 @@ std::vector<GemmTileConfig> tile_zoo() {
     if (internal_ctx().arch() == "sm_90a")
         for (const char *w : {"wgmma_128x64x64_s6", "wgmma_128x128x64_s4_g4", "wgmma_128x256x64_s2",
                               "wgmma_128x256x64_s4_g16", "wgmma_128x128x64_s4_g4_e1", "wgmma_128x256x64_s3_e1",
-                              "wgmma_128x64x64_s5_e1"})
+                              "wgmma_128x64x64_s5_e1", "wgmma_128x128x64_s4_g4_p1", "wgmma_128x128x64_s4_e1_p1",
+                              "wgmma_128x64x64_s2_e1_p1", "wgmma_128x128x64_s2_g1_p1"})
             zoo.push_back(parse_tile_config(w, "tile_zoo"));
     return zoo;
 }
@@ -489,6 +490,16 @@ BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
     run_mn({.name = "e1_split", .counts = {5000}, .m = 128, .n = 256, .c_dtype = MOEJIT_DTYPE_BF16, .split = true, .split_rows = 320});
     run_mn({.name = "fp16_split", .counts = {0, 2100, 7}, .m = 136, .n = 72, .dtype = MOEJIT_DTYPE_FP16,
             .c_dtype = MOEJIT_DTYPE_FP16, .split = true, .split_rows = 256});
+    // Ping-pong consumers on the split (partials from registers, TMA stores of unsplit experts).
+    for (const char *pp : {"wgmma_128x128x64_s4_e1_p1", "wgmma_128x64x64_s3_p1"}) {
+        const GemmTileConfig t = parse_tile_config(pp, "split");
+        run_mn({.name = "pp_all_to_one", .counts = all_to_expert0(1500, 2, 4), .m = 264, .n = 200,
+                .c_dtype = MOEJIT_DTYPE_BF16, .tile = t, .split = true, .split_rows = 192});
+        run_mn({.name = "pp_skewed", .counts = skewed, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16, .tile = t,
+                .split = true, .split_rows = 64});
+    }
+    run_mn({.name = "pp_skewed_acc", .counts = skewed, .m = 392, .n = 328, .accumulate = true,
+            .tile = parse_tile_config("wgmma_128x128x64_s4_p1", "split"), .split = true, .split_rows = 1024});
     // The rule itself (-1) with a workspace: S = 12000 rows to one expert, 12 x 1 output tiles.
     run_mn({.name = "rule_split", .counts = all_to_expert0(6000, 2, 8), .m = 1536, .n = 256,
             .c_dtype = MOEJIT_DTYPE_BF16, .split = true});

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One device call for GEMM engine work: build, the two GEMM suites (correctness of every tile
+# kind, ping-pong included), a tile sweep of the grouped GEMMs against torch._grouped_mm
+# (tools/bench_group_gemm.py), an A/B of the layer with a forced tile, and the SASS spill check
+# of the cached wgmma kernels. Logs under $OUT; the tables last.
+#   TILES=heuristic,wgmma_... SHAPES=a,b LAYER_TILE=wgmma_... bash scripts/gpu_tiles.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+final=${OUT:-$PWD/out}; out=/tmp/moejit-tiles; rm -rf "$out"; mkdir -p "$out" "$final"
+trap 'tar czf "$final/tiles_logs.tgz" -C "$out" . ; cp "$out"/sweep.log "$out"/layer_*.log "$final"/ 2>/dev/null' EXIT
+b=/tmp/moejit-build; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+meson setup $b --buildtype=release >"$out/setup.log" 2>&1
+ninja -C $b >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+export MOEJIT_LIBRARY=$b/capi/libmoejit.so PYTHONPATH=capi/python
+pids=()
+for t in ${SUITES:-gemm_sm90 group_gemm}; do
+  ( timeout 300 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_$t.log" 2>&1; echo "$t rc=$?" >"$out/gpu_$t.rc" ) &
+  pids+=($!)
+done
+wait "${pids[@]}"
+for t in ${SUITES:-gemm_sm90 group_gemm}; do
+  echo "== gpu $(cat "$out/gpu_$t.rc")"; grep -E "error|failure|test cases|assertions" "$out/gpu_$t.log" | grep -v "caught:" | head -8
+done
+tiles=${TILES:-heuristic,wgmma_128x128x64_s4_g8_e1,wgmma_128x128x64_s4_g8_e1_p1,wgmma_128x128x64_s5_g8_e1_p1}
+timeout ${SWEEP_TIMEOUT:-300} python3 tools/bench_group_gemm.py ${SHAPES:+--shapes $SHAPES} --tiles "$tiles" \
+  --json "$out/sweep.json" >"$out/sweep.log" 2>&1; echo "== sweep rc=$?"
+if [ -n "${LAYER_TILE:-}" ]; then
+  for mode in heuristic forced; do
+    ( [ $mode = forced ] && export MOEJIT_GEMM_TILE=$LAYER_TILE
+      timeout 150 python3 -m moejit.bench --quick --no-eager --impls moejit ${LAYER_SHAPES:+--shapes $LAYER_SHAPES} \
+        >"$out/layer_$mode.log" 2>&1; echo "== layer $mode rc=$?" )
+  done
+fi
+if command -v cuobjdump >/dev/null || [ -x /usr/local/cuda/bin/cuobjdump ]; then
+  PATH=$PATH:/usr/local/cuda/bin python3 scripts/gpu_sass.py "$MOEJIT_CACHE_DIR" 40 _p1 >"$out/sass.log" 2>&1 &&
+    { echo "== sass"; grep -iE "spill|LDL|STL|total" "$out/sass.log" | head -12; }
+fi
+grep -E "TFLOP/s  err" "$out/sweep.log" | head -120
+grep -v '^  ' "$out/sweep.log" | tail -32
+for mode in heuristic forced; do [ -f "$out/layer_$mode.log" ] && { echo "== layer $mode"; grep -v '^\[' "$out/layer_$mode.log" | tail -12; }; done
+exit 0
