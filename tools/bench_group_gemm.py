@@ -191,8 +191,8 @@ def bench_shape(mj, shape, args, gen):
             except Exception as e:
                 print(f"  {name} {label} tile {tile}: {e}", file=sys.stderr)
                 continue
-            if tile:
-                print(f"  {name:18s} {label:10s} {tile:28s} {flops / ms / 1e9:7.1f} TFLOP/s  err {err:.2e}")
+            if args.tiles:
+                print(f"  {name:18s} {label:10s} {tile or 'heuristic':28s} {flops / ms / 1e9:7.1f} TFLOP/s  err {err:.2e}")
             if best is None or ms < best[0]:
                 best = (ms, tile, err)
         mj.use_tile(None)

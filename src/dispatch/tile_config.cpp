@@ -13,7 +13,7 @@ namespace moejit {
 std::string to_string(const GemmTileConfig &c) {
     if (c.engine == GemmEngine::wgmma)
         return fmt::format("wgmma_{}x{}x{}_s{}_g{}{}{}", c.block_m, c.block_n, c.block_k, c.stages,
-                           c.group_m, c.tma_store ? "_e1" : "", c.pingpong ? "_p1" : "");
+                           c.group_m, c.tma_store ? "_e1" : "", c.pingpong ? fmt::format("_p{}", c.pingpong) : "");
     return fmt::format("{}x{}x{}_s{}_w{}x{}_g{}_o{}", c.block_m, c.block_n, c.block_k, c.stages,
                        c.warps_m, c.warps_n, c.group_m, c.min_blocks_per_sm);
 }
@@ -41,7 +41,7 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
     auto bad = [&]() -> GemmTileConfig {
         fail(Status::invalid_argument,
              "{}: cannot parse tile config '{}' (expected [wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN]"
-             "[_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
+             "[_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
              what, original);
     };
     GemmTileConfig c;
@@ -70,9 +70,7 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
             break;
         }
         case 'p': {
-            int pingpong = 0;
-            ok = parse_int(text, pingpong) && (pingpong == 0 || pingpong == 1);
-            c.pingpong = pingpong == 1;
+            ok = parse_int(text, c.pingpong) && c.pingpong >= 0 && c.pingpong <= 2;
             break;
         }
         default: break;

@@ -32,8 +32,10 @@ struct GemmTileConfig {
     int min_blocks_per_sm = 2;  // __launch_bounds__ minimum; caps registers at 64K / (threads * it)
     bool tma_store = false;     // wgmma only: stage C in shared memory, TMA-store it (16-bit C,
                                 // not accumulating); "_e1" in the name
-    bool pingpong = false;      // wgmma only: each consumer warpgroup owns whole 128 x BN tiles and
-                                // the two take turns (block_n <= 128); "_p1" in the name
+    int pingpong = 0;           // wgmma only: each consumer warpgroup owns whole 128 x BN tiles and
+                                // the two take turns (block_n <= 128); "_p1" in the name (1: the
+                                // two row blocks' wgmmas interleaved per k16 step; 2: one row
+                                // block's k-slice, then the other's)
 
     int threads() const { return engine == GemmEngine::wgmma ? 384 : 32 * warps_m * warps_n; }
     bool operator==(const GemmTileConfig &) const = default;
@@ -42,7 +44,7 @@ struct GemmTileConfig {
 // "128x128x32_s4_w2x4_g8_o2", or "wgmma_128x256x64_s3_g8_e1" ("_p1" appended for ping-pong
 // consumers): readable and file-name safe; used in kernel names.
 std::string to_string(const GemmTileConfig &config);
-// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1]" (omitted
+// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2]" (omitted
 // fields keep defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w and _o;
 // _e1 is its TMA-store epilogue, _p1 its ping-pong consumers); throws
 // Status::invalid_argument naming `what` on malformed text.

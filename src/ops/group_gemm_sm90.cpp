@@ -72,7 +72,7 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     // The ping-pong flag is rendered only when set, so cooperative kernels keep their source.
     u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}{}>", dtype_cuda_type(dtype),
                         dtype_cuda_type(c_dtype), t.block_n, t.stages, t.group_m, bool_text(t.tma_store),
-                        t.pingpong ? ", true" : "");
+                        t.pingpong == 1 ? ", true" : t.pingpong == 2 ? ", 2" : "");
     u.min_blocks = 1;
     u.operands = fmt::format(
         "const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"

@@ -20,12 +20,13 @@ constexpr int kGatherThreads = 128;  // the producer warpgroup copies gathered r
 // PINGPONG: each consumer warpgroup owns whole 128 x BN tiles (two m64 row blocks, BN <= 128),
 // the two taking turns at the tensor cores: one warpgroup's epilogue runs under the other's
 // mainloop (docs/DESIGN.md §3.4a). Otherwise (cooperative) both share every tile, 64 rows each.
-template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false, bool PINGPONG_ = false>
+// PINGPONG_ 2 issues one row block's k-slice, then the other's (1 interleaves them per k16).
+template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false, int PINGPONG_ = 0>
 struct Config {
     using T = T_;
     using CT = CT_;
     static constexpr int BM = 128, BK = 64, BN = BN_, STAGES = STAGES_, GROUP_M = GROUP_M_;
-    static constexpr bool EPI_TMA = EPI_TMA_, PINGPONG = PINGPONG_;
+    static constexpr bool EPI_TMA = EPI_TMA_, PINGPONG = PINGPONG_ != 0, BLOCKED_ISSUE = PINGPONG_ == 2;
     // Staging for every consumer's share of its tile: 64 x BN each (cooperative), 128 x BN each
     // (ping-pong).
     static constexpr int C_STAGE_BYTES = EPI_TMA ? BM * BN * 2 * (PINGPONG ? 2 : 1) : 0;
@@ -215,10 +216,18 @@ __device__ __forceinline__ void consume_kslice_rows2(const Smem<Cfg> &m, const R
     fence_operands(acc[0]);
     fence_operands(acc[1]);
     wgmma_fence();
+    using Mma = Wgmma<typename Cfg::T, Cfg::BN, A_MN, B_MN>;
+    if constexpr (Cfg::BLOCKED_ISSUE) {
 #pragma unroll
-    for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
-        Wgmma<typename Cfg::T, Cfg::BN, A_MN, B_MN>::run(acc[0], da0 + a_step * kk, db + b_step * kk, 1);
-        Wgmma<typename Cfg::T, Cfg::BN, A_MN, B_MN>::run(acc[1], da1 + a_step * kk, db + b_step * kk, 1);
+        for (int kk = 0; kk < Cfg::BK / 16; ++kk) Mma::run(acc[0], da0 + a_step * kk, db + b_step * kk, 1);
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 16; ++kk) Mma::run(acc[1], da1 + a_step * kk, db + b_step * kk, 1);
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
+            Mma::run(acc[0], da0 + a_step * kk, db + b_step * kk, 1);
+            Mma::run(acc[1], da1 + a_step * kk, db + b_step * kk, 1);
+        }
     }
     wgmma_commit();
     fence_operands(acc[0]);

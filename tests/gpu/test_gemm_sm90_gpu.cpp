@@ -53,7 +53,7 @@ struct Case {
     moejit_dtype_t c_dtype = MOEJIT_DTYPE_BF16;
     bool gather = false;  // A's rows gathered from a [T,K] source by a random row_token (duplicates)
     std::int64_t k_split = 0;  // > 0: A and B handed over as two operand pairs split at this k
-    bool pingpong = false;     // ping-pong consumers (BLOCK_N 128 unless the case sets 64)
+    int pingpong = 0;          // ping-pong consumers, tile suffix _p1/_p2 (BLOCK_N 128 unless set)
 };
 
 // BLOCK_N = block_n with the deepest ring that fits.
@@ -527,6 +527,10 @@ BOOST_AUTO_TEST_CASE(pingpong_consumers) {
     run({.name = "pp_acc_bf16", .counts = counts, .n = 264, .k = 520, .accumulate = true, .pingpong = true});
     run({.name = "pp_fp16", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16,
          .c_dtype = MOEJIT_DTYPE_FP16, .pingpong = true});
+    // _p2: each row block's k-slice issued whole.
+    run({.name = "pp2_random", .counts = counts, .n = 264, .k = 520, .pingpong = 2});
+    run({.name = "pp2_bn_gather", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .gather = true,
+         .pingpong = 2});
 }
 
 // fc1 with the SwiGLU epilogue: split and merged weights, with and without a limit, gathered
