@@ -245,14 +245,10 @@ std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
             if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
         return gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block;
     };
-    // Ping-pong 128x128 for same_nk where tiles are short or few (docs/PERF_LOG.md 0.7.0, device
-    // run 1): at <= 512 rows per expert, N < 1024 or K <= 512 it ran 2-10 % ahead of cooperative
-    // 128x256 on most reference GEMMs (at worst -3 %); with more rows and wide N and K the
-    // cooperative tile led by 1-4 %. Weight gradients stay cooperative: their ping-pong kernel
-    // measured 0.6-0.8x (open, PERF_LOG).
-    const bool few_rows = p.num_experts > 0 && p.rows_hint > 0 && p.rows_hint / p.num_experts <= 512;
-    w.pingpong = p.kind == GemmKind::same_nk && !p.swiglu && (few_rows || p.n < 1024 || p.k <= 512);
-    if (w.pingpong) w.block_n = std::min(w.block_n, 128);
+    // Cooperative consumers: ping-pong 128x128 (_p1) led on 12 of 21 standalone same_nk GEMMs by
+    // 2-10 %, but the layer with it picked for every same_nk by that split ran 6-11 % slower
+    // (docs/PERF_LOG.md 0.7.0, device run 4), and ping-pong weight gradients run at 0.6-0.8x.
+    // It is a tuning candidate (tuning_candidates) and can be forced (gemm_tile).
     w.tma_store = p.c_dtype != DType::fp32 && !p.accumulate && !(p.swiglu && w.block_n < 128);
     if (!w.tma_store || !deepest_ring(3)) {
         w.tma_store = false;

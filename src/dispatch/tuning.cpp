@@ -74,6 +74,17 @@ std::vector<GemmTileConfig> tuning_candidates(const GemmProblem &p, int cc) {
                             break;
                         }
                 }
+        // Ping-pong consumers (block_n <= 128), for same_nk: their same_mn measured 0.6-0.8x.
+        if (p.kind == GemmKind::same_nk)
+            for (bool tma_store : {true, false}) {
+                GemmTileConfig w = parse_tile_config("wgmma_128x128x64_g8_p1", "tuning candidate");
+                w.tma_store = tma_store;
+                for (w.stages = 6; w.stages >= 2; --w.stages)
+                    if (valid(w)) {
+                        add(w);
+                        break;
+                    }
+            }
     } else {
         for (const char *t : {"128x128x64_s3_w2x4", "128x128x32_s4_w2x4", "64x128x32_s4_w2x4", "128x256x32_s3_w2x4_o1"}) {
             const GemmTileConfig c = parse_tile_config(t, "tuning candidate");

@@ -273,29 +273,21 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
     BOOST_CHECK_THROW(parse_tile_config("wgmma_128x128x64_p3", "t"), Error);
 }
 
-// The heuristic's ping-pong rule (same_nk only; few rows per expert, N < 1024 or K <= 512), its
-// ring and shared memory, and the cooperative weight gradients.
+// The heuristic keeps cooperative consumers (ping-pong measured slower in the layer); ping-pong
+// tiles validate only where they can run.
 BOOST_AUTO_TEST_CASE(pingpong_heuristic_and_validation) {
     auto nk = [](std::int64_t n, std::int64_t k, std::int64_t rows, std::int32_t experts) {
         return make_nk_spec(DType::bf16, DType::bf16, n, k, true, false, rows, experts, kHopper).tile;
     };
-    // deepseek-v3 at 256 rows per expert, qwen3's fc2 dgrad (N = 768), small experts (K = 256).
     for (const GemmTileConfig &t : {nk(4096, 7168, 8192 * 8, 256), nk(768, 2048, 16384 * 8, 128),
-                                    nk(1536, 256, 24576 * 8, 128)}) {
-        BOOST_TEST_CONTEXT(to_string(t)) {
-            BOOST_TEST(t.pingpong);
-            BOOST_TEST(t.block_n <= 128);
-            BOOST_TEST(t.tma_store);
-            BOOST_TEST(t.stages == 5, "the deepest ring next to two 128 x 128 staging tiles");
-            BOOST_TEST(gemm_smem_bytes(t, GemmKind::same_nk, 256) <= std::size_t{227 * 1024});
-        }
-    }
-    // Many rows per expert with wide N and K (mixtral, mid-expert-30b): cooperative 128x256.
-    for (const GemmTileConfig &t : {nk(28672, 4096, 8192 * 2, 8), nk(2048, 4096, 32768 * 4, 64)}) {
+                                    nk(1536, 256, 24576 * 8, 128), nk(28672, 4096, 8192 * 2, 8)})
         BOOST_TEST(!t.pingpong, to_string(t));
-        BOOST_TEST(t.block_n == 256, to_string(t));
-    }
     BOOST_TEST(!make_mn_spec(DType::bf16, DType::bf16, 2048, 768, false, 4096, 128, kHopper).tile.pingpong);
+    // A forced ping-pong tile with the deepest ring next to two 128 x 128 staging tiles fits.
+    GemmTileConfig pp = parse_tile_config("wgmma_128x128x64_s5_g8_e1_p1", "t");
+    BOOST_TEST(gemm_smem_bytes(pp, GemmKind::same_nk, 256) <= std::size_t{227 * 1024});
+    pp.stages = 6;
+    BOOST_TEST(gemm_smem_bytes(pp, GemmKind::same_nk, 1) > std::size_t{227 * 1024});
     // Validation names the rule.
     const GemmNkSpec good = wgmma_spec(DType::bf16, DType::bf16, 512, 256, false, 8);
     GemmNkSpec wide = good;

@@ -6,6 +6,7 @@
 #define BOOST_TEST_MODULE tuning_cpu
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,9 @@ BOOST_AUTO_TEST_CASE(candidates_are_valid_and_start_with_the_heuristic) {
                     names.insert(to_string(t));
                 }
                 BOOST_TEST(names.size() == c.size(), "no duplicates");
+                // Ping-pong consumers are a same_nk candidate on sm_90a only.
+                const bool pingpong = std::any_of(c.begin(), c.end(), [](const GemmTileConfig &t) { return t.pingpong != 0; });
+                BOOST_TEST(pingpong == (cc == 90 && kind == GemmKind::same_nk));
             }
         }
     }
