@@ -3,7 +3,7 @@
 # suite (all tests/test_gpu_* of the build, side by side in three groups) and the Python tests,
 # then the layer benchmark with its peers and the duplicate-route case, and the C++ benchmark's
 # host time per call. PREV="dir ..." adds earlier releases measured in the same run, each a
-# folder holding capi/libmoejit.so.0, tools/moejit-bench and python/ (the package of that
+# folder holding capi/libmoejit.so.0, tools/moejit-bench and capi/python/ and meson.build (the package of that
 # release), built elsewhere. Logs under $OUT; the tables last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +40,7 @@ timeout 60 $b/tools/moejit-bench --tokens 512 --shapes qwen3-30b-a3b,deepseek-v3
 echo "== moejit-bench rc=$?"
 for prev in ${PREV:-}; do
   tag=$(basename "$prev")
-  ( export MOEJIT_LIBRARY=$PWD/$prev/capi/libmoejit.so.0 PYTHONPATH=$PWD/$prev/python
+  ( export MOEJIT_LIBRARY=$PWD/$prev/capi/libmoejit.so.0 PYTHONPATH=$PWD/$prev/capi/python
     timeout ${LAYER_TIMEOUT:-200} python3 -m moejit.bench --quick --no-eager --impls moejit $shapes \
       >"$out/layer_$tag.log" 2>&1; echo "== layer bench $tag rc=$?"
     timeout 60 $prev/tools/moejit-bench --tokens 512 --shapes qwen3-30b-a3b,deepseek-v3 >"$out/cbench_$tag.log" 2>&1

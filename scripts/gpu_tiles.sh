@@ -28,7 +28,7 @@ timeout ${SWEEP_TIMEOUT:-300} python3 tools/bench_group_gemm.py ${SHAPES:+--shap
 if [ -n "${LAYER:-}" ]; then  # the layer on this tree and on each PREV release (see gpu_release.sh)
   for tree in . ${PREV:-}; do
     tag=$([ "$tree" = . ] && echo this || basename "$tree")
-    ( [ "$tree" != . ] && export MOEJIT_LIBRARY=$PWD/$tree/capi/libmoejit.so.0 PYTHONPATH=$PWD/$tree/python
+    ( [ "$tree" != . ] && export MOEJIT_LIBRARY=$PWD/$tree/capi/libmoejit.so.0 PYTHONPATH=$PWD/$tree/capi/python
       timeout 150 python3 -m moejit.bench --quick --no-eager --impls moejit ${LAYER_SHAPES:+--shapes $LAYER_SHAPES} \
         >"$out/layer_$tag.log" 2>&1; echo "== layer $tag rc=$?" )
   done
