@@ -19,7 +19,7 @@ KernelSource render_instance(const KernelInstance &k, const char *args_type, std
         "{constants}"
         "}}  // namespace\n"
         "\n"
-        "template __global__ void {entry}({args_type});\n",
+        "template __global__ void {entry}(const __grid_constant__ {args_type});\n",
         fmt::arg("title", k.title), fmt::arg("template_name", k.template_name), fmt::arg("constants", k.constants),
         fmt::arg("entry", ks.entry), fmt::arg("args_type", args_type));
     return ks;

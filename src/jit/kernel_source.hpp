@@ -40,7 +40,8 @@ MOEJIT_KERNEL_ARGS(MOEJIT_KERNEL_ARGS_TYPE)
 
 // The translation unit of one kernel: a title comment, the common header and the template, the
 // specialization's constants in an anonymous namespace, and the explicit instantiation
-// `template __global__ void <kernel><<template_args>>(<Args>);` of a typed kernel template.
+// `template __global__ void <kernel><<template_args>>(const __grid_constant__ <Args>);` of a
+// typed kernel template (the instantiation repeats the parameter's annotation, as NVRTC requires).
 struct KernelInstance {
     std::string name;           // KernelSource::name
     std::string template_name;  // e.g. "swiglu.cuh"

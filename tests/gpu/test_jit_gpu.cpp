@@ -41,7 +41,7 @@ template <int F> __global__ void scale_kernel(const __grid_constant__ ScaleArgs 
     long long i = moejit::global_thread_id();
     if (i < args.n) args.y[i] = float(F) * moejit::to_float(static_cast<const __nv_bfloat16 *>(args.x)[i]);
 }}
-template __global__ void {}(ScaleArgs);
+template __global__ void {}(const __grid_constant__ ScaleArgs);
 )", s.entry);
     return s;
 }
