@@ -46,12 +46,12 @@ __device__ __forceinline__ void add_bias(T *__restrict__ ys, const T *__restrict
 // Each takes its one argument struct (kernel_args.h); the JIT renders an explicit instantiation.
 
 template <int THREADS, bool kWeights, bool kRowToken>
-__global__ void __launch_bounds__(THREADS) prepare_kernel(const __grid_constant__ abi::PrepareRowsArgs args) {
+__global__ void __launch_bounds__(THREADS) prepare_kernel(const __grid_constant__ kargs::PrepareRowsArgs args) {
     prepare<kWeights, kRowToken>(args.weights, args.rows, args.w_s, args.row_token);
 }
 
 template <int THREADS, class T>
-__global__ void __launch_bounds__(THREADS) add_bias_kernel(const __grid_constant__ abi::AddRowBiasArgs args) {
+__global__ void __launch_bounds__(THREADS) add_bias_kernel(const __grid_constant__ kargs::AddRowBiasArgs args) {
     add_bias<T>(static_cast<T *>(args.ys), static_cast<const T *>(args.bias), args.w_s, args.offsets,
                 args.num_experts, args.rows, args.cols);
 }

@@ -12,7 +12,7 @@
 #pragma once
 
 namespace moejit {
-namespace abi {
+namespace kargs {
 
 // A CUtensorMap as the kernels see it: opaque, 128 bytes, 64-byte aligned (the host
 // static_asserts both against CUtensorMap). Inside a __grid_constant__ parameter TMA reads it
@@ -231,5 +231,5 @@ struct SplitReduceArgs {
     const float *partials;
 };
 
-}  // namespace abi
+}  // namespace kargs
 }  // namespace moejit

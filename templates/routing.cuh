@@ -209,18 +209,18 @@ __device__ __forceinline__ void rank(const Id *__restrict__ selected, long long 
 // Each takes its one argument struct (kernel_args.h); the JIT renders an explicit instantiation.
 
 template <int THREADS, class Id, int E, int kWarps>
-__global__ void __launch_bounds__(THREADS) histogram_kernel(const __grid_constant__ abi::RoutingHistogramArgs args) {
+__global__ void __launch_bounds__(THREADS) histogram_kernel(const __grid_constant__ kargs::RoutingHistogramArgs args) {
     histogram<Id, E, kWarps>(static_cast<const Id *>(args.selected), args.rows, args.rows_per_warp, args.num_chunks,
                              args.hist);
 }
 
 template <int THREADS, int kMaxChunks>
-__global__ void __launch_bounds__(THREADS) row_scan_kernel(const __grid_constant__ abi::RoutingRowScanArgs args) {
+__global__ void __launch_bounds__(THREADS) row_scan_kernel(const __grid_constant__ kargs::RoutingRowScanArgs args) {
     row_scan<kMaxChunks>(args.hist, args.num_chunks, args.num_experts, args.counts);
 }
 
 template <int THREADS, class Id, int E, int kWarps>
-__global__ void __launch_bounds__(THREADS) rank_kernel(const __grid_constant__ abi::RoutingRankArgs args) {
+__global__ void __launch_bounds__(THREADS) rank_kernel(const __grid_constant__ kargs::RoutingRankArgs args) {
     rank<Id, E, kWarps>(static_cast<const Id *>(args.selected), args.rows, args.rows_per_warp, args.num_chunks,
                         args.chunk_prefix, args.counts, args.offsets, args.scatter_index);
 }

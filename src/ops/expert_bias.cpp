@@ -41,7 +41,7 @@ void validate_bias_grad_spec(const BiasGradSpec &s) {
 
 KernelSource render_bias_grad_partial(const BiasGradSpec &s) {
     validate_bias_grad_spec(s);
-    return render<abi::BiasPartialArgs>(
+    return render<kargs::BiasPartialArgs>(
         fmt::format("bias_grad_partial_{}{}", dtype_name(s.dtype), s.scaled ? "_scaled" : ""),
         fmt::format("using T = {};\nconstexpr bool kScale = {};\nconstexpr int kChunkRows = {};\n",
                     dtype_cuda_type(s.dtype), s.scaled, kChunkRows),
@@ -50,7 +50,7 @@ KernelSource render_bias_grad_partial(const BiasGradSpec &s) {
 
 KernelSource render_bias_grad_reduce(const BiasGradSpec &s) {
     validate_bias_grad_spec(s);
-    return render<abi::BiasReduceArgs>(
+    return render<kargs::BiasReduceArgs>(
         fmt::format("bias_grad_reduce_{}{}", dtype_name(s.out_dtype), s.accumulate ? "_acc" : ""),
         fmt::format("using O = {};\nconstexpr bool kAccumulate = {};\nconstexpr int kChunkRows = {};\n",
                     dtype_cuda_type(s.out_dtype), s.accumulate, kChunkRows),
@@ -80,7 +80,7 @@ void bias_grad(Context &ctx, const BiasGradSpec &spec, const BiasGradArgs &a, co
         s1.grid_y = col_blocks(a.cols);
         s1.block_x = kColThreads;
         ctx.launch(*kernels.partial, s1, a.stream,
-                   abi::BiasPartialArgs{a.m, a.scale, a.offsets, a.num_experts, a.cols,
+                   kargs::BiasPartialArgs{a.m, a.scale, a.offsets, a.num_experts, a.cols,
                                         static_cast<float *>(a.workspace)});
     }
     // rows == 0: offsets are all zero, so every expert is empty and stage 2 reads no partial.
@@ -89,12 +89,12 @@ void bias_grad(Context &ctx, const BiasGradSpec &spec, const BiasGradArgs &a, co
     s2.grid_y = col_blocks(a.cols);
     s2.block_x = kColThreads;
     ctx.launch(*kernels.reduce, s2, a.stream,
-               abi::BiasReduceArgs{static_cast<const float *>(a.workspace), a.offsets, a.cols, a.out});
+               kargs::BiasReduceArgs{static_cast<const float *>(a.workspace), a.offsets, a.cols, a.out});
 }
 
 KernelSource render_bias_row_dot(DType dtype) {
     MOEJIT_REQUIRE(is_half_precision(dtype), "bias row dot: dtype is {}, expected bf16 or fp16", dtype_name(dtype));
-    return render<abi::BiasRowDotArgs>(
+    return render<kargs::BiasRowDotArgs>(
         fmt::format("bias_row_dot_{}", dtype_name(dtype)),
         fmt::format("using T = {};\nconstexpr int kWarps = {};\n", dtype_cuda_type(dtype), kDotWarps),
         "row_dot_kernel", fmt::format("{}, T, kWarps", 32u * kDotWarps));
@@ -112,7 +112,7 @@ void bias_row_dot(Context &ctx, const BiasRowDotArgs &a, const Kernel &kernel) {
     s.grid_x = static_cast<std::uint32_t>((a.rows + kDotWarps - 1) / kDotWarps);
     s.block_x = 32u * kDotWarps;
     ctx.launch(kernel, s, a.stream,
-               abi::BiasRowDotArgs{a.dy, a.bias, a.offsets, a.num_experts, a.rows, a.cols, a.d_w_s});
+               kargs::BiasRowDotArgs{a.dy, a.bias, a.offsets, a.num_experts, a.rows, a.cols, a.d_w_s});
 }
 
 }  // namespace moejit

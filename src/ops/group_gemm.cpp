@@ -177,7 +177,7 @@ void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
     const Kernel &kernel = bound ? *bound->main : ctx.kernel(render_group_gemm_nk(spec));
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
     ctx.launch(kernel, shape, ops.stream,
-               abi::GemmNkArgs{ops.a, ops.b, ops.c, ops.offsets, static_cast<int>(ops.rows), ops.num_experts,
+               kargs::GemmNkArgs{ops.a, ops.b, ops.c, ops.offsets, static_cast<int>(ops.rows), ops.num_experts,
                                static_cast<int>(m_bound)});
 }
 
@@ -201,7 +201,7 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
     // With rows == 0 nothing is read: a and b may be null; pass c so addresses stay valid.
     const void *a = ops.a ? ops.a : ops.c, *b = ops.b ? ops.b : ops.c;
     ctx.launch(kernel, shape, ops.stream,
-               abi::GemmMnArgs{a, b, ops.c, ops.offsets, static_cast<int>(ops.rows), ops.num_experts});
+               kargs::GemmMnArgs{a, b, ops.c, ops.offsets, static_cast<int>(ops.rows), ops.num_experts});
 }
 
 // Tuning (the context's Config::tuning()): a tunable spec's tile becomes the problem's tuned
@@ -320,7 +320,7 @@ KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
     validate_shape(s, "");
     require_engine_features(s.tile, problem_of(s, 0, 1));
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_nk_sm90(s);
-    return render_gemm_unit<abi::GemmNkArgs>(
+    return render_gemm_unit<kargs::GemmNkArgs>(
         mma_unit("nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
                  fmt::format("{}, {}, {}, {}", s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate))));
 }
@@ -328,7 +328,7 @@ KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
 KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
     validate_shape(s, "");
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_mn_sm90(s);
-    return render_gemm_unit<abi::GemmMnArgs>(mma_unit("mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+    return render_gemm_unit<kargs::GemmMnArgs>(mma_unit("mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
                                                       fmt::format("{}, {}, {}", s.m, s.n, bool_text(s.accumulate))));
 }
 

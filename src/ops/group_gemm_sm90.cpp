@@ -22,9 +22,9 @@ namespace {
 // (copied in, so the host's alignment of either does not matter). Its own 64-byte alignment is
 // what TMA needs of a descriptor in parameter space; CUDA 13's cuda.h aligns CUtensorMap to 128
 // (CUDA 12's to 64), so the assertion is "at least as strict", not "equal".
-static_assert(sizeof(abi::TmaDesc) == sizeof(CUtensorMap), "abi::TmaDesc must have CUtensorMap's size");
-static_assert(alignof(abi::TmaDesc) == 64 && alignof(CUtensorMap) % alignof(abi::TmaDesc) == 0,
-              "abi::TmaDesc must be 64-byte aligned, and CUtensorMap at least as strictly");
+static_assert(sizeof(kargs::TmaDesc) == sizeof(CUtensorMap), "kargs::TmaDesc must have CUtensorMap's size");
+static_assert(alignof(kargs::TmaDesc) == 64 && alignof(CUtensorMap) % alignof(kargs::TmaDesc) == 0,
+              "kargs::TmaDesc must be 64-byte aligned, and CUtensorMap at least as strictly");
 static_assert(std::is_trivially_copyable_v<CUtensorMap>, "tensor maps are copied bytewise into the arguments");
 
 constexpr cuuint32_t kChunk = 64;  // elements in one 128-byte swizzle row
@@ -39,7 +39,7 @@ CUtensorMapDataType tma_type(DType dtype) {
 // box[] elements with 128-byte swizzle (box[0] = 64 elements = 128 bytes); out-of-bounds
 // elements read as 0. row_elems > 0: dims[1]'s stride in elements, when rows are wider than
 // dims[0] (a column range of a wider matrix).
-abi::TmaDesc encode_map(DType dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
+kargs::TmaDesc encode_map(DType dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
                        std::initializer_list<cuuint32_t> box, std::int64_t row_elems = 0) {
     cuuint64_t d[3], strides[2];
     cuuint32_t b[3];
@@ -61,7 +61,7 @@ abi::TmaDesc encode_map(DType dtype, const void *ptr, std::initializer_list<std:
                                      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-    abi::TmaDesc desc;
+    kargs::TmaDesc desc;
     std::memcpy(&desc, &map, sizeof desc);
     return desc;
 }
@@ -99,7 +99,7 @@ std::string glu_policy(const GemmNkSpec &s) {
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_nk_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
-    return render_gemm_unit<abi::Sm90NkArgs>(
+    return render_gemm_unit<kargs::Sm90NkArgs>(
         wgmma_unit("nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
                    fmt::format("{}, {}, {}, {}, {}, {}, {}", s.n, s.k, s.k_split, bool_text(s.b_transposed),
                                bool_text(s.accumulate), bool_text(s.gather_a), glu_policy(s))));
@@ -108,14 +108,14 @@ KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
 KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_mn_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
-    return render_gemm_unit<abi::Sm90MnArgs>(wgmma_unit("mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+    return render_gemm_unit<kargs::Sm90MnArgs>(wgmma_unit("mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
                                                         fmt::format("{}, {}, {}", s.m, s.n, bool_text(s.accumulate))));
 }
 
 KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
     const std::string name =
         fmt::format("split_reduce_c{}_m{}_n{}{}", dtype_name(s.c_dtype), s.m, s.n, s.accumulate ? "_acc" : "");
-    return instantiate_kernel<abi::SplitReduceArgs>(
+    return instantiate_kernel<kargs::SplitReduceArgs>(
         {name, "sm90/kernels.cuh", "split same_mn reduction: " + name, "", "moejit::sm90::split_reduce_kernel",
          fmt::format("{}, {}, {}, {}, {}", kReduceThreads, dtype_cuda_type(s.c_dtype), s.m, s.n,
                      bool_text(s.accumulate))});
@@ -149,28 +149,28 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     };
     // Two operand pairs split K at k_split; each map covers its own pair's K.
     const std::int64_t k1 = spec.k_split > 0 ? spec.k_split : spec.k;
-    const abi::TmaDesc tma_b = b_map(ops.b, k1);
+    const kargs::TmaDesc tma_b = b_map(ops.b, k1);
     // A gathered A has no map, nor has a missing second pair (B's stands in, never read).
-    const abi::TmaDesc tma_a = gather_a ? tma_b : a_map(ops.a, k1);
-    const abi::TmaDesc tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1) : tma_b;
-    const abi::TmaDesc tma_b2 = spec.k_split > 0              ? b_map(ops.b2, spec.k - k1)
+    const kargs::TmaDesc tma_a = gather_a ? tma_b : a_map(ops.a, k1);
+    const kargs::TmaDesc tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1) : tma_b;
+    const kargs::TmaDesc tma_b2 = spec.k_split > 0              ? b_map(ops.b2, spec.k - k1)
                                : glu && !spec.swiglu.merged ? b_map(ops.b2, spec.k)
                                                             : tma_b;
     // C [S, N] in 64 x 64 boxes (the register epilogue has none: B's map stands in); with the SwiGLU epilogue g (C) and u (tma_c2), each [S, I] with
     // row stride I (split) or 2I (merged, u at column I), so ragged chunks clip at I.
     const std::int64_t I = spec.n / 2, ld = spec.swiglu.merged ? spec.n : I;
-    const abi::TmaDesc tma_c = !spec.tile.tma_store ? tma_b
+    const kargs::TmaDesc tma_c = !spec.tile.tma_store ? tma_b
                               : glu ? encode_map(spec.c_dtype, ops.c, {I, ops.rows}, {kChunk, kChunk}, ld)
                                     : encode_map(spec.c_dtype, ops.c, {spec.n, ops.rows}, {kChunk, kChunk});
-    const abi::TmaDesc tma_c2 = spec.tile.tma_store && glu
+    const kargs::TmaDesc tma_c2 = spec.tile.tma_store && glu
                                    ? encode_map(spec.c_dtype, ops.glu.up, {I, ops.rows}, {kChunk, kChunk}, ld)
                                    : tma_b;
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
     ctx.launch(kernel, shape, ops.stream,
-               abi::Sm90NkArgs{tma_a, tma_b, tma_c, tma_a2, tma_b2, tma_c2, ops.c, gather_a ? ops.a : nullptr,
+               kargs::Sm90NkArgs{tma_a, tma_b, tma_c, tma_a2, tma_b2, tma_c2, ops.c, gather_a ? ops.a : nullptr,
                                gather_a ? ops.row_token : nullptr, ops.offsets, static_cast<int>(ops.rows),
                                ops.num_experts, static_cast<int>(m_tile_bound),
-                               abi::GluArgs{ops.glu.up, ops.glu.aw, ops.glu.w_s, ops.glu.limit}});
+                               kargs::GluArgs{ops.glu.up, ops.glu.aw, ops.glu.w_s, ops.glu.limit}});
 }
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,
@@ -191,10 +191,10 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     const void *stand_in = reinterpret_cast<const void *>(reinterpret_cast<std::uintptr_t>(ops.c) & ~std::uintptr_t{15});
     const void *a = empty ? stand_in : ops.a, *b = empty ? stand_in : ops.b;
     const std::int64_t map_rows = empty ? 1 : ops.rows;
-    const abi::TmaDesc tma_a = encode_map(spec.dtype, a, {spec.m, map_rows}, {kChunk, bk});
-    const abi::TmaDesc tma_b = encode_map(spec.dtype, b, {spec.n, map_rows}, {kChunk, bk});
+    const kargs::TmaDesc tma_a = encode_map(spec.dtype, a, {spec.m, map_rows}, {kChunk, bk});
+    const kargs::TmaDesc tma_b = encode_map(spec.dtype, b, {spec.n, map_rows}, {kChunk, bk});
     // C [E, M, N] in 64 x 64 boxes, clipped at M and N inside each expert.
-    const abi::TmaDesc tma_c = spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, spec.m, ops.num_experts},
+    const kargs::TmaDesc tma_c = spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, spec.m, ops.num_experts},
                                                                {kChunk, kChunk, 1})
                                                   : tma_a;
     // The split (long reductions in segments, fp32 partials in the workspace) when the
@@ -221,7 +221,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
                                                                          mn_split_partials_offset(experts))
                                            : nullptr;
     ctx.launch(kernel, shape, ops.stream,
-               abi::Sm90MnArgs{tma_a, tma_b, tma_c, ops.c, ops.offsets, rows, experts, split_rows, max_slots, index,
+               kargs::Sm90MnArgs{tma_a, tma_b, tma_c, ops.c, ops.offsets, rows, experts, split_rows, max_slots, index,
                                partials});
     if (split.split_rows == 0) return;
     const Kernel &reduce = bound && bound->reduce ? *bound->reduce : ctx.kernel(render_split_reduce_sm90(spec));
@@ -232,7 +232,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
         std::min<std::int64_t>((quads + kReduceThreads - 1) / kReduceThreads, std::int64_t{8} * ctx.sm_count()));
     rshape.block_x = kReduceThreads;
     ctx.launch(reduce, rshape, ops.stream,
-               abi::SplitReduceArgs{ops.c, ops.offsets, rows, experts, split_rows, max_slots, index, partials});
+               kargs::SplitReduceArgs{ops.c, ops.offsets, rows, experts, split_rows, max_slots, index, partials});
 }
 
 }  // namespace moejit

@@ -35,7 +35,7 @@ template <class Args> KernelSource render_chunk_kernel(const RoutingSpec &spec, 
 
 KernelSource render_row_scan() {
     const std::string name = "routing_row_scan";
-    return instantiate_kernel<abi::RoutingRowScanArgs>(
+    return instantiate_kernel<kargs::RoutingRowScanArgs>(
         {name, "routing.cuh", "routing index, per-expert scan over chunks: " + name,
          fmt::format("constexpr int kMaxChunks = {};\n", kTargetChunks), "moejit::routing::row_scan_kernel",
          fmt::format("{}, kMaxChunks", kRowScanWarps * 32)});
@@ -98,9 +98,9 @@ std::size_t routing_index_workspace_size(std::int64_t num_tokens, std::int32_t t
 RoutingKernels render_routing_index(const RoutingSpec &spec) {
     validate_routing_spec(spec);
     RoutingKernels k;
-    k.histogram = render_chunk_kernel<abi::RoutingHistogramArgs>(spec, "histogram");
+    k.histogram = render_chunk_kernel<kargs::RoutingHistogramArgs>(spec, "histogram");
     k.row_scan = render_row_scan();
-    k.rank = render_chunk_kernel<abi::RoutingRankArgs>(spec, "rank");
+    k.rank = render_chunk_kernel<kargs::RoutingRankArgs>(spec, "rank");
     return k;
 }
 
@@ -162,7 +162,7 @@ void launch_routing_index(Context &ctx, const RoutingIndexArgs &args,
     hist_shape.grid_x = static_cast<std::uint32_t>(chunking.num_chunks);  // 0 for T = 0: a no-op
     hist_shape.block_x = threads;
     ctx.launch(*kernels.histogram, hist_shape, args.stream,
-               abi::RoutingHistogramArgs{args.selected_experts, chunking.rows, chunking.rows_per_warp,
+               kargs::RoutingHistogramArgs{args.selected_experts, chunking.rows, chunking.rows_per_warp,
                                          chunking.num_chunks, hist});
 
     LaunchShape scan_shape;
@@ -170,14 +170,14 @@ void launch_routing_index(Context &ctx, const RoutingIndexArgs &args,
         (static_cast<std::uint32_t>(args.num_experts) + kRowScanWarps - 1) / kRowScanWarps;
     scan_shape.block_x = kRowScanWarps * 32;
     ctx.launch(*kernels.row_scan, scan_shape, args.stream,
-               abi::RoutingRowScanArgs{hist, chunking.num_chunks, args.num_experts, args.counts});
+               kargs::RoutingRowScanArgs{hist, chunking.num_chunks, args.num_experts, args.counts});
 
     // At least one block: block 0 writes offsets even when there are no routes.
     LaunchShape rank_shape;
     rank_shape.grid_x = static_cast<std::uint32_t>(std::max(chunking.num_chunks, 1));
     rank_shape.block_x = threads;
     ctx.launch(*kernels.rank, rank_shape, args.stream,
-               abi::RoutingRankArgs{args.selected_experts, chunking.rows, chunking.rows_per_warp, chunking.num_chunks,
+               kargs::RoutingRankArgs{args.selected_experts, chunking.rows, chunking.rows_per_warp, chunking.num_chunks,
                                     hist, args.counts, args.offsets, args.scatter_index});
 }
 

@@ -146,7 +146,7 @@ void validate_weight_dtype(DType weight_dtype) {
 
 KernelSource render_scatter(const ScatterSpec &spec) {
     validate_scatter_spec(spec);
-    return render_rows<abi::ScatterArgs>(
+    return render_rows<kargs::ScatterArgs>(
         "scatter", fmt::format("scatter_{}_h{}_k{}", dtype_name(spec.dtype), spec.hidden_size, spec.top_k),
         fmt::format("using T = {};\nconstexpr int kTopK = {};\n", dtype_cuda_type(spec.dtype),
                     spec.top_k),
@@ -156,7 +156,7 @@ KernelSource render_scatter(const ScatterSpec &spec) {
 KernelSource render_gather(const GatherSpec &spec) {
     validate_gather_spec(spec);
     const bool weighted = spec.weight_dtype != static_cast<DType>(0);
-    return render_rows<abi::GatherArgs>(
+    return render_rows<kargs::GatherArgs>(
         "gather",
         fmt::format("gather_{}_h{}_k{}_w{}{}", dtype_name(spec.dtype), spec.hidden_size,
                     spec.top_k, weighted ? dtype_name(spec.weight_dtype) : "none", spec.bias ? "_bias" : ""),
@@ -169,11 +169,11 @@ KernelSource render_gather(const GatherSpec &spec) {
 }
 
 KernelSource render_scatter_weights(DType weight_dtype) {
-    return render_weights<abi::ScatterWeightsArgs>("scatter_weights", weight_dtype);
+    return render_weights<kargs::ScatterWeightsArgs>("scatter_weights", weight_dtype);
 }
 
 KernelSource render_gather_weights(DType weight_dtype) {
-    return render_weights<abi::GatherWeightsArgs>("gather_weights", weight_dtype);
+    return render_weights<kargs::GatherWeightsArgs>("gather_weights", weight_dtype);
 }
 
 namespace {
@@ -193,7 +193,7 @@ void scatter_impl(Context &ctx, const ScatterArgs &args, Kernel *preloaded) {
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_scatter(args.spec));
     ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream,
-               abi::ScatterArgs{args.x, args.scatter_index, args.num_tokens, args.xs});
+               kargs::ScatterArgs{args.x, args.scatter_index, args.num_tokens, args.xs});
 }
 
 void gather_impl(Context &ctx, const GatherArgs &args, Kernel *preloaded) {
@@ -218,7 +218,7 @@ void gather_impl(Context &ctx, const GatherArgs &args, Kernel *preloaded) {
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_gather(spec));
     ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream,
-               abi::GatherArgs{args.ys, args.scatter_index, args.weights, args.num_tokens, args.out, args.bias,
+               kargs::GatherArgs{args.ys, args.scatter_index, args.weights, args.num_tokens, args.out, args.bias,
                                args.bias_scale, args.offsets, args.num_experts});
 }
 
@@ -236,7 +236,7 @@ void scatter_weights_impl(Context &ctx, const WeightsScatterArgs &args, Kernel *
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_scatter_weights(args.weight_dtype));
     ctx.launch(kernel, flat_launch(rows), args.stream,
-               abi::ScatterWeightsArgs{args.weights, args.scatter_index, rows, args.w_s, args.row_token, args.top_k});
+               kargs::ScatterWeightsArgs{args.weights, args.scatter_index, rows, args.w_s, args.row_token, args.top_k});
 }
 
 void gather_weights_impl(Context &ctx, const WeightsGatherArgs &args, Kernel *preloaded) {
@@ -252,7 +252,7 @@ void gather_weights_impl(Context &ctx, const WeightsGatherArgs &args, Kernel *pr
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_gather_weights(args.weight_dtype));
     ctx.launch(kernel, flat_launch(rows), args.stream,
-               abi::GatherWeightsArgs{args.d_w_s, args.scatter_index, rows, args.d_weights});
+               kargs::GatherWeightsArgs{args.d_w_s, args.scatter_index, rows, args.d_weights});
 }
 
 }  // namespace

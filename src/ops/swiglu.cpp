@@ -128,13 +128,13 @@ void validate_swiglu_spec(const SwigluSpec &spec) {
 }
 
 KernelSource render_swiglu_forward(const SwigluSpec &spec) {
-    return render<abi::GatedForwardArgs>(spec, "fwd", "gated_forward", spec.has_bias ? ", true" : ", false");
+    return render<kargs::GatedForwardArgs>(spec, "fwd", "gated_forward", spec.has_bias ? ", true" : ", false");
 }
 
 KernelSource render_swiglu_backward(const SwigluSpec &spec) {
     SwigluSpec s = spec;
     s.has_bias = false;  // the backward reads the forward's biased g and u
-    return render<abi::GatedBackwardArgs>(s, "bwd", "gated_backward", "");
+    return render<kargs::GatedBackwardArgs>(s, "bwd", "gated_backward", "");
 }
 
 SwigluSpec swiglu_spec(const SwigluForwardArgs &args) {
@@ -171,7 +171,7 @@ void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *b
     if (args.rows == 0) return;
     const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_forward(spec));
     ctx.launch(kernel, launch_shape(args.rows), args.stream,
-               abi::GatedForwardArgs{gate, up, args.w_s, args.a, args.aw, args.rows, args.limit, args.alpha, args.bias,
+               kargs::GatedForwardArgs{gate, up, args.w_s, args.a, args.aw, args.rows, args.limit, args.alpha, args.bias,
                                      args.offsets, args.num_experts});
 }
 
@@ -204,7 +204,7 @@ void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel 
     }
     const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_backward(spec));
     ctx.launch(kernel, launch_shape(args.rows), args.stream,
-               abi::GatedBackwardArgs{gate, up, args.w_s, args.daw, d_gate, d_up, args.d_w_s, args.aw, args.rows,
+               kargs::GatedBackwardArgs{gate, up, args.w_s, args.daw, d_gate, d_up, args.d_w_s, args.aw, args.rows,
                                       args.limit, args.alpha});
 }
 

@@ -92,7 +92,7 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
 // the rounded g and u as the standalone SwiGLU kernel computes it: bitwise the same results.
 // With EPI_TMA (BN >= 128) g and u of full 64-row halves leave through the staging tile and
 // TMA (tma_c over g, tma_c2 over u, each [S, I] with row stride LD), aw from registers.
-using GluArgs = abi::GluArgs;  // up, aw, w_s, limit (kernel_args.h)
+using GluArgs = kargs::GluArgs;  // up, aw, w_s, limit (kernel_args.h)
 
 struct NoGlu {
     static constexpr bool ON = false;

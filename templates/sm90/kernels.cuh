@@ -12,7 +12,7 @@ namespace sm90 {
 
 template <int THREADS, class Cfg, int N, int K, int K_SPLIT, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A,
           class Glu>
-__global__ void __launch_bounds__(THREADS, 1) group_gemm_nk_kernel(const __grid_constant__ abi::Sm90NkArgs args) {
+__global__ void __launch_bounds__(THREADS, 1) group_gemm_nk_kernel(const __grid_constant__ kargs::Sm90NkArgs args) {
     group_gemm_nk_sm90<Cfg, N, K, K_SPLIT, B_TRANSPOSED, ACCUMULATE, GATHER_A, Glu>(
         args.tma_a, args.tma_b, args.tma_c, args.tma_a2, args.tma_b2, args.tma_c2,
         static_cast<typename Cfg::CT *>(args.c), static_cast<const typename Cfg::T *>(args.gather_src),
@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(THREADS, 1) group_gemm_nk_kernel(const __grid_
 }
 
 template <int THREADS, class Cfg, int M, int N, bool ACCUMULATE>
-__global__ void __launch_bounds__(THREADS, 1) group_gemm_mn_kernel(const __grid_constant__ abi::Sm90MnArgs args) {
+__global__ void __launch_bounds__(THREADS, 1) group_gemm_mn_kernel(const __grid_constant__ kargs::Sm90MnArgs args) {
     group_gemm_mn_sm90<Cfg, M, N, ACCUMULATE>(args.tma_a, args.tma_b, args.tma_c,
                                               static_cast<typename Cfg::CT *>(args.c), args.offsets, args.rows,
                                               args.num_experts, args.split_rows, args.max_slots,
@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(THREADS, 1) group_gemm_mn_kernel(const __grid_
 }
 
 template <int THREADS, class CT, int M, int N, bool ACCUMULATE>
-__global__ void __launch_bounds__(THREADS) split_reduce_kernel(const __grid_constant__ abi::SplitReduceArgs args) {
+__global__ void __launch_bounds__(THREADS) split_reduce_kernel(const __grid_constant__ kargs::SplitReduceArgs args) {
     split_reduce_sm90<CT, M, N, ACCUMULATE, THREADS>(static_cast<CT *>(args.c), args.offsets, args.rows,
                                                      args.num_experts, args.split_rows, args.max_slots, args.index,
                                                      args.partials);

@@ -12,7 +12,7 @@ namespace sm90 {
 
 // A CUtensorMap as the device sees it (kernel_args.h): inside the __grid_constant__ kernel
 // parameter, so TMA reads it from parameter space.
-using TmaDesc = abi::TmaDesc;
+using TmaDesc = kargs::TmaDesc;
 
 __device__ __forceinline__ unsigned smem_u32(const void *p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -142,8 +142,8 @@ BOOST_AUTO_TEST_CASE(parameter_layout_is_checked_at_load_and_launch) {
     Kernel &k = ctx.kernel(scale_kernel(7));
     LaunchShape shape;
     shape.block_x = 32;
-    static_assert(sizeof(moejit::abi::GatherWeightsArgs) != sizeof(ScaleArgs));
-    BOOST_CHECK_THROW(ctx.launch(k, shape, nullptr, moejit::abi::GatherWeightsArgs{}), Error);
+    static_assert(sizeof(moejit::kargs::GatherWeightsArgs) != sizeof(ScaleArgs));
+    BOOST_CHECK_THROW(ctx.launch(k, shape, nullptr, moejit::kargs::GatherWeightsArgs{}), Error);
 }
 
 MOEJIT_GPU_TEST_MAIN("jit_gpu")
