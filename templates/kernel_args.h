@@ -208,25 +208,26 @@ struct Sm90NkArgs {
     GluArgs glu;
 };
 
-struct Sm90MnArgs {
-    TmaDesc tma_a, tma_b, tma_c;
+// What a same_mn launch and its split reduction share: C, the rows' experts and the split
+// (the reduction sums the partials the GEMM left for exactly these).
+struct MnSplitTarget {
     void *c;  // [E, M, N] CT
     const int *offsets;
     int rows;
     int num_experts;
     int split_rows;
     int max_slots;
+};
+
+struct Sm90MnArgs {
+    TmaDesc tma_a, tma_b, tma_c;
+    MnSplitTarget out;
     int *partials_index;
     float *partials;
 };
 
 struct SplitReduceArgs {
-    void *c;  // [E, M, N] CT
-    const int *offsets;
-    int rows;
-    int num_experts;
-    int split_rows;
-    int max_slots;
+    MnSplitTarget out;
     const int *index;
     const float *partials;
 };

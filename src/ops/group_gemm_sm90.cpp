@@ -220,9 +220,8 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     float *partials = split.split_rows > 0 ? reinterpret_cast<float *>(static_cast<char *>(ops.workspace) +
                                                                          mn_split_partials_offset(experts))
                                            : nullptr;
-    ctx.launch(kernel, shape, ops.stream,
-               kargs::Sm90MnArgs{tma_a, tma_b, tma_c, ops.c, ops.offsets, rows, experts, split_rows, max_slots, index,
-                               partials});
+    const kargs::MnSplitTarget out{ops.c, ops.offsets, rows, experts, split_rows, max_slots};
+    ctx.launch(kernel, shape, ops.stream, kargs::Sm90MnArgs{tma_a, tma_b, tma_c, out, index, partials});
     if (split.split_rows == 0) return;
     const Kernel &reduce = bound && bound->reduce ? *bound->reduce : ctx.kernel(render_split_reduce_sm90(spec));
     LaunchShape rshape;
@@ -231,8 +230,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     rshape.grid_x = static_cast<std::uint32_t>(
         std::min<std::int64_t>((quads + kReduceThreads - 1) / kReduceThreads, std::int64_t{8} * ctx.sm_count()));
     rshape.block_x = kReduceThreads;
-    ctx.launch(reduce, rshape, ops.stream,
-               kargs::SplitReduceArgs{ops.c, ops.offsets, rows, experts, split_rows, max_slots, index, partials});
+    ctx.launch(reduce, rshape, ops.stream, kargs::SplitReduceArgs{out, index, partials});
 }
 
 }  // namespace moejit

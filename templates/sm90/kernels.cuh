@@ -21,17 +21,17 @@ __global__ void __launch_bounds__(THREADS, 1) group_gemm_nk_kernel(const __grid_
 
 template <int THREADS, class Cfg, int M, int N, bool ACCUMULATE>
 __global__ void __launch_bounds__(THREADS, 1) group_gemm_mn_kernel(const __grid_constant__ kargs::Sm90MnArgs args) {
-    group_gemm_mn_sm90<Cfg, M, N, ACCUMULATE>(args.tma_a, args.tma_b, args.tma_c,
-                                              static_cast<typename Cfg::CT *>(args.c), args.offsets, args.rows,
-                                              args.num_experts, args.split_rows, args.max_slots,
+    const kargs::MnSplitTarget &o = args.out;
+    group_gemm_mn_sm90<Cfg, M, N, ACCUMULATE>(args.tma_a, args.tma_b, args.tma_c, static_cast<typename Cfg::CT *>(o.c),
+                                              o.offsets, o.rows, o.num_experts, o.split_rows, o.max_slots,
                                               args.partials_index, args.partials);
 }
 
 template <int THREADS, class CT, int M, int N, bool ACCUMULATE>
 __global__ void __launch_bounds__(THREADS) split_reduce_kernel(const __grid_constant__ kargs::SplitReduceArgs args) {
-    split_reduce_sm90<CT, M, N, ACCUMULATE, THREADS>(static_cast<CT *>(args.c), args.offsets, args.rows,
-                                                     args.num_experts, args.split_rows, args.max_slots, args.index,
-                                                     args.partials);
+    const kargs::MnSplitTarget &o = args.out;
+    split_reduce_sm90<CT, M, N, ACCUMULATE, THREADS>(static_cast<CT *>(o.c), o.offsets, o.rows, o.num_experts,
+                                                     o.split_rows, o.max_slots, args.index, args.partials);
 }
 
 }  // namespace sm90
