@@ -10,6 +10,7 @@
 #pragma once
 
 #include "moejit_common.cuh"
+#include "kernel_args.h"
 
 namespace moejit {
 namespace bias {
@@ -79,6 +80,26 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ dy, const T *__res
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
     if (lane == 0) d_w_s[row] += acc;
+}
+
+// ---------------------------------------------------------------- kernels
+// Each takes its one argument struct (kernel_args.h); the JIT renders an explicit instantiation.
+
+template <int THREADS, class T, bool kScale, int kChunkRows>
+__global__ void __launch_bounds__(THREADS) colsum_partial_kernel(const __grid_constant__ kargs::BiasPartialArgs args) {
+    colsum_partial<T, kScale, kChunkRows>(static_cast<const T *>(args.m), args.scale, args.offsets, args.num_experts,
+                                          args.cols, args.partial);
+}
+
+template <int THREADS, class O, bool kAccumulate, int kChunkRows>
+__global__ void __launch_bounds__(THREADS) colsum_reduce_kernel(const __grid_constant__ kargs::BiasReduceArgs args) {
+    colsum_reduce<O, kAccumulate, kChunkRows>(args.partial, args.offsets, args.cols, static_cast<O *>(args.out));
+}
+
+template <int THREADS, class T, int kWarpsPerBlock>
+__global__ void __launch_bounds__(THREADS) row_dot_kernel(const __grid_constant__ kargs::BiasRowDotArgs args) {
+    row_dot<T, kWarpsPerBlock>(static_cast<const T *>(args.dy), static_cast<const T *>(args.bias), args.offsets,
+                               args.num_experts, args.rows, args.cols, args.d_w_s);
 }
 
 }  // namespace bias

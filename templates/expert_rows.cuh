@@ -4,6 +4,7 @@
 #pragma once
 
 #include "moejit_common.cuh"
+#include "kernel_args.h"
 
 namespace moejit {
 namespace rows {
@@ -39,6 +40,20 @@ __device__ __forceinline__ void add_bias(T *__restrict__ ys, const T *__restrict
 #pragma unroll
     for (int n = 0; n < V::kCount; ++n) out.v[n] = from_float<T>(fmaf(w, to_float(b.v[n]), to_float(out.v[n])));
     *y = out;
+}
+
+// ---------------------------------------------------------------- kernels
+// Each takes its one argument struct (kernel_args.h); the JIT renders an explicit instantiation.
+
+template <int THREADS, bool kWeights, bool kRowToken>
+__global__ void __launch_bounds__(THREADS) prepare_kernel(const __grid_constant__ kargs::PrepareRowsArgs args) {
+    prepare<kWeights, kRowToken>(args.weights, args.rows, args.w_s, args.row_token);
+}
+
+template <int THREADS, class T>
+__global__ void __launch_bounds__(THREADS) add_bias_kernel(const __grid_constant__ kargs::AddRowBiasArgs args) {
+    add_bias<T>(static_cast<T *>(args.ys), static_cast<const T *>(args.bias), args.w_s, args.offsets,
+                args.num_experts, args.rows, args.cols);
 }
 
 }  // namespace rows

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "moejit_common.cuh"
+#include "kernel_args.h"
 #include "group_gemm_schedule.cuh"
 #include "expert_scan.cuh"
 
@@ -441,6 +442,24 @@ __device__ __forceinline__ void group_gemm_mn(const typename Cfg::T *__restrict_
             c + (static_cast<long long>(tc.expert) * M + m0) * N + n0;
         store_tile<Cfg, ACCUMULATE>(acc, c_tile, N, M - m0, N - n0, warp_m0, warp_n0, lane);
     }
+}
+
+// ---------------------------------------------------------------- kernels
+// Each takes its one argument struct (kernel_args.h); the JIT renders an explicit instantiation.
+
+template <int THREADS, int MIN_BLOCKS, class Cfg, int N, int K, bool B_TRANSPOSED, bool ACCUMULATE>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) group_gemm_nk_kernel(const __grid_constant__ kargs::GemmNkArgs args) {
+    group_gemm_nk<Cfg, N, K, B_TRANSPOSED, ACCUMULATE>(
+        static_cast<const typename Cfg::T *>(args.a), static_cast<const typename Cfg::T *>(args.b),
+        static_cast<typename Cfg::CT *>(args.c), args.offsets, args.rows, args.num_experts, args.m_tile_bound);
+}
+
+template <int THREADS, int MIN_BLOCKS, class Cfg, int M, int N, bool ACCUMULATE>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) group_gemm_mn_kernel(const __grid_constant__ kargs::GemmMnArgs args) {
+    group_gemm_mn<Cfg, M, N, ACCUMULATE>(static_cast<const typename Cfg::T *>(args.a),
+                                         static_cast<const typename Cfg::T *>(args.b),
+                                         static_cast<typename Cfg::CT *>(args.c), args.offsets, args.rows,
+                                         args.num_experts);
 }
 
 }  // namespace gg

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "moejit_common.cuh"
+#include "kernel_args.h"
 
 namespace moejit {
 namespace routing {
@@ -202,6 +203,26 @@ __device__ __forceinline__ void rank(const Id *__restrict__ selected, long long 
         if (in) scatter_index[p] = index;
         __syncwarp();
     }
+}
+
+// ---------------------------------------------------------------- kernels
+// Each takes its one argument struct (kernel_args.h); the JIT renders an explicit instantiation.
+
+template <int THREADS, class Id, int E, int kWarps>
+__global__ void __launch_bounds__(THREADS) histogram_kernel(const __grid_constant__ kargs::RoutingHistogramArgs args) {
+    histogram<Id, E, kWarps>(static_cast<const Id *>(args.selected), args.rows, args.rows_per_warp, args.num_chunks,
+                             args.hist);
+}
+
+template <int THREADS, int kMaxChunks>
+__global__ void __launch_bounds__(THREADS) row_scan_kernel(const __grid_constant__ kargs::RoutingRowScanArgs args) {
+    row_scan<kMaxChunks>(args.hist, args.num_chunks, args.num_experts, args.counts);
+}
+
+template <int THREADS, class Id, int E, int kWarps>
+__global__ void __launch_bounds__(THREADS) rank_kernel(const __grid_constant__ kargs::RoutingRankArgs args) {
+    rank<Id, E, kWarps>(static_cast<const Id *>(args.selected), args.rows, args.rows_per_warp, args.num_chunks,
+                        args.chunk_prefix, args.counts, args.offsets, args.scatter_index);
 }
 
 }  // namespace routing

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "moejit_common.cuh"
+#include "kernel_args.h"
 
 namespace moejit {
 namespace sg {
@@ -151,6 +152,35 @@ __device__ __forceinline__ void gather_weights(const float *__restrict__ d_w_s,
     if (p >= rows) return;
     const int src = scatter_index[p];
     d_weights[p] = from_float<W>(valid_row(src, rows) ? d_w_s[src] : 0.0f);
+}
+
+// ---------------------------------------------------------------- kernels
+// Each takes its one argument struct (kernel_args.h); the JIT renders an explicit instantiation.
+
+template <int THREADS, class T, int H, int K, int kThreadsPerRow, int kVecsPerThread, int kRowsPerBlock>
+__global__ void __launch_bounds__(THREADS) scatter_kernel(const __grid_constant__ kargs::ScatterArgs args) {
+    scatter<T, H, K, kThreadsPerRow, kVecsPerThread, kRowsPerBlock>(
+        static_cast<const T *>(args.x), args.scatter_index, args.num_tokens, static_cast<T *>(args.xs));
+}
+
+template <int THREADS, class T, class W, bool kWeighted, bool kBias, int H, int K, int kThreadsPerRow,
+          int kVecsPerThread, int kRowsPerBlock>
+__global__ void __launch_bounds__(THREADS) gather_kernel(const __grid_constant__ kargs::GatherArgs args) {
+    gather<T, W, kWeighted, kBias, H, K, kThreadsPerRow, kVecsPerThread, kRowsPerBlock>(
+        static_cast<const T *>(args.ys), args.scatter_index, static_cast<const W *>(args.weights), args.num_tokens,
+        static_cast<T *>(args.out), static_cast<const T *>(args.bias), args.bias_scale, args.offsets,
+        args.num_experts);
+}
+
+template <int THREADS, class W>
+__global__ void __launch_bounds__(THREADS) scatter_weights_kernel(const __grid_constant__ kargs::ScatterWeightsArgs args) {
+    scatter_weights<W>(static_cast<const W *>(args.weights), args.scatter_index, args.rows, args.w_s, args.row_token,
+                       args.top_k);
+}
+
+template <int THREADS, class W>
+__global__ void __launch_bounds__(THREADS) gather_weights_kernel(const __grid_constant__ kargs::GatherWeightsArgs args) {
+    gather_weights<W>(args.d_w_s, args.scatter_index, args.rows, static_cast<W *>(args.d_weights));
 }
 
 }  // namespace sg

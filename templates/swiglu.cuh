@@ -18,6 +18,7 @@
 #pragma once
 
 #include "moejit_common.cuh"
+#include "kernel_args.h"
 
 namespace moejit {
 namespace swiglu_detail {
@@ -274,6 +275,24 @@ __device__ __forceinline__ void gated_backward(const void *gate, const void *up,
             partial += __shfl_xor_sync(0xffffffffu, partial, offset);
         if (lane == 0) d_w_s[row] = partial;
     }
+}
+
+// ---------------------------------------------------------------- kernels
+// Each takes its one argument struct (kernel_args.h); the JIT renders an explicit instantiation.
+
+template <int THREADS, class T, int kI, int kLayout, int kAct, bool kLimit, bool kWeights, bool kBias,
+          int kWarpsPerBlock>
+__global__ void __launch_bounds__(THREADS) gated_forward_kernel(const __grid_constant__ kargs::GatedForwardArgs args) {
+    gated_forward<T, kI, kLayout, kAct, kLimit, kWeights, kBias, kWarpsPerBlock>(
+        args.gate, args.up, args.w_s, args.a, args.aw, args.rows, args.limit, args.alpha, args.bias, args.offsets,
+        args.num_experts);
+}
+
+template <int THREADS, class T, int kI, int kLayout, int kAct, bool kLimit, bool kWeights, int kWarpsPerBlock>
+__global__ void __launch_bounds__(THREADS) gated_backward_kernel(const __grid_constant__ kargs::GatedBackwardArgs args) {
+    gated_backward<T, kI, kLayout, kAct, kLimit, kWeights, kWarpsPerBlock>(
+        args.gate, args.up, args.w_s, args.daw, args.d_gate, args.d_up, args.d_w_s, args.aw, args.rows, args.limit,
+        args.alpha);
 }
 
 }  // namespace moejit

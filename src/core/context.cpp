@@ -170,8 +170,16 @@ std::vector<Kernel *> Context::kernels(const std::vector<KernelSource> &sources)
     return out;
 }
 
-void Context::launch_raw(const Kernel &kernel, const LaunchShape &s, void *stream, void **args) {
+void Context::launch_struct(const Kernel &kernel, const LaunchShape &s, void *stream, const void *args,
+                            std::size_t bytes) {
     require_device("launching a kernel");
+    // The struct a launch passes must be the one the kernel was rendered for (its size is what
+    // the module load checked against the driver's parameter layout).
+    if (bytes != kernel.param_bytes)
+        fail(Status::internal, "kernel {} takes a {}-byte argument struct, the launch passed {} bytes", kernel.name,
+             kernel.param_bytes, bytes);
+    // The kernel's one parameter; the driver copies it before cuLaunchKernel returns.
+    void *params[] = {const_cast<void *>(args)};
     if (s.grid_x == 0 || s.grid_y == 0 || s.grid_z == 0) return;  // nothing to do (e.g. T = 0)
     make_current();
     if (static_cast<int>(s.shared_bytes) > kernel.max_dynamic_smem)
@@ -179,7 +187,7 @@ void Context::launch_raw(const Kernel &kernel, const LaunchShape &s, void *strea
              kernel.name, s.shared_bytes, kernel.max_dynamic_smem);
     CUresult r = driver().cuLaunchKernel(kernel.function, s.grid_x, s.grid_y, s.grid_z, s.block_x,
                                          s.block_y, s.block_z, s.shared_bytes,
-                                         static_cast<CUstream>(stream), args, nullptr);
+                                         static_cast<CUstream>(stream), params, nullptr);
     if (r != CUDA_SUCCESS)
         check_cuda(r, fmt::format("cuLaunchKernel({}, grid {}x{}x{}, block {}x{}x{}, smem {})",
                                   kernel.name, s.grid_x, s.grid_y, s.grid_z, s.block_x, s.block_y,

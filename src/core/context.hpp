@@ -4,7 +4,6 @@
 
 #include <cuda.h>
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -62,18 +61,15 @@ public:
     // (in source order) is rethrown after every source was tried.
     std::vector<Kernel *> kernels(const std::vector<KernelSource> &sources);
 
-    // Launches on `stream` (a CUstream as void*); a grid with a zero dimension is a no-op, so
-    // T = 0 needs no special case in callers. Raises the dynamic shared memory limit on first
-    // use. Throws Status::invalid_argument on a compile-only context.
-    template <class... Args>
-    void launch(const Kernel &kernel, const LaunchShape &shape, void *stream, const Args &...args) {
-        static_assert((std::is_trivially_copyable_v<Args> && ...),
-                      "kernel arguments are copied bytewise");
-        std::array<void *, sizeof...(Args) + 1> pointers{const_cast<void *>(
-            static_cast<const void *>(&args))..., nullptr};
-        launch_raw(kernel, shape, stream, pointers.data());
+    // Launches `kernel` with its one argument struct (templates/kernel_args.h) on `stream` (a
+    // CUstream as void*); a grid with a zero dimension is a no-op, so T = 0 needs no special
+    // case in callers. Throws Status::invalid_argument on a compile-only context, and
+    // Status::internal when `args` is not the size of the kernel's parameter.
+    template <class Args> void launch(const Kernel &kernel, const LaunchShape &shape, void *stream, const Args &args) {
+        static_assert(std::is_trivially_copyable_v<Args>, "kernel arguments are copied bytewise");
+        static_assert(kernel_args_type<Args> != nullptr, "not a kernel argument struct of templates/kernel_args.h");
+        launch_struct(kernel, shape, stream, &args, sizeof(Args));
     }
-    void launch_raw(const Kernel &kernel, const LaunchShape &shape, void *stream, void **args);
 
     // Makes the device's primary context current on the calling thread (no-op compile-only).
     void make_current();
@@ -81,6 +77,9 @@ public:
     void require_device(const char *what) const;
 
 private:
+    void launch_struct(const Kernel &kernel, const LaunchShape &shape, void *stream, const void *args,
+                       std::size_t bytes);
+
     Config config_;  // first: resolving it validates options and environment before any device work
     Logger log_;
     bool compile_only_ = false;

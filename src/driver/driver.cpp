@@ -43,6 +43,10 @@ LoadedDriver load_driver() {
     }
     MOEJIT_DRIVER_SYMBOLS(MOEJIT_DRIVER_RESOLVE)
 #undef MOEJIT_DRIVER_RESOLVE
+#define MOEJIT_DRIVER_RESOLVE_OPTIONAL(name) \
+    loaded.api.name = reinterpret_cast<decltype(&::name)>(dlsym(handle, MOEJIT_STRINGIZE_EXPANDED(name)));
+    MOEJIT_DRIVER_OPTIONAL_SYMBOLS(MOEJIT_DRIVER_RESOLVE_OPTIONAL)
+#undef MOEJIT_DRIVER_RESOLVE_OPTIONAL
     // The handle is intentionally never closed: function pointers outlive every context.
     CUresult result = loaded.api.cuInit(0);
     if (result == CUDA_ERROR_NO_DEVICE) {

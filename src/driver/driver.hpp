@@ -54,9 +54,15 @@ namespace moejit {
     X(cuEventElapsedTime)         \
     X(cuTensorMapEncodeTiled)
 
+// Symbols a driver may lack (newer than the oldest driver the library supports): null when
+// absent, and each caller says what it skips without them. cuFuncGetParamInfo: CUDA 12.4.
+#define MOEJIT_DRIVER_OPTIONAL_SYMBOLS(X) \
+    X(cuFuncGetParamInfo)
+
 struct DriverApi {
 #define MOEJIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
     MOEJIT_DRIVER_SYMBOLS(MOEJIT_DRIVER_MEMBER)
+    MOEJIT_DRIVER_OPTIONAL_SYMBOLS(MOEJIT_DRIVER_MEMBER)
 #undef MOEJIT_DRIVER_MEMBER
 };
 

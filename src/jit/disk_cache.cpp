@@ -13,8 +13,8 @@ namespace moejit {
 namespace {
 
 // Entry layout (little-endian), all checked on load:
-//   magic[8] "MOEJITC\0" | u32 format | u32 reserved | key[32] | u64 payload size |
-//   payload sha256[32] | payload
+//   magic[8] "MOEJITC\0" | u32 format | u32 function name length | key[32] | u64 payload size |
+//   payload sha256[32] | payload, where payload = function name | cubin (the checksum covers both)
 constexpr char kMagic[8] = {'M', 'O', 'E', 'J', 'I', 'T', 'C', '\0'};
 constexpr std::size_t kHeaderSize = 8 + 4 + 4 + 32 + 8 + 32;
 
@@ -59,8 +59,7 @@ std::string DiskCache::entry_path(const std::string &name, const Digest &key) co
     return folder_ + "/" + name + "." + to_hex(key) + ".cubin";
 }
 
-DiskCache::Lookup DiskCache::load(const std::string &name, const Digest &key,
-                                  std::vector<char> &payload) const {
+DiskCache::Lookup DiskCache::load(const std::string &name, const Digest &key, CachedKernel &entry) const {
     if (!usable()) return Lookup::miss;
     const std::string path = entry_path(name, key);
     std::vector<char> bytes;
@@ -82,13 +81,21 @@ DiskCache::Lookup DiskCache::load(const std::string &name, const Digest &key,
         Digest sum = sha256(std::string_view(bytes.data() + kHeaderSize, bytes.size() - kHeaderSize));
         if (std::memcmp(sum.data(), bytes.data() + 56, 32) != 0) why = "checksum mismatch";
     }
+    const std::size_t function_bytes = why ? 0 : get_u32(bytes.data() + 12);
+    if (!why && (function_bytes == 0 || function_bytes > kMaxFunctionNameBytes ||
+                 function_bytes > bytes.size() - kHeaderSize ||
+                 std::memchr(bytes.data() + kHeaderSize, '\0', function_bytes) != nullptr))
+        why = "bad function name";
     if (why) {
         // Left in place: reading never changes the folder; the rebuilt kernel's publish
         // replaces it (rename), which a read-only (JIT off) context never does.
         log_(LogLevel::warning, fmt::format("moejit: cache entry {} rejected ({}); recompiling", path, why));
         return Lookup::rejected;
     }
-    payload.assign(bytes.begin() + kHeaderSize, bytes.end());
+    const auto function_begin = bytes.begin() + static_cast<std::ptrdiff_t>(kHeaderSize);
+    const auto cubin_begin = function_begin + static_cast<std::ptrdiff_t>(function_bytes);
+    entry.function.assign(function_begin, cubin_begin);
+    entry.cubin.assign(cubin_begin, bytes.end());
     return Lookup::hit;
 }
 
@@ -114,20 +121,32 @@ bool DiskCache::ensure_folder() const {
     return created_ok_;
 }
 
-bool DiskCache::store(const std::string &name, const Digest &key, const std::vector<char> &payload) const {
-    if (!usable() || !ensure_folder()) return false;
+bool DiskCache::store(const std::string &name, const Digest &key, const CachedKernel &entry) const {
+    if (!usable()) return false;
+    if (entry.function.empty() || entry.function.size() > kMaxFunctionNameBytes ||
+        entry.function.find('\0') != std::string::npos) {
+        log_(LogLevel::warning, fmt::format("moejit: kernel {} has no storable function name; kept in memory only",
+                                            name));
+        return false;
+    }
+    if (!ensure_folder()) return false;
     std::string header(kHeaderSize, '\0');
     std::memcpy(header.data(), kMagic, 8);
     put_u32(header.data() + 8, kCacheFormatVersion);
+    put_u32(header.data() + 12, static_cast<std::uint32_t>(entry.function.size()));
     std::memcpy(header.data() + 16, key.data(), 32);
-    put_u64(header.data() + 48, payload.size());
-    Digest sum = sha256(std::string_view(payload.data(), payload.size()));
+    const std::string_view cubin(entry.cubin.data(), entry.cubin.size());
+    put_u64(header.data() + 48, entry.function.size() + cubin.size());
+    Sha256 sum_of;
+    sum_of.update(entry.function);
+    sum_of.update(cubin);
+    const Digest sum = sum_of.finish();
     std::memcpy(header.data() + 56, sum.data(), 32);
 
     const std::string final_path = entry_path(name, key);
     std::string why;
     // Another process publishing the same key first is fine: both entries are identical.
-    if (!write_file_atomic(final_path, {header, std::string_view(payload.data(), payload.size())}, why)) {
+    if (!write_file_atomic(final_path, {header, entry.function, cubin}, why)) {
         // Once per folder and reason: a full disk fails every publish the same way.
         warn_once(log_, "store:" + folder_ + ":" + why,
                   fmt::format("moejit: publishing cache entry {} failed ({}); kept in memory only (further "

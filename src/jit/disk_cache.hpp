@@ -21,8 +21,18 @@
 
 namespace moejit {
 
-// Bumped whenever the entry layout changes; part of every key.
-inline constexpr std::uint32_t kCacheFormatVersion = 1;
+// Bumped whenever the entry layout changes; part of every key. 2: the entry holds the kernel's
+// lowered name before the cubin (the typed kernel ABI's symbols come from NVRTC).
+inline constexpr std::uint32_t kCacheFormatVersion = 2;
+
+// Longest lowered name an entry may hold (mangled template instantiations are a few hundred bytes).
+inline constexpr std::size_t kMaxFunctionNameBytes = 4096;
+
+// What an entry stores: the module and the symbol of its one kernel in it.
+struct CachedKernel {
+    std::string function;  // the lowered name (non-empty, no NUL, at most kMaxFunctionNameBytes)
+    std::vector<char> cubin;
+};
 
 // Entries larger than this are not read (cubins are tens to hundreds of KiB).
 inline constexpr std::size_t kMaxEntryBytes = std::size_t(256) << 20;
@@ -38,13 +48,15 @@ public:
     std::string entry_path(const std::string &name, const Digest &key) const;
 
     enum class Lookup { hit, miss, rejected };
-    // On hit, `payload` receives the cubin. `rejected`: an entry exists under the name but is
-    // not a valid one for `key` (bad magic, version, key, size, checksum, not a regular file,
-    // too large); it is left in place. Never throws for anything found on disk.
-    Lookup load(const std::string &name, const Digest &key, std::vector<char> &payload) const;
+    // On hit, `entry` receives the lowered name and the cubin. `rejected`: an entry exists under
+    // the name but is not a valid one for `key` (bad magic, version, key, size, checksum, function
+    // name, not a regular file, too large); it is left in place. Never throws for anything found
+    // on disk.
+    Lookup load(const std::string &name, const Digest &key, CachedKernel &entry) const;
     // Atomic publish; losing a race to another writer is success. Returns false (and logs) when
-    // the entry could not be stored; the kernel then lives in memory only.
-    bool store(const std::string &name, const Digest &key, const std::vector<char> &payload) const;
+    // the entry could not be stored (or its function name is not storable); the kernel then
+    // lives in memory only.
+    bool store(const std::string &name, const Digest &key, const CachedKernel &entry) const;
 
 private:
     bool ensure_folder() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 
 #include "core/error.hpp"
 #include "driver/driver.hpp"
@@ -11,6 +12,49 @@
 #include "moejit_version.h"
 
 namespace moejit {
+
+std::optional<std::string> param_layout_mismatch(const std::string &kernel, std::size_t expected,
+                                                 const ParamLayout &found) {
+    if (!found.checked) return std::nullopt;
+    if (found.count == 1 && found.offset == 0 && found.size == expected) return std::nullopt;
+    if (found.count != 1)
+        return fmt::format("kernel {} has {} parameters, expected exactly one (its {}-byte argument struct)", kernel,
+                           found.count >= 2 ? "two or more" : "no", expected);
+    return fmt::format("kernel {}'s parameter is {} bytes at offset {}, expected {} bytes at offset 0 (the argument "
+                       "struct of templates/kernel_args.h differs between host and device)",
+                       kernel, found.size, found.offset, expected);
+}
+
+namespace {
+
+// The loaded kernel's parameters as the driver reports them; a driver without
+// cuFuncGetParamInfo (before CUDA 12.4) leaves the layout unchecked, said once at debug level.
+CUresult read_param_layout(CUfunction function, ParamLayout &layout, const Logger &log) {
+    const DriverApi &api = driver();
+    if (!api.cuFuncGetParamInfo) {
+        static std::once_flag said;
+        std::call_once(said, [&] {
+            log(LogLevel::debug,
+                "moejit: the CUDA driver lacks cuFuncGetParamInfo (CUDA 12.4); kernel parameter layouts are not checked");
+        });
+        return CUDA_SUCCESS;
+    }
+    layout.checked = true;
+    std::size_t offset = 0, size = 0;
+    for (std::size_t index = 0; index < 2; ++index) {
+        const CUresult r = api.cuFuncGetParamInfo(function, index, &offset, &size);
+        if (r == CUDA_ERROR_INVALID_VALUE) break;  // no parameter at this index
+        if (r != CUDA_SUCCESS) return r;
+        if (index == 0) {
+            layout.offset = offset;
+            layout.size = size;
+        }
+        layout.count = index + 1;
+    }
+    return CUDA_SUCCESS;
+}
+
+}  // namespace
 
 JitEngine::JitEngine(JitOptions options)
     : options_(std::move(options)), options_sorted_(default_nvrtc_options()) {
@@ -88,9 +132,9 @@ Kernel &JitEngine::get(const KernelSource &source) {
 
 void JitEngine::resolve(const KernelSource &source, Slot &slot) {
     Digest k = key(source);
-    std::vector<char> cubin;
+    CachedKernel entry;
     auto load_start = std::chrono::steady_clock::now();
-    DiskCache::Lookup lookup = disk_->load(source.name, k, cubin);
+    DiskCache::Lookup lookup = disk_->load(source.name, k, entry);
     if (lookup == DiskCache::Lookup::hit) {
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
@@ -124,14 +168,22 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
             options_.log(LogLevel::debug, fmt::format("moejit: NVRTC log for {}:\n{}", source.name, compiled.log));
         options_.log(LogLevel::info, fmt::format("moejit: compiled {} for {} in {:.3f} s",
                                                   source.name, options_.arch, compiled.seconds));
-        disk_->store(source.name, k, compiled.cubin);
-        cubin = std::move(compiled.cubin);
+        entry.function = std::move(compiled.lowered_name);
+        entry.cubin = std::move(compiled.cubin);
+        disk_->store(source.name, k, entry);
     }
     slot.kernel.name = source.name;
+    slot.kernel.param_bytes = source.param_bytes;
     if (options_.load_modules) {
-        MOEJIT_CU(cuModuleLoadData(&slot.module, cubin.data()));
-        CUresult r = driver().cuModuleGetFunction(&slot.kernel.function, slot.module, source.entry.c_str());
-        if (r == CUDA_SUCCESS && options_.max_shared_per_block > 0) {
+        MOEJIT_CU(cuModuleLoadData(&slot.module, entry.cubin.data()));
+        CUresult r = driver().cuModuleGetFunction(&slot.kernel.function, slot.module, entry.function.c_str());
+        std::optional<std::string> bad_layout;
+        if (r == CUDA_SUCCESS) {
+            ParamLayout layout;
+            r = read_param_layout(slot.kernel.function, layout, options_.log);
+            if (r == CUDA_SUCCESS) bad_layout = param_layout_mismatch(source.name, source.param_bytes, layout);
+        }
+        if (r == CUDA_SUCCESS && !bad_layout && options_.max_shared_per_block > 0) {
             // Let launches use every byte the device offers beyond the kernel's static shared
             // memory, set now so that a launch never writes to the kernel (launches run on any
             // thread without a lock). The limit does not change occupancy or the carveout.
@@ -144,11 +196,13 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
                 if (r == CUDA_SUCCESS) slot.kernel.max_dynamic_smem = dynamic;
             }
         }
-        if (r != CUDA_SUCCESS) {
+        if (r != CUDA_SUCCESS || bad_layout) {
             driver().cuModuleUnload(slot.module);
             slot.module = nullptr;
             slot.kernel.function = nullptr;
-            check_cuda(r, "loading a kernel (cuModuleGetFunction / cuFuncGetAttribute / cuFuncSetAttribute)");
+            if (bad_layout) fail(Status::internal, "{}", *bad_layout);
+            check_cuda(r, "loading a kernel (cuModuleGetFunction / cuFuncGetParamInfo / cuFuncGetAttribute / "
+                          "cuFuncSetAttribute)");
         }
     }
     slot.ready.store(true, std::memory_order_release);

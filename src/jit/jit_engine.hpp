@@ -29,9 +29,24 @@ struct CacheCounters {
 struct Kernel {
     CUfunction function = nullptr;  // null in compile-only engines
     std::string name;
+    // sizeof the kernel's argument struct (KernelSource::param_bytes): what every launch passes.
+    std::size_t param_bytes = 0;
     // Dynamic shared memory a launch may ask for: set once when the module is loaded.
     int max_dynamic_smem = 48 * 1024;
 };
+
+// A loaded kernel's parameters as cuFuncGetParamInfo reports them (count capped at 2: the
+// typed ABI wants exactly one).
+struct ParamLayout {
+    bool checked = false;  // false: the driver cannot report them
+    std::size_t count = 0;
+    std::size_t offset = 0, size = 0;  // of parameter 0
+};
+// Why `found` is not one parameter of `expected` bytes at offset 0 (naming the kernel), or
+// nothing when it is or was not checked. A mismatch means the host's and the device's argument
+// structs differ: the kernel is not used (Status::internal).
+std::optional<std::string> param_layout_mismatch(const std::string &kernel, std::size_t expected,
+                                                 const ParamLayout &found);
 
 struct JitOptions {
     std::string arch;        // "sm_90a"

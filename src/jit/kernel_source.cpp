@@ -4,11 +4,12 @@
 
 namespace moejit {
 
-KernelSource wrap_kernel(const KernelWrapper &w) {
+KernelSource render_instance(const KernelInstance &k, const char *args_type, std::size_t param_bytes) {
     KernelSource ks;
-    ks.name = w.name;
-    ks.template_name = w.template_name;
-    ks.entry = "moejit_" + w.name;
+    ks.name = k.name;
+    ks.template_name = k.template_name;
+    ks.entry = fmt::format("{}<{}>", k.kernel, k.template_args);
+    ks.param_bytes = param_bytes;
     ks.source = fmt::format(
         "// moejit {title}\n"
         "#include \"moejit_common.cuh\"\n"
@@ -18,12 +19,9 @@ KernelSource wrap_kernel(const KernelWrapper &w) {
         "{constants}"
         "}}  // namespace\n"
         "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}({params}) {{\n"
-        "    {call};\n"
-        "}}\n",
-        fmt::arg("title", w.title), fmt::arg("template_name", w.template_name), fmt::arg("constants", w.constants),
-        fmt::arg("threads", w.threads), fmt::arg("entry", ks.entry), fmt::arg("params", w.params),
-        fmt::arg("call", w.call));
+        "template __global__ void {entry}(const __grid_constant__ {args_type});\n",
+        fmt::arg("title", k.title), fmt::arg("template_name", k.template_name), fmt::arg("constants", k.constants),
+        fmt::arg("entry", ks.entry), fmt::arg("args_type", args_type));
     return ks;
 }
 

@@ -107,6 +107,10 @@ CompiledKernel nvrtc_compile(const KernelSource &source, const std::string &arch
                                    header_names.data()),
                 "nvrtcCreateProgram", source.name);
 
+    // Registered before compiling, so NVRTC records the entry's mangled name.
+    check_nvrtc(api, api.nvrtcAddNameExpression(program.handle, source.entry.c_str()), "nvrtcAddNameExpression",
+                source.name);
+
     std::vector<std::string> all = options;
     all.push_back("--gpu-architecture=" + arch);
     const std::string include = cuda_include_dir();
@@ -141,6 +145,12 @@ CompiledKernel nvrtc_compile(const KernelSource &source, const std::string &arch
     check_nvrtc(api, api.nvrtcGetCUBINSize(program.handle, &size), "nvrtcGetCUBINSize", source.name);
     out.cubin.resize(size);
     check_nvrtc(api, api.nvrtcGetCUBIN(program.handle, out.cubin.data()), "nvrtcGetCUBIN", source.name);
+    const char *lowered = nullptr;  // owned by the program
+    check_nvrtc(api, api.nvrtcGetLoweredName(program.handle, source.entry.c_str(), &lowered), "nvrtcGetLoweredName",
+                source.name);
+    if (lowered == nullptr || *lowered == '\0')
+        fail(Status::compile, "NVRTC gave no lowered name for kernel {} ({})", source.name, source.entry);
+    out.lowered_name = lowered;
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
 }

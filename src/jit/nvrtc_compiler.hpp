@@ -11,6 +11,9 @@ namespace moejit {
 
 struct CompiledKernel {
     std::vector<char> cubin;
+    // The symbol NVRTC gave KernelSource::entry (nvrtcGetLoweredName): what the module is
+    // searched for.
+    std::string lowered_name;
     std::string log;
     double seconds = 0;
 };

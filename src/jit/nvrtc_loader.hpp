@@ -19,6 +19,8 @@ namespace moejit {
     X(nvrtcGetProgramLog)       \
     X(nvrtcGetCUBINSize)        \
     X(nvrtcGetCUBIN)            \
+    X(nvrtcAddNameExpression)   \
+    X(nvrtcGetLoweredName)      \
     X(nvrtcGetNumSupportedArchs) \
     X(nvrtcGetSupportedArchs)
 

@@ -13,9 +13,11 @@ constexpr int kChunkRows = 128;         // rows per stage-1 partial: S/128 + E s
 constexpr std::uint32_t kColThreads = 256;
 constexpr int kDotWarps = 4;
 
-KernelSource render(const std::string &name, const std::string &constants, const char *params, const char *call,
-                    std::uint32_t threads) {
-    return wrap_kernel({name, "expert_bias.cuh", name, constants, threads, params, std::string("moejit::bias::") + call});
+template <class Args>
+KernelSource render(const std::string &name, const std::string &constants, const char *kernel,
+                    const std::string &template_args) {
+    return instantiate_kernel<Args>(
+        {name, "expert_bias.cuh", name, constants, std::string("moejit::bias::") + kernel, template_args});
 }
 
 void require_ptr(const void *p, const char *name, std::size_t alignment) {
@@ -39,22 +41,20 @@ void validate_bias_grad_spec(const BiasGradSpec &s) {
 
 KernelSource render_bias_grad_partial(const BiasGradSpec &s) {
     validate_bias_grad_spec(s);
-    return render(fmt::format("bias_grad_partial_{}{}", dtype_name(s.dtype), s.scaled ? "_scaled" : ""),
-                  fmt::format("using T = {};\nconstexpr bool kScale = {};\nconstexpr int kChunkRows = {};\n",
-                              dtype_cuda_type(s.dtype), s.scaled, kChunkRows),
-                  "const T *__restrict__ m, const float *__restrict__ scale, const int *__restrict__ offsets, "
-                  "int num_experts, long long cols, float *__restrict__ partial",
-                  "colsum_partial<T, kScale, kChunkRows>(m, scale, offsets, num_experts, cols, partial)", kColThreads);
+    return render<kargs::BiasPartialArgs>(
+        fmt::format("bias_grad_partial_{}{}", dtype_name(s.dtype), s.scaled ? "_scaled" : ""),
+        fmt::format("using T = {};\nconstexpr bool kScale = {};\nconstexpr int kChunkRows = {};\n",
+                    dtype_cuda_type(s.dtype), s.scaled, kChunkRows),
+        "colsum_partial_kernel", fmt::format("{}, T, kScale, kChunkRows", kColThreads));
 }
 
 KernelSource render_bias_grad_reduce(const BiasGradSpec &s) {
     validate_bias_grad_spec(s);
-    return render(fmt::format("bias_grad_reduce_{}{}", dtype_name(s.out_dtype), s.accumulate ? "_acc" : ""),
-                  fmt::format("using O = {};\nconstexpr bool kAccumulate = {};\nconstexpr int kChunkRows = {};\n",
-                              dtype_cuda_type(s.out_dtype), s.accumulate, kChunkRows),
-                  "const float *__restrict__ partial, const int *__restrict__ offsets, long long cols, "
-                  "O *__restrict__ out",
-                  "colsum_reduce<O, kAccumulate, kChunkRows>(partial, offsets, cols, out)", kColThreads);
+    return render<kargs::BiasReduceArgs>(
+        fmt::format("bias_grad_reduce_{}{}", dtype_name(s.out_dtype), s.accumulate ? "_acc" : ""),
+        fmt::format("using O = {};\nconstexpr bool kAccumulate = {};\nconstexpr int kChunkRows = {};\n",
+                    dtype_cuda_type(s.out_dtype), s.accumulate, kChunkRows),
+        "colsum_reduce_kernel", fmt::format("{}, O, kAccumulate, kChunkRows", kColThreads));
 }
 
 std::size_t bias_grad_workspace_bytes(std::int64_t rows, std::int32_t num_experts, std::int64_t cols) {
@@ -79,27 +79,25 @@ void bias_grad(Context &ctx, const BiasGradSpec &spec, const BiasGradArgs &a, co
         s1.grid_x = static_cast<std::uint32_t>((a.rows + kChunkRows - 1) / kChunkRows);
         s1.grid_y = col_blocks(a.cols);
         s1.block_x = kColThreads;
-        const int experts = a.num_experts;
-        const long long cols = a.cols;
-        ctx.launch(*kernels.partial, s1, a.stream, a.m, a.scale, a.offsets, experts, cols, a.workspace);
+        ctx.launch(*kernels.partial, s1, a.stream,
+                   kargs::BiasPartialArgs{a.m, a.scale, a.offsets, a.num_experts, a.cols,
+                                        static_cast<float *>(a.workspace)});
     }
     // rows == 0: offsets are all zero, so every expert is empty and stage 2 reads no partial.
     LaunchShape s2;
     s2.grid_x = static_cast<std::uint32_t>(a.num_experts);
     s2.grid_y = col_blocks(a.cols);
     s2.block_x = kColThreads;
-    const float *partial = static_cast<const float *>(a.workspace);
-    const long long cols = a.cols;
-    ctx.launch(*kernels.reduce, s2, a.stream, partial, a.offsets, cols, a.out);
+    ctx.launch(*kernels.reduce, s2, a.stream,
+               kargs::BiasReduceArgs{static_cast<const float *>(a.workspace), a.offsets, a.cols, a.out});
 }
 
 KernelSource render_bias_row_dot(DType dtype) {
     MOEJIT_REQUIRE(is_half_precision(dtype), "bias row dot: dtype is {}, expected bf16 or fp16", dtype_name(dtype));
-    return render(fmt::format("bias_row_dot_{}", dtype_name(dtype)),
-                  fmt::format("using T = {};\nconstexpr int kWarps = {};\n", dtype_cuda_type(dtype), kDotWarps),
-                  "const T *__restrict__ dy, const T *__restrict__ bias, const int *__restrict__ offsets, "
-                  "int num_experts, long long rows, long long cols, float *__restrict__ d_w_s",
-                  "row_dot<T, kWarps>(dy, bias, offsets, num_experts, rows, cols, d_w_s)", 32u * kDotWarps);
+    return render<kargs::BiasRowDotArgs>(
+        fmt::format("bias_row_dot_{}", dtype_name(dtype)),
+        fmt::format("using T = {};\nconstexpr int kWarps = {};\n", dtype_cuda_type(dtype), kDotWarps),
+        "row_dot_kernel", fmt::format("{}, T, kWarps", 32u * kDotWarps));
 }
 
 void bias_row_dot(Context &ctx, const BiasRowDotArgs &a, const Kernel &kernel) {
@@ -113,9 +111,8 @@ void bias_row_dot(Context &ctx, const BiasRowDotArgs &a, const Kernel &kernel) {
     LaunchShape s;
     s.grid_x = static_cast<std::uint32_t>((a.rows + kDotWarps - 1) / kDotWarps);
     s.block_x = 32u * kDotWarps;
-    const int experts = a.num_experts;
-    const long long rows = a.rows, cols = a.cols;
-    ctx.launch(kernel, s, a.stream, a.dy, a.bias, a.offsets, experts, rows, cols, a.d_w_s);
+    ctx.launch(kernel, s, a.stream,
+               kargs::BiasRowDotArgs{a.dy, a.bias, a.offsets, a.num_experts, a.rows, a.cols, a.d_w_s});
 }
 
 }  // namespace moejit

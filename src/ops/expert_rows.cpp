@@ -21,13 +21,10 @@ std::uint32_t blocks(std::int64_t items) {
 KernelSource render_prepare_rows(bool with_weights, bool with_row_token) {
     const std::string name =
         fmt::format("prepare_rows{}{}", with_weights ? "_weights" : "", with_row_token ? "_row_token" : "");
-    return wrap_kernel({name, "expert_rows.cuh", name,
-                        fmt::format("constexpr bool kWeights = {};\nconstexpr bool kRowToken = {};\n", with_weights,
-                                    with_row_token),
-                        kThreads,
-                        "const float *__restrict__ weights, long long rows, float *__restrict__ w_s, "
-                        "int *__restrict__ row_token",
-                        "moejit::rows::prepare<kWeights, kRowToken>(weights, rows, w_s, row_token)"});
+    return instantiate_kernel<kargs::PrepareRowsArgs>(
+        {name, "expert_rows.cuh", name,
+         fmt::format("constexpr bool kWeights = {};\nconstexpr bool kRowToken = {};\n", with_weights, with_row_token),
+         "moejit::rows::prepare_kernel", fmt::format("{}, kWeights, kRowToken", kThreads)});
 }
 
 void prepare_rows(Context &ctx, const PrepareRowsArgs &a, const Kernel &kernel) {
@@ -35,17 +32,15 @@ void prepare_rows(Context &ctx, const PrepareRowsArgs &a, const Kernel &kernel) 
     LaunchShape s;
     s.grid_x = blocks(a.rows);
     s.block_x = kThreads;
-    const long long rows = a.rows;
-    ctx.launch(kernel, s, a.stream, a.weights, rows, a.w_s, a.row_token);
+    ctx.launch(kernel, s, a.stream, kargs::PrepareRowsArgs{a.weights, a.rows, a.w_s, a.row_token});
 }
 
 KernelSource render_add_row_bias(DType dtype) {
     MOEJIT_REQUIRE(is_half_precision(dtype), "row bias: dtype is {}, expected bf16 or fp16", dtype_name(dtype));
     const std::string name = fmt::format("add_row_bias_{}", dtype_name(dtype));
-    return wrap_kernel({name, "expert_rows.cuh", name, fmt::format("using T = {};\n", dtype_cuda_type(dtype)), kThreads,
-                        "T *__restrict__ ys, const T *__restrict__ bias, const float *__restrict__ w_s, "
-                        "const int *__restrict__ offsets, int num_experts, long long rows, long long cols",
-                        "moejit::rows::add_bias<T>(ys, bias, w_s, offsets, num_experts, rows, cols)"});
+    return instantiate_kernel<kargs::AddRowBiasArgs>({name, "expert_rows.cuh", name,
+                                                    fmt::format("using T = {};\n", dtype_cuda_type(dtype)),
+                                                    "moejit::rows::add_bias_kernel", fmt::format("{}, T", kThreads)});
 }
 
 void add_row_bias(Context &ctx, const AddRowBiasArgs &a, const Kernel &kernel) {
@@ -53,9 +48,8 @@ void add_row_bias(Context &ctx, const AddRowBiasArgs &a, const Kernel &kernel) {
     LaunchShape s;
     s.grid_x = blocks(a.rows * (a.cols / 8));
     s.block_x = kThreads;
-    const int experts = a.num_experts;
-    const long long rows = a.rows, cols = a.cols;
-    ctx.launch(kernel, s, a.stream, a.ys, a.bias, a.w_s, a.offsets, experts, rows, cols);
+    ctx.launch(kernel, s, a.stream,
+               kargs::AddRowBiasArgs{a.ys, a.bias, a.w_s, a.offsets, a.num_experts, a.rows, a.cols});
 }
 
 }  // namespace moejit

@@ -7,40 +7,20 @@
 
 namespace moejit {
 
-GemmUnit gemm_unit(const char *kind, std::string name, const GemmTileConfig &tile, std::string params,
-                   std::string call) {
+GemmUnit gemm_unit(const char *kind, std::string name, std::string kind_args) {
     GemmUnit u;
     u.kind = kind;
     u.name = std::move(name);
-    u.threads = tile.threads();
-    u.params = std::move(params);
-    u.call = std::move(call);
+    u.kind_args = std::move(kind_args);
     return u;
 }
 
-KernelSource render_gemm_unit(const GemmUnit &u) {
-    KernelSource ks;
-    ks.name = u.name;
-    ks.template_name = u.template_name;
-    ks.entry = fmt::format("moejit_group_gemm_{}{}", u.kind, u.entry_suffix);
-    ks.source = fmt::format(
-        "// moejit grouped GEMM same_{kind}{title}: {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"{template_name}\"\n"
-        "\n"
-        "namespace {{\n"
-        "using Cfg = {cfg};\n"
-        "}}  // namespace\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks})\n"
-        "{entry}({operands}{params}) {{\n"
-        "    {call}\n"
-        "}}\n",
-        fmt::arg("kind", u.kind), fmt::arg("title", u.title), fmt::arg("name", ks.name),
-        fmt::arg("template_name", u.template_name), fmt::arg("cfg", u.cfg), fmt::arg("threads", u.threads),
-        fmt::arg("min_blocks", u.min_blocks), fmt::arg("entry", ks.entry), fmt::arg("operands", u.operands),
-        fmt::arg("params", u.params), fmt::arg("call", u.call));
-    return ks;
+KernelSource render_gemm_instance(const GemmUnit &u, const char *args_type, std::size_t param_bytes) {
+    return render_instance({u.name, u.template_name, fmt::format("grouped GEMM same_{}{}: {}", u.kind, u.title, u.name),
+                            fmt::format("using Cfg = {};\n", u.cfg),
+                            fmt::format("{}::group_gemm_{}_kernel", u.ns, u.kind),
+                            fmt::format("{}, Cfg, {}", u.bounds, u.kind_args)},
+                           args_type, param_bytes);
 }
 
 std::string gemm_kernel_name(const GemmNkSpec &s) {

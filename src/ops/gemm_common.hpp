@@ -14,24 +14,28 @@
 
 namespace moejit {
 
+// One grouped-GEMM kernel: the instantiation
+// `<engine namespace>::group_gemm_<kind>_kernel<<bounds>, Cfg, <kind_args>>` of the engine's
+// typed kernel template, with `using Cfg = <cfg>;` among the constants.
 struct GemmUnit {
-    const char *kind = "nk";           // "nk" or "mn": the entry is moejit_group_gemm_<kind><suffix>
-    const char *entry_suffix = "";     // "" (mma.sync) or "_sm90"
+    const char *kind = "nk";           // "nk" or "mn"
     const char *title = "";            // appended to the "same_<kind>" comment line
     const char *template_name = "";    // the engine's template
+    const char *ns = "";               // the engine's namespace, e.g. "moejit::gg"
     std::string name;                  // gemm_kernel_name(spec)
     std::string cfg;                   // the engine's Config<...> type
-    int threads = 0;
-    int min_blocks = 1;                // __launch_bounds__ minimum blocks per SM
-    std::string operands;              // the engine's leading parameters, through "int rows, "
-    std::string params;                // the kind's extra parameters
-    std::string call;                  // the templated device function it forwards to
+    std::string bounds;                // the leading template arguments: __launch_bounds__'s
+    std::string kind_args;             // the kind's template arguments after Cfg
 };
-// The engine-independent fields of a unit (kind, name, threads, params, call); the engine adds
-// its template, config, operands and occupancy.
-GemmUnit gemm_unit(const char *kind, std::string name, const GemmTileConfig &tile, std::string params,
-                   std::string call);
-KernelSource render_gemm_unit(const GemmUnit &unit);
+// The engine-independent fields of a unit (kind, name, kind_args); the engine adds its
+// template, namespace, config and bounds.
+GemmUnit gemm_unit(const char *kind, std::string name, std::string kind_args);
+
+KernelSource render_gemm_instance(const GemmUnit &unit, const char *args_type, std::size_t param_bytes);
+template <class Args> KernelSource render_gemm_unit(const GemmUnit &unit) {
+    static_assert(kernel_args_type<Args> != nullptr, "not a kernel argument struct of templates/kernel_args.h");
+    return render_gemm_instance(unit, kernel_args_type<Args>, sizeof(Args));
+}
 
 std::string gemm_kernel_name(const GemmNkSpec &spec);
 std::string gemm_kernel_name(const GemmMnSpec &spec);

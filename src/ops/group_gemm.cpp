@@ -176,12 +176,9 @@ void launch_spec(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
         return launch_group_gemm_nk_sm90(ctx, spec, ops, tiles, m_bound, bound);
     const Kernel &kernel = bound ? *bound->main : ctx.kernel(render_group_gemm_nk(spec));
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
-    const void *a = ops.a, *b = ops.b;
-    void *c = ops.c;
-    const std::int32_t *offsets = ops.offsets;
-    const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
-    const int m_bound_arg = static_cast<int>(m_bound);
-    ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts, m_bound_arg);
+    ctx.launch(kernel, shape, ops.stream,
+               kargs::GemmNkArgs{ops.a, ops.b, ops.c, ops.offsets, static_cast<int>(ops.rows), ops.num_experts,
+                               static_cast<int>(m_bound)});
 }
 
 void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
@@ -203,10 +200,8 @@ void launch_spec(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
     // With rows == 0 nothing is read: a and b may be null; pass c so addresses stay valid.
     const void *a = ops.a ? ops.a : ops.c, *b = ops.b ? ops.b : ops.c;
-    void *c = ops.c;
-    const std::int32_t *offsets = ops.offsets;
-    const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
-    ctx.launch(kernel, shape, ops.stream, a, b, c, offsets, rows, experts);
+    ctx.launch(kernel, shape, ops.stream,
+               kargs::GemmMnArgs{a, b, ops.c, ops.offsets, static_cast<int>(ops.rows), ops.num_experts});
 }
 
 // Tuning (the context's Config::tuning()): a tunable spec's tile becomes the problem's tuned
@@ -308,15 +303,14 @@ void validate_mn_spec(const GemmMnSpec &spec, std::int32_t num_experts, int cc) 
 
 namespace {
 
-// The mma.sync engine's unit: raw operand pointers, gg::Config, `min_blocks_per_sm` CTAs per SM.
+// The mma.sync engine's unit: gg::Config, `min_blocks_per_sm` CTAs per SM.
 GemmUnit mma_unit(const char *kind, std::string name, const GemmTileConfig &t, DType dtype,
-                  DType c_dtype, std::string params, std::string call) {
-    GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
+                  DType c_dtype, std::string kind_args) {
+    GemmUnit u = gemm_unit(kind, std::move(name), std::move(kind_args));
     u.template_name = "group_gemm.cuh";
+    u.ns = "moejit::gg";
     u.cfg = config_type(t, dtype, c_dtype);
-    u.min_blocks = t.min_blocks_per_sm;
-    u.operands = fmt::format("const {0} *a, const {0} *b, {1} *c, const int *offsets, int rows,\n        ",
-                             dtype_cuda_type(dtype), dtype_cuda_type(c_dtype));
+    u.bounds = fmt::format("{}, {}", t.threads(), t.min_blocks_per_sm);
     return u;
 }
 
@@ -326,21 +320,16 @@ KernelSource render_group_gemm_nk(const GemmNkSpec &s) {
     validate_shape(s, "");
     require_engine_features(s.tile, problem_of(s, 0, 1));
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_nk_sm90(s);
-    return render_gemm_unit(mma_unit(
-        "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts, int m_tile_bound",
-        fmt::format("moejit::gg::group_gemm_nk<Cfg, {}, {}, {}, {}>(a, b, c, offsets, rows,\n"
-                    "                                                          num_experts, m_tile_bound);",
-                    s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate))));
+    return render_gemm_unit<kargs::GemmNkArgs>(
+        mma_unit("nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+                 fmt::format("{}, {}, {}, {}", s.n, s.k, bool_text(s.b_transposed), bool_text(s.accumulate))));
 }
 
 KernelSource render_group_gemm_mn(const GemmMnSpec &s) {
     validate_shape(s, "");
     if (s.tile.engine == GemmEngine::wgmma) return render_group_gemm_mn_sm90(s);
-    return render_gemm_unit(mma_unit(
-        "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "int num_experts",
-        fmt::format("moejit::gg::group_gemm_mn<Cfg, {}, {}, {}>(a, b, c, offsets, rows,\n"
-                    "                                                    num_experts);",
-                    s.m, s.n, bool_text(s.accumulate))));
+    return render_gemm_unit<kargs::GemmMnArgs>(mma_unit("mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+                                                      fmt::format("{}, {}, {}", s.m, s.n, bool_text(s.accumulate))));
 }
 
 std::vector<KernelSource> group_gemm_kernels(const GemmNkSpec &spec) { return {render_group_gemm_nk(spec)}; }

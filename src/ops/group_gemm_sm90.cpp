@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -16,6 +18,15 @@
 namespace moejit {
 namespace {
 
+// The kernels' TmaDesc (templates/kernel_args.h) holds the driver's CUtensorMap byte for byte
+// (copied in, so the host's alignment of either does not matter). Its own 64-byte alignment is
+// what TMA needs of a descriptor in parameter space; CUDA 13's cuda.h aligns CUtensorMap to 128
+// (CUDA 12's to 64), so the assertion is "at least as strict", not "equal".
+static_assert(sizeof(kargs::TmaDesc) == sizeof(CUtensorMap), "kargs::TmaDesc must have CUtensorMap's size");
+static_assert(alignof(kargs::TmaDesc) == 64 && alignof(CUtensorMap) % alignof(kargs::TmaDesc) == 0,
+              "kargs::TmaDesc must be 64-byte aligned, and CUtensorMap at least as strictly");
+static_assert(std::is_trivially_copyable_v<CUtensorMap>, "tensor maps are copied bytewise into the arguments");
+
 constexpr cuuint32_t kChunk = 64;  // elements in one 128-byte swizzle row
 constexpr int kReduceThreads = 256;
 
@@ -28,7 +39,7 @@ CUtensorMapDataType tma_type(DType dtype) {
 // box[] elements with 128-byte swizzle (box[0] = 64 elements = 128 bytes); out-of-bounds
 // elements read as 0. row_elems > 0: dims[1]'s stride in elements, when rows are wider than
 // dims[0] (a column range of a wider matrix).
-CUtensorMap encode_map(DType dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
+kargs::TmaDesc encode_map(DType dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
                        std::initializer_list<cuuint32_t> box, std::int64_t row_elems = 0) {
     cuuint64_t d[3], strides[2];
     cuuint32_t b[3];
@@ -50,7 +61,9 @@ CUtensorMap encode_map(DType dtype, const void *ptr, std::initializer_list<std::
                                      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-    return map;
+    kargs::TmaDesc desc;
+    std::memcpy(&desc, &map, sizeof desc);
+    return desc;
 }
 
 void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *fn) {
@@ -59,28 +72,19 @@ void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *f
         fail(Status::unsupported, "the wgmma grouped GEMM needs an sm_90a context, got {}", ctx.arch());
 }
 
-// The wgmma engine's unit: tensor maps of A, B and C as __grid_constant__ parameters (same_nk
-// adds a2, b2 and c2 in `before_c`), sm90::Config, one CTA per SM. `before_c` / `after_c`: the
-// kind's operands before c and between c and offsets.
-GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, DType dtype,
-                    DType c_dtype, std::string_view before_c, std::string_view after_c, std::string params,
-                    std::string call) {
-    GemmUnit u = gemm_unit(kind, std::move(name), t, std::move(params), std::move(call));
-    u.entry_suffix = "_sm90";
+// The wgmma engine's unit: sm90::Config, one CTA per SM (the tensor maps travel inside the
+// argument struct, sm90/kernels.cuh).
+GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t, DType dtype, DType c_dtype,
+                    std::string kind_args) {
+    GemmUnit u = gemm_unit(kind, std::move(name), std::move(kind_args));
     u.title = ", sm_90a wgmma/TMA";
-    u.template_name = "sm90/group_gemm.cuh";
+    u.template_name = "sm90/kernels.cuh";
+    u.ns = "moejit::sm90";
     // The ping-pong flag is rendered only when set, so cooperative kernels keep their source.
     u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}{}>", dtype_cuda_type(dtype),
                         dtype_cuda_type(c_dtype), t.block_n, t.stages, t.group_m, bool_text(t.tma_store),
                         t.pingpong == 1 ? ", true" : t.pingpong == 2 ? ", 2" : "");
-    u.min_blocks = 1;
-    u.operands = fmt::format(
-        "const __grid_constant__ moejit::sm90::TmaDesc tma_a,\n"
-        "        const __grid_constant__ moejit::sm90::TmaDesc tma_b,\n"
-        "        const __grid_constant__ moejit::sm90::TmaDesc tma_c,\n"
-        "        {}{} *c,\n"
-        "        {}const int *offsets, int rows, ",
-        before_c, dtype_cuda_type(c_dtype), after_c);
+    u.bounds = std::to_string(t.threads());
     return u;
 }
 
@@ -92,64 +96,31 @@ std::string glu_policy(const GemmNkSpec &s) {
                        s.swiglu.merged ? I : 0);
 }
 
-// The kernel's GluArgs parameter (same layout as moejit::sm90::GluArgs).
-struct GluArgs {
-    void *up;
-    void *aw;
-    const float *w_s;
-    float limit;
-};
-
 }  // namespace
 
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_nk_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
-    return render_gemm_unit(wgmma_unit(
-        "nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
-        "const __grid_constant__ moejit::sm90::TmaDesc tma_a2,\n"
-        "        const __grid_constant__ moejit::sm90::TmaDesc tma_b2,\n"
-        "        const __grid_constant__ moejit::sm90::TmaDesc tma_c2, ",
-        fmt::format("const {} *gather_src, const int *row_token, ", dtype_cuda_type(s.dtype)),
-        "int num_experts, int m_tile_bound, moejit::sm90::GluArgs glu",
-        fmt::format("moejit::sm90::group_gemm_nk_sm90<Cfg, {}, {}, {}, {}, {}, {}, {}>(tma_a, tma_b, tma_c,\n"
-                    "        tma_a2, tma_b2, tma_c2, c, gather_src, row_token, offsets, rows, num_experts, m_tile_bound,\n"
-                    "        glu);",
-                    s.n, s.k, s.k_split, bool_text(s.b_transposed), bool_text(s.accumulate), bool_text(s.gather_a),
-                    glu_policy(s))));
+    return render_gemm_unit<kargs::Sm90NkArgs>(
+        wgmma_unit("nk", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+                   fmt::format("{}, {}, {}, {}, {}, {}, {}", s.n, s.k, s.k_split, bool_text(s.b_transposed),
+                               bool_text(s.accumulate), bool_text(s.gather_a), glu_policy(s))));
 }
 
 KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_mn_sm90: tile {} is not a wgmma config",
                    to_string(s.tile));
-    return render_gemm_unit(wgmma_unit(
-        "mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype, "", "",
-        "int num_experts, int split_rows, int max_slots, int *partials_index, float *partials",
-        fmt::format("moejit::sm90::group_gemm_mn_sm90<Cfg, {}, {}, {}>(tma_a, tma_b, tma_c, c, offsets,\n"
-                    "        rows, num_experts, split_rows, max_slots, partials_index, partials);",
-                    s.m, s.n, bool_text(s.accumulate))));
+    return render_gemm_unit<kargs::Sm90MnArgs>(wgmma_unit("mn", gemm_kernel_name(s), s.tile, s.dtype, s.c_dtype,
+                                                        fmt::format("{}, {}, {}", s.m, s.n, bool_text(s.accumulate))));
 }
 
 KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
-    KernelSource ks;
-    ks.name = fmt::format("split_reduce_c{}_m{}_n{}{}", dtype_name(s.c_dtype), s.m, s.n, s.accumulate ? "_acc" : "");
-    ks.template_name = "sm90/group_gemm.cuh";
-    ks.entry = "moejit_split_reduce_sm90";
-    ks.source = fmt::format(
-        "// moejit split same_mn reduction: {name}\n"
-        "#include \"moejit_common.cuh\"\n"
-        "#include \"sm90/group_gemm.cuh\"\n"
-        "\n"
-        "extern \"C\" __global__ void __launch_bounds__({threads})\n"
-        "{entry}({CT} *c, const int *offsets, int rows, int num_experts, int split_rows, int max_slots,\n"
-        "        const int *index, const float *partials) {{\n"
-        "    moejit::sm90::split_reduce_sm90<{CT}, {m}, {n}, {acc}, {threads}>(c, offsets, rows, num_experts,\n"
-        "                                                                split_rows, max_slots, index, partials);\n"
-        "}}\n",
-        fmt::arg("name", ks.name), fmt::arg("threads", kReduceThreads), fmt::arg("entry", ks.entry),
-        fmt::arg("CT", dtype_cuda_type(s.c_dtype)), fmt::arg("m", s.m), fmt::arg("n", s.n),
-        fmt::arg("acc", bool_text(s.accumulate)));
-    return ks;
+    const std::string name =
+        fmt::format("split_reduce_c{}_m{}_n{}{}", dtype_name(s.c_dtype), s.m, s.n, s.accumulate ? "_acc" : "");
+    return instantiate_kernel<kargs::SplitReduceArgs>(
+        {name, "sm90/kernels.cuh", "split same_mn reduction: " + name, "", "moejit::sm90::split_reduce_kernel",
+         fmt::format("{}, {}, {}, {}, {}", kReduceThreads, dtype_cuda_type(s.c_dtype), s.m, s.n,
+                     bool_text(s.accumulate))});
 }
 
 void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const GemmOperands &ops,
@@ -180,32 +151,28 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     };
     // Two operand pairs split K at k_split; each map covers its own pair's K.
     const std::int64_t k1 = spec.k_split > 0 ? spec.k_split : spec.k;
-    const CUtensorMap tma_b = b_map(ops.b, k1);
+    const kargs::TmaDesc tma_b = b_map(ops.b, k1);
     // A gathered A has no map, nor has a missing second pair (B's stands in, never read).
-    const CUtensorMap tma_a = gather_a ? tma_b : a_map(ops.a, k1);
-    const CUtensorMap tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1) : tma_b;
-    const CUtensorMap tma_b2 = spec.k_split > 0              ? b_map(ops.b2, spec.k - k1)
+    const kargs::TmaDesc tma_a = gather_a ? tma_b : a_map(ops.a, k1);
+    const kargs::TmaDesc tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1) : tma_b;
+    const kargs::TmaDesc tma_b2 = spec.k_split > 0              ? b_map(ops.b2, spec.k - k1)
                                : glu && !spec.swiglu.merged ? b_map(ops.b2, spec.k)
                                                             : tma_b;
     // C [S, N] in 64 x 64 boxes (the register epilogue has none: B's map stands in); with the SwiGLU epilogue g (C) and u (tma_c2), each [S, I] with
     // row stride I (split) or 2I (merged, u at column I), so ragged chunks clip at I.
     const std::int64_t I = spec.n / 2, ld = spec.swiglu.merged ? spec.n : I;
-    const CUtensorMap tma_c = !spec.tile.tma_store ? tma_b
+    const kargs::TmaDesc tma_c = !spec.tile.tma_store ? tma_b
                               : glu ? encode_map(spec.c_dtype, ops.c, {I, ops.rows}, {kChunk, kChunk}, ld)
                                     : encode_map(spec.c_dtype, ops.c, {spec.n, ops.rows}, {kChunk, kChunk});
-    const CUtensorMap tma_c2 = spec.tile.tma_store && glu
+    const kargs::TmaDesc tma_c2 = spec.tile.tma_store && glu
                                    ? encode_map(spec.c_dtype, ops.glu.up, {I, ops.rows}, {kChunk, kChunk}, ld)
                                    : tma_b;
-    const void *gather_src = gather_a ? ops.a : nullptr;
-    const std::int32_t *row_token = gather_a ? ops.row_token : nullptr;
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
-    void *c = ops.c;
-    const std::int32_t *offsets = ops.offsets;
-    const int rows = static_cast<int>(ops.rows), experts = ops.num_experts;
-    const int m_bound_arg = static_cast<int>(m_tile_bound);
-    const GluArgs glu_args{ops.glu.up, ops.glu.aw, ops.glu.w_s, ops.glu.limit};
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, tma_a2, tma_b2, tma_c2, c, gather_src, row_token,
-               offsets, rows, experts, m_bound_arg, glu_args);
+    ctx.launch(kernel, shape, ops.stream,
+               kargs::Sm90NkArgs{tma_a, tma_b, tma_c, tma_a2, tma_b2, tma_c2, ops.c, gather_a ? ops.a : nullptr,
+                               gather_a ? ops.row_token : nullptr, ops.offsets, static_cast<int>(ops.rows),
+                               ops.num_experts, static_cast<int>(m_tile_bound),
+                               kargs::GluArgs{ops.glu.up, ops.glu.aw, ops.glu.w_s, ops.glu.limit}});
 }
 
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const GemmOperands &ops,
@@ -226,10 +193,10 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     const void *stand_in = reinterpret_cast<const void *>(reinterpret_cast<std::uintptr_t>(ops.c) & ~std::uintptr_t{15});
     const void *a = empty ? stand_in : ops.a, *b = empty ? stand_in : ops.b;
     const std::int64_t map_rows = empty ? 1 : ops.rows;
-    const CUtensorMap tma_a = encode_map(spec.dtype, a, {spec.m, map_rows}, {kChunk, bk});
-    const CUtensorMap tma_b = encode_map(spec.dtype, b, {spec.n, map_rows}, {kChunk, bk});
+    const kargs::TmaDesc tma_a = encode_map(spec.dtype, a, {spec.m, map_rows}, {kChunk, bk});
+    const kargs::TmaDesc tma_b = encode_map(spec.dtype, b, {spec.n, map_rows}, {kChunk, bk});
     // C [E, M, N] in 64 x 64 boxes, clipped at M and N inside each expert.
-    const CUtensorMap tma_c = spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, spec.m, ops.num_experts},
+    const kargs::TmaDesc tma_c = spec.tile.tma_store ? encode_map(spec.c_dtype, ops.c, {spec.n, spec.m, ops.num_experts},
                                                                {kChunk, kChunk, 1})
                                                   : tma_a;
     // The split (long reductions in segments, fp32 partials in the workspace) when the
@@ -249,16 +216,14 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
         tiles += mn_tile_count(static_cast<std::int32_t>(split.slots), spec.m, spec.tile.block_m, spec.n,
                                spec.tile.block_n);
     const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_mn, tiles, ops.num_experts);
-    void *c = ops.c;
-    const std::int32_t *offsets = ops.offsets;
     const int rows = static_cast<int>(ops.rows), experts = ops.num_experts, split_rows = split.split_rows;
     const int max_slots = static_cast<int>(split.slots);  // what the workspace was checked to hold
     auto *index = split.split_rows > 0 ? static_cast<std::int32_t *>(ops.workspace) : nullptr;
     float *partials = split.split_rows > 0 ? reinterpret_cast<float *>(static_cast<char *>(ops.workspace) +
                                                                          mn_split_partials_offset(experts))
                                            : nullptr;
-    ctx.launch(kernel, shape, ops.stream, tma_a, tma_b, tma_c, c, offsets, rows, experts, split_rows, max_slots, index,
-               partials);
+    const kargs::MnSplitTarget out{ops.c, ops.offsets, rows, experts, split_rows, max_slots};
+    ctx.launch(kernel, shape, ops.stream, kargs::Sm90MnArgs{tma_a, tma_b, tma_c, out, index, partials});
     if (split.split_rows == 0) return;
     const Kernel &reduce = bound && bound->reduce ? *bound->reduce : ctx.kernel(render_split_reduce_sm90(spec));
     LaunchShape rshape;
@@ -267,9 +232,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     rshape.grid_x = static_cast<std::uint32_t>(
         std::min<std::int64_t>((quads + kReduceThreads - 1) / kReduceThreads, std::int64_t{8} * ctx.sm_count()));
     rshape.block_x = kReduceThreads;
-    const std::int32_t *cindex = index;
-    const float *cpartials = partials;
-    ctx.launch(reduce, rshape, ops.stream, c, offsets, rows, experts, split_rows, max_slots, cindex, cpartials);
+    ctx.launch(reduce, rshape, ops.stream, kargs::SplitReduceArgs{out, index, partials});
 }
 
 }  // namespace moejit

@@ -13,11 +13,11 @@
 
 namespace moejit {
 
-// Pure: the translation unit of a specialization (entries "moejit_group_gemm_nk_sm90" and
-// "moejit_group_gemm_mn_sm90").
+// Pure: the translation unit of a specialization (instantiations of
+// moejit::sm90::group_gemm_nk_kernel and group_gemm_mn_kernel, templates/sm90/kernels.cuh).
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &spec);
 KernelSource render_group_gemm_mn_sm90(const GemmMnSpec &spec);
-// The reduction of a split same_mn launch (entry "moejit_split_reduce_sm90"); every wgmma
+// The reduction of a split same_mn launch (moejit::sm90::split_reduce_kernel); every wgmma
 // same_mn spec has one (warmup compiles it: whether a call splits depends on S).
 KernelSource render_split_reduce_sm90(const GemmMnSpec &spec);
 

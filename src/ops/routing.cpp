@@ -23,22 +23,22 @@ constexpr std::int64_t kMaxRows = std::numeric_limits<std::int32_t>::max();  // 
 
 
 // One translation unit of the histogram or rank kernel.
-KernelSource render_chunk_kernel(const RoutingSpec &spec, const char *kind, const char *params,
-                                 const char *call) {
+template <class Args> KernelSource render_chunk_kernel(const RoutingSpec &spec, const char *kind) {
     const std::int32_t warps = routing_warps(spec.num_experts);
     const std::string name = fmt::format("routing_{}_{}_e{}", kind, dtype_name(spec.index_dtype), spec.num_experts);
-    return wrap_kernel({name, "routing.cuh", fmt::format("routing index, {}: {}", kind, name),
-                        fmt::format("using Id = {};\nconstexpr int kExperts = {};\nconstexpr int kWarps = {};\n",
-                                    dtype_cuda_type(spec.index_dtype), spec.num_experts, warps),
-                        static_cast<std::uint32_t>(warps * 32), params, std::string("moejit::routing::") + call});
+    return instantiate_kernel<Args>(
+        {name, "routing.cuh", fmt::format("routing index, {}: {}", kind, name),
+         fmt::format("using Id = {};\nconstexpr int kExperts = {};\nconstexpr int kWarps = {};\n",
+                     dtype_cuda_type(spec.index_dtype), spec.num_experts, warps),
+         fmt::format("moejit::routing::{}_kernel", kind), fmt::format("{}, Id, kExperts, kWarps", warps * 32)});
 }
 
 KernelSource render_row_scan() {
     const std::string name = "routing_row_scan";
-    return wrap_kernel({name, "routing.cuh", "routing index, per-expert scan over chunks: " + name,
-                        fmt::format("constexpr int kMaxChunks = {};\n", kTargetChunks), kRowScanWarps * 32,
-                        "int *hist, int num_chunks, int num_experts, int *counts",
-                        "moejit::routing::row_scan<kMaxChunks>(hist, num_chunks, num_experts, counts)"});
+    return instantiate_kernel<kargs::RoutingRowScanArgs>(
+        {name, "routing.cuh", "routing index, per-expert scan over chunks: " + name,
+         fmt::format("constexpr int kMaxChunks = {};\n", kTargetChunks), "moejit::routing::row_scan_kernel",
+         fmt::format("{}, kMaxChunks", kRowScanWarps * 32)});
 }
 
 void validate_counts(std::int64_t num_tokens, std::int32_t top_k) {
@@ -98,19 +98,9 @@ std::size_t routing_index_workspace_size(std::int64_t num_tokens, std::int32_t t
 RoutingKernels render_routing_index(const RoutingSpec &spec) {
     validate_routing_spec(spec);
     RoutingKernels k;
-    k.histogram = render_chunk_kernel(
-        spec, "histogram",
-        "const Id *__restrict__ selected, long long rows, int rows_per_warp, int num_chunks, "
-        "int *__restrict__ hist",
-        "histogram<Id, kExperts, kWarps>(selected, rows, rows_per_warp, num_chunks, hist)");
+    k.histogram = render_chunk_kernel<kargs::RoutingHistogramArgs>(spec, "histogram");
     k.row_scan = render_row_scan();
-    k.rank = render_chunk_kernel(
-        spec, "rank",
-        "const Id *__restrict__ selected, long long rows, int rows_per_warp, int num_chunks, "
-        "const int *__restrict__ chunk_prefix, const int *__restrict__ counts, "
-        "int *__restrict__ offsets, int *__restrict__ scatter_index",
-        "rank<Id, kExperts, kWarps>(selected, rows, rows_per_warp, num_chunks, chunk_prefix, "
-        "counts, offsets, scatter_index)");
+    k.rank = render_chunk_kernel<kargs::RoutingRankArgs>(spec, "rank");
     return k;
 }
 
@@ -166,36 +156,29 @@ RoutingChunking validate_routing_args(const RoutingIndexArgs &args) {
 void launch_routing_index(Context &ctx, const RoutingIndexArgs &args,
                           const RoutingChunking &chunking, const LoadedRoutingKernels &kernels) {
     auto *hist = static_cast<int *>(args.workspace);
-    const long long rows_arg = chunking.rows;
-    const int rows_per_warp = chunking.rows_per_warp;
-    const int num_chunks = chunking.num_chunks;
     const auto threads = static_cast<std::uint32_t>(chunking.warps * 32);
-    const void *selected = args.selected_experts;
 
     LaunchShape hist_shape;
-    hist_shape.grid_x = static_cast<std::uint32_t>(num_chunks);  // 0 for T = 0: a no-op
+    hist_shape.grid_x = static_cast<std::uint32_t>(chunking.num_chunks);  // 0 for T = 0: a no-op
     hist_shape.block_x = threads;
-    ctx.launch(*kernels.histogram, hist_shape, args.stream, selected, rows_arg, rows_per_warp,
-               num_chunks, hist);
+    ctx.launch(*kernels.histogram, hist_shape, args.stream,
+               kargs::RoutingHistogramArgs{args.selected_experts, chunking.rows, chunking.rows_per_warp,
+                                         chunking.num_chunks, hist});
 
     LaunchShape scan_shape;
     scan_shape.grid_x =
         (static_cast<std::uint32_t>(args.num_experts) + kRowScanWarps - 1) / kRowScanWarps;
     scan_shape.block_x = kRowScanWarps * 32;
-    int *counts = args.counts;
-    const int experts = args.num_experts;
-    ctx.launch(*kernels.row_scan, scan_shape, args.stream, hist, num_chunks, experts, counts);
+    ctx.launch(*kernels.row_scan, scan_shape, args.stream,
+               kargs::RoutingRowScanArgs{hist, chunking.num_chunks, args.num_experts, args.counts});
 
     // At least one block: block 0 writes offsets even when there are no routes.
     LaunchShape rank_shape;
-    rank_shape.grid_x = static_cast<std::uint32_t>(std::max(num_chunks, 1));
+    rank_shape.grid_x = static_cast<std::uint32_t>(std::max(chunking.num_chunks, 1));
     rank_shape.block_x = threads;
-    const int *chunk_prefix = hist;
-    const int *counts_in = args.counts;
-    int *offsets = args.offsets;
-    int *scatter_index = args.scatter_index;
-    ctx.launch(*kernels.rank, rank_shape, args.stream, selected, rows_arg, rows_per_warp,
-               num_chunks, chunk_prefix, counts_in, offsets, scatter_index);
+    ctx.launch(*kernels.rank, rank_shape, args.stream,
+               kargs::RoutingRankArgs{args.selected_experts, chunking.rows, chunking.rows_per_warp, chunking.num_chunks,
+                                    hist, args.counts, args.offsets, args.scatter_index});
 }
 
 }  // namespace

@@ -67,23 +67,27 @@ std::uint32_t next_pow2(std::int64_t v) {
     return p;
 }
 
-// Renders a row kernel (scatter or gather): constants, the template, the extern "C" wrapper.
-KernelSource render_rows(const std::string &name, const std::string &constants,
-                         std::int64_t hidden_size, const char *params, const char *call) {
+// Renders a row kernel (scatter or gather): constants, the template, the instantiation of
+// moejit::sg::<kind>_kernel<threads, <type_args>, <the row geometry>>.
+template <class Args>
+KernelSource render_rows(const char *kind, const std::string &name, const std::string &constants,
+                         std::int64_t hidden_size, const char *type_args) {
     const RowGeometry g = row_geometry(hidden_size);
-    return wrap_kernel({name, "scatter_gather.cuh", name,
-                        constants + fmt::format("constexpr int kHidden = {};\nconstexpr int kThreadsPerRow = {};\n"
-                                                "constexpr int kVecsPerThread = {};\nconstexpr int kRowsPerBlock = {};\n",
-                                                hidden_size, g.threads_per_row, g.vectors_per_thread, g.rows_per_block),
-                        static_cast<std::uint32_t>(g.block_threads), params, std::string("moejit::sg::") + call});
+    return instantiate_kernel<Args>(
+        {name, "scatter_gather.cuh", name,
+         constants + fmt::format("constexpr int kHidden = {};\nconstexpr int kThreadsPerRow = {};\n"
+                                 "constexpr int kVecsPerThread = {};\nconstexpr int kRowsPerBlock = {};\n",
+                                 hidden_size, g.threads_per_row, g.vectors_per_thread, g.rows_per_block),
+         fmt::format("moejit::sg::{}_kernel", kind),
+         fmt::format("{}, {}, kThreadsPerRow, kVecsPerThread, kRowsPerBlock", g.block_threads, type_args)});
 }
 
-KernelSource render_weights(const char *kind, DType weight_dtype, const char *params,
-                            const char *call) {
+template <class Args> KernelSource render_weights(const char *kind, DType weight_dtype) {
     validate_weight_dtype(weight_dtype);
     const std::string name = fmt::format("{}_{}", kind, dtype_name(weight_dtype));
-    return wrap_kernel({name, "scatter_gather.cuh", name, fmt::format("using W = {};\n", dtype_cuda_type(weight_dtype)),
-                        kWeightThreads, params, std::string("moejit::sg::") + call});
+    return instantiate_kernel<Args>({name, "scatter_gather.cuh", name,
+                                     fmt::format("using W = {};\n", dtype_cuda_type(weight_dtype)),
+                                     fmt::format("moejit::sg::{}_kernel", kind), fmt::format("{}, W", kWeightThreads)});
 }
 
 LaunchShape row_launch(std::int64_t num_tokens, const RowGeometry &g) {
@@ -142,21 +146,18 @@ void validate_weight_dtype(DType weight_dtype) {
 
 KernelSource render_scatter(const ScatterSpec &spec) {
     validate_scatter_spec(spec);
-    return render_rows(
-        fmt::format("scatter_{}_h{}_k{}", dtype_name(spec.dtype), spec.hidden_size, spec.top_k),
+    return render_rows<kargs::ScatterArgs>(
+        "scatter", fmt::format("scatter_{}_h{}_k{}", dtype_name(spec.dtype), spec.hidden_size, spec.top_k),
         fmt::format("using T = {};\nconstexpr int kTopK = {};\n", dtype_cuda_type(spec.dtype),
                     spec.top_k),
-        spec.hidden_size,
-        "const T *__restrict__ x, const int *__restrict__ scatter_index, long long num_tokens, "
-        "T *__restrict__ xs",
-        "scatter<T, kHidden, kTopK, kThreadsPerRow, kVecsPerThread, kRowsPerBlock>(x, "
-        "scatter_index, num_tokens, xs)");
+        spec.hidden_size, "T, kHidden, kTopK");
 }
 
 KernelSource render_gather(const GatherSpec &spec) {
     validate_gather_spec(spec);
     const bool weighted = spec.weight_dtype != static_cast<DType>(0);
-    return render_rows(
+    return render_rows<kargs::GatherArgs>(
+        "gather",
         fmt::format("gather_{}_h{}_k{}_w{}{}", dtype_name(spec.dtype), spec.hidden_size,
                     spec.top_k, weighted ? dtype_name(spec.weight_dtype) : "none", spec.bias ? "_bias" : ""),
         fmt::format("using T = {};\nusing W = {};\nconstexpr bool kWeighted = {};\n"
@@ -164,27 +165,15 @@ KernelSource render_gather(const GatherSpec &spec) {
                     dtype_cuda_type(spec.dtype),
                     weighted ? dtype_cuda_type(spec.weight_dtype) : "float", weighted, spec.bias,
                     spec.top_k),
-        spec.hidden_size,
-        "const T *__restrict__ ys, const int *__restrict__ scatter_index, "
-        "const W *__restrict__ weights, long long num_tokens, T *__restrict__ out, "
-        "const T *__restrict__ bias, const float *__restrict__ bias_scale, const int *__restrict__ offsets, "
-        "int num_experts",
-        "gather<T, W, kWeighted, kBias, kHidden, kTopK, kThreadsPerRow, kVecsPerThread, "
-        "kRowsPerBlock>(ys, scatter_index, weights, num_tokens, out, bias, bias_scale, offsets, num_experts)");
+        spec.hidden_size, "T, W, kWeighted, kBias, kHidden, kTopK");
 }
 
 KernelSource render_scatter_weights(DType weight_dtype) {
-    return render_weights("scatter_weights", weight_dtype,
-                          "const W *__restrict__ weights, const int *__restrict__ scatter_index, "
-                          "long long rows, float *__restrict__ w_s, int *__restrict__ row_token, int top_k",
-                          "scatter_weights<W>(weights, scatter_index, rows, w_s, row_token, top_k)");
+    return render_weights<kargs::ScatterWeightsArgs>("scatter_weights", weight_dtype);
 }
 
 KernelSource render_gather_weights(DType weight_dtype) {
-    return render_weights("gather_weights", weight_dtype,
-                          "const float *__restrict__ d_w_s, const int *__restrict__ "
-                          "scatter_index, long long rows, W *__restrict__ d_weights",
-                          "gather_weights<W>(d_w_s, scatter_index, rows, d_weights)");
+    return render_weights<kargs::GatherWeightsArgs>("gather_weights", weight_dtype);
 }
 
 namespace {
@@ -203,9 +192,8 @@ void scatter_impl(Context &ctx, const ScatterArgs &args, Kernel *preloaded) {
     if (args.num_tokens == 0) return;
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_scatter(args.spec));
-    const long long tokens = args.num_tokens;
-    ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream, args.x,
-               args.scatter_index, tokens, args.xs);
+    ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream,
+               kargs::ScatterArgs{args.x, args.scatter_index, args.num_tokens, args.xs});
 }
 
 void gather_impl(Context &ctx, const GatherArgs &args, Kernel *preloaded) {
@@ -229,11 +217,9 @@ void gather_impl(Context &ctx, const GatherArgs &args, Kernel *preloaded) {
     if (args.num_tokens == 0) return;
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_gather(spec));
-    const long long tokens = args.num_tokens;
-    const int num_experts = args.num_experts;
-    ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream, args.ys,
-               args.scatter_index, args.weights, tokens, args.out, args.bias, args.bias_scale, args.offsets,
-               num_experts);
+    ctx.launch(kernel, row_launch(args.num_tokens, row_geometry(h)), args.stream,
+               kargs::GatherArgs{args.ys, args.scatter_index, args.weights, args.num_tokens, args.out, args.bias,
+                               args.bias_scale, args.offsets, args.num_experts});
 }
 
 void scatter_weights_impl(Context &ctx, const WeightsScatterArgs &args, Kernel *preloaded) {
@@ -249,10 +235,8 @@ void scatter_weights_impl(Context &ctx, const WeightsScatterArgs &args, Kernel *
     if (rows == 0) return;
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_scatter_weights(args.weight_dtype));
-    const long long rows_arg = rows;
-    const int top_k = args.top_k;
-    ctx.launch(kernel, flat_launch(rows), args.stream, args.weights, args.scatter_index, rows_arg,
-               args.w_s, args.row_token, top_k);
+    ctx.launch(kernel, flat_launch(rows), args.stream,
+               kargs::ScatterWeightsArgs{args.weights, args.scatter_index, rows, args.w_s, args.row_token, args.top_k});
 }
 
 void gather_weights_impl(Context &ctx, const WeightsGatherArgs &args, Kernel *preloaded) {
@@ -267,9 +251,8 @@ void gather_weights_impl(Context &ctx, const WeightsGatherArgs &args, Kernel *pr
     if (rows == 0) return;
 
     Kernel &kernel = preloaded ? *preloaded : ctx.kernel(render_gather_weights(args.weight_dtype));
-    const long long rows_arg = rows;
-    ctx.launch(kernel, flat_launch(rows), args.stream, args.d_w_s, args.scatter_index, rows_arg,
-               args.d_weights);
+    ctx.launch(kernel, flat_launch(rows), args.stream,
+               kargs::GatherWeightsArgs{args.d_w_s, args.scatter_index, rows, args.d_weights});
 }
 
 }  // namespace

@@ -24,22 +24,22 @@ std::string spec_suffix(const SwigluSpec &spec) {
                        spec.has_bias ? "_bias" : "");
 }
 
-// Renders one translation unit: constants, the template, the extern "C" wrapper.
-// bias_arg: the forward's kBias template argument (", true" / ", false"); the backward has none.
-KernelSource render(const SwigluSpec &spec, const char *direction, const char *function, const char *bias_arg,
-                    const char *params, const char *call_args) {
+// Renders one translation unit: constants, the template, the instantiation of
+// moejit::<function>_kernel. bias_arg: the forward's kBias template argument (", true" /
+// ", false"); the backward has none.
+template <class Args>
+KernelSource render(const SwigluSpec &spec, const char *direction, const char *function, const char *bias_arg) {
     validate_swiglu_spec(spec);
     // Names predate the other activations: "swiglu_" is the op family, the suffix the activation.
     const std::string name = fmt::format("swiglu_{}_{}", direction, spec_suffix(spec));
-    return wrap_kernel(
+    return instantiate_kernel<Args>(
         {name, "swiglu.cuh", fmt::format("SwiGLU {}: {}", direction, name),
          fmt::format("using T = {};\nconstexpr int kI = {};\nconstexpr int kLayout = {};\nconstexpr int kAct = {};\n"
                      "constexpr bool kLimit = {};\nconstexpr bool kWeights = {};\nconstexpr int kWarpsPerBlock = {};\n",
                      dtype_cuda_type(spec.dtype), spec.intermediate, spec.interleaved ? 2 : spec.merged ? 1 : 0,
                      static_cast<int>(spec.activation), spec.has_limit, spec.has_weights, kSwigluWarpsPerBlock),
-         kThreadsPerBlock, params,
-         fmt::format("moejit::{}<T, kI, kLayout, kAct, kLimit, kWeights{}, kWarpsPerBlock>({})", function, bias_arg,
-                     call_args)});
+         fmt::format("moejit::{}_kernel", function),
+         fmt::format("{}, T, kI, kLayout, kAct, kLimit, kWeights{}, kWarpsPerBlock", kThreadsPerBlock, bias_arg)});
 }
 
 // The common scalar checks of forward and backward.
@@ -128,21 +128,13 @@ void validate_swiglu_spec(const SwigluSpec &spec) {
 }
 
 KernelSource render_swiglu_forward(const SwigluSpec &spec) {
-    return render(spec, "fwd", "gated_forward", spec.has_bias ? ", true" : ", false",
-                  "const void *gate, const void *up, const float *w_s, void *a, void *aw, "
-                  "long long rows, float limit, float alpha, const void *bias, const int *offsets, "
-                  "int num_experts",
-                  "gate, up, w_s, a, aw, rows, limit, alpha, bias, offsets, num_experts");
+    return render<kargs::GatedForwardArgs>(spec, "fwd", "gated_forward", spec.has_bias ? ", true" : ", false");
 }
 
 KernelSource render_swiglu_backward(const SwigluSpec &spec) {
     SwigluSpec s = spec;
     s.has_bias = false;  // the backward reads the forward's biased g and u
-    return render(s, "bwd", "gated_backward", "",
-                  "const void *gate, const void *up, const float *w_s, const void *daw, "
-                  "void *d_gate, void *d_up, float *d_w_s, void *aw, long long rows, "
-                  "float limit, float alpha",
-                  "gate, up, w_s, daw, d_gate, d_up, d_w_s, aw, rows, limit, alpha");
+    return render<kargs::GatedBackwardArgs>(s, "bwd", "gated_backward", "");
 }
 
 SwigluSpec swiglu_spec(const SwigluForwardArgs &args) {
@@ -178,15 +170,9 @@ void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *b
     ctx.require_device("moejit_swiglu_forward");
     if (args.rows == 0) return;
     const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_forward(spec));
-    const float *w_s = args.w_s;
-    void *a = args.a, *aw = args.aw;
-    const long long rows = args.rows;
-    const float limit = args.limit, alpha = args.alpha;
-    const void *bias = args.bias;
-    const std::int32_t *offsets = args.offsets;
-    const int num_experts = args.num_experts;
-    ctx.launch(kernel, launch_shape(args.rows), args.stream, gate, up, w_s, a, aw, rows, limit, alpha, bias,
-               offsets, num_experts);
+    ctx.launch(kernel, launch_shape(args.rows), args.stream,
+               kargs::GatedForwardArgs{gate, up, args.w_s, args.a, args.aw, args.rows, args.limit, args.alpha, args.bias,
+                                     args.offsets, args.num_experts});
 }
 
 void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel *bound) {
@@ -217,14 +203,9 @@ void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel 
         d_up = nullptr;
     }
     const Kernel &kernel = bound ? *bound : ctx.kernel(render_swiglu_backward(spec));
-    const float *w_s = args.w_s;
-    const void *daw = args.daw;
-    float *d_w_s = args.d_w_s;
-    void *aw = args.aw;
-    const long long rows = args.rows;
-    const float limit = args.limit, alpha = args.alpha;
-    ctx.launch(kernel, launch_shape(args.rows), args.stream, gate, up, w_s, daw, d_gate, d_up,
-               d_w_s, aw, rows, limit, alpha);
+    ctx.launch(kernel, launch_shape(args.rows), args.stream,
+               kargs::GatedBackwardArgs{gate, up, args.w_s, args.daw, d_gate, d_up, args.d_w_s, args.aw, args.rows,
+                                      args.limit, args.alpha});
 }
 
 }  // namespace moejit

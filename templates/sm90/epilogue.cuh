@@ -4,6 +4,7 @@
 #pragma once
 
 #include "moejit_common.cuh"
+#include "kernel_args.h"
 #include "swiglu.cuh"
 #include "sm90/pipeline.cuh"
 
@@ -125,12 +126,7 @@ __device__ __forceinline__ void store_tile_tma_rows2(const float (&acc)[2][Cfg::
 // the rounded g and u as the standalone SwiGLU kernel computes it: bitwise the same results.
 // With EPI_TMA (BN >= 128) g and u of full 64-row halves leave through the staging tile and
 // TMA (tma_c over g, tma_c2 over u, each [S, I] with row stride LD), aw from registers.
-struct GluArgs {
-    void *up;          // u's element 0 (split: its own [S, I]; merged: gate_up + I)
-    void *aw;          // [S, I]
-    const float *w_s;  // [S]
-    float limit;       // used when LIMIT
-};
+using GluArgs = kargs::GluArgs;  // up, aw, w_s, limit (kernel_args.h)
 
 struct NoGlu {
     static constexpr bool ON = false;

@@ -5,15 +5,14 @@
 #pragma once
 
 #include "moejit_common.cuh"
+#include "kernel_args.h"
 
 namespace moejit {
 namespace sm90 {
 
-// A CUtensorMap (128 bytes, 64-byte aligned) as the device sees it: opaque, passed by value
-// as a __grid_constant__ kernel parameter so TMA can read it from parameter space.
-struct alignas(64) TmaDesc {
-    unsigned long long opaque[16];
-};
+// A CUtensorMap as the device sees it (kernel_args.h): inside the __grid_constant__ kernel
+// parameter, so TMA reads it from parameter space.
+using TmaDesc = kargs::TmaDesc;
 
 __device__ __forceinline__ unsigned smem_u32(const void *p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -155,7 +155,7 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
             d.top_k = 4;
             d.fc1_layout = layout;
             for (KernelSource &ks : layer_gemm_sources(d, Config{}, kHopper)) {
-                BOOST_TEST(ks.template_name == "sm90/group_gemm.cuh", ks.name);
+                BOOST_TEST(ks.template_name == "sm90/kernels.cuh", ks.name);
                 sources.emplace(ks.name, ks);
             }
         }
@@ -239,8 +239,9 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
     std::set<std::string> names;
     for (const auto &s : {a, b, c, d}) {
         const KernelSource ks = render_group_gemm_nk(s);
-        BOOST_TEST(ks.entry == "moejit_group_gemm_nk_sm90");
-        BOOST_TEST(ks.template_name == "sm90/group_gemm.cuh");
+        BOOST_TEST(ks.entry.rfind("moejit::sm90::group_gemm_nk_kernel<384, Cfg, ", 0) == 0u, ks.entry);
+        BOOST_TEST(ks.param_bytes == sizeof(kargs::Sm90NkArgs));
+        BOOST_TEST(ks.template_name == "sm90/kernels.cuh");
         BOOST_TEST(ks.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos, ks.name);
         names.insert(ks.name);
     }

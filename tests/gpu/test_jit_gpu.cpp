@@ -11,19 +11,38 @@ using namespace moejit;
 using namespace moejit::test;
 using moejit::test::TempDir;
 
+namespace moejit::test {
+// The test kernel's argument struct; the device source below spells the same struct.
+struct ScaleArgs {
+    const void *x;
+    float *y;
+    int n;
+};
+}  // namespace moejit::test
+template <> inline constexpr const char *moejit::kernel_args_type<moejit::test::ScaleArgs> = "ScaleArgs";
+
 namespace {
 
-KernelSource scale_kernel(int factor) {
+// A typed kernel as the library renders them: a template taking one argument struct, and its
+// explicit instantiation. param_bytes_delta != 0 renders a wrong expected size.
+KernelSource scale_kernel(int factor, long param_bytes_delta = 0) {
     KernelSource s;
     s.name = fmt::format("test_scale_{}", factor);
     s.template_name = "moejit_common.cuh";
-    s.entry = "moejit_test_scale";
+    s.entry = fmt::format("scale_kernel<{}>", factor);
+    s.param_bytes = sizeof(ScaleArgs) + param_bytes_delta;
     s.source = fmt::format(R"(#include "moejit_common.cuh"
-extern "C" __global__ void moejit_test_scale(const __nv_bfloat16 *x, float *y, int n) {{
+struct ScaleArgs {{
+    const void *x;
+    float *y;
+    int n;
+}};
+template <int F> __global__ void scale_kernel(const __grid_constant__ ScaleArgs args) {{
     long long i = moejit::global_thread_id();
-    if (i < n) y[i] = {}.0f * moejit::to_float(x[i]);
+    if (i < args.n) args.y[i] = float(F) * moejit::to_float(static_cast<const __nv_bfloat16 *>(args.x)[i]);
 }}
-)", factor);
+template __global__ void {}(const __grid_constant__ ScaleArgs);
+)", s.entry);
     return s;
 }
 
@@ -38,7 +57,7 @@ void run_scale(Context &ctx, int factor) {
     LaunchShape shape;
     shape.grid_x = (n + 255) / 256;
     shape.block_x = 256;
-    ctx.launch(k, shape, nullptr, dx.as<const void>(), dy.as<float>(), n);
+    ctx.launch(k, shape, nullptr, ScaleArgs{dx.as<const void>(), dy.as<float>(), n});
     std::vector<float> y = dy.download<float>();
     for (int i = 0; i < n; ++i) BOOST_REQUIRE_EQUAL(y[i], float(factor * x.values[i]));
 }
@@ -99,8 +118,32 @@ BOOST_AUTO_TEST_CASE(zero_grid_is_a_no_op) {
     LaunchShape shape;
     shape.grid_x = 0;
     shape.block_x = 256;
-    ctx.launch(k, shape, nullptr, static_cast<const void *>(nullptr), static_cast<float *>(nullptr), 0);
+    ctx.launch(k, shape, nullptr, ScaleArgs{nullptr, nullptr, 0});
     synchronize();
+}
+
+// The typed ABI's checks: a kernel whose parameter is not the size its source promises is not
+// used (found at module load through cuFuncGetParamInfo), and a launch must pass a struct of the
+// kernel's size.
+BOOST_AUTO_TEST_CASE(parameter_layout_is_checked_at_load_and_launch) {
+    ContextOptions o;
+    o.cache_dir = "";
+    Context ctx(o);
+    try {
+        ctx.kernel(scale_kernel(7, 8));
+        BOOST_FAIL("a kernel whose parameter size differs from param_bytes was loaded");
+    } catch (const Error &e) {
+        BOOST_TEST((e.status() == Status::internal));
+        const std::string what = e.what();
+        BOOST_TEST(what.find("test_scale_7") != std::string::npos, what);
+        BOOST_TEST(what.find(std::to_string(sizeof(ScaleArgs) + 8)) != std::string::npos, what);
+        BOOST_TEST(what.find(std::to_string(sizeof(ScaleArgs))) != std::string::npos, what);
+    }
+    Kernel &k = ctx.kernel(scale_kernel(7));
+    LaunchShape shape;
+    shape.block_x = 32;
+    static_assert(sizeof(moejit::kargs::GatherWeightsArgs) != sizeof(ScaleArgs));
+    BOOST_CHECK_THROW(ctx.launch(k, shape, nullptr, moejit::kargs::GatherWeightsArgs{}), Error);
 }
 
 MOEJIT_GPU_TEST_MAIN("jit_gpu")

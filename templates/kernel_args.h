@@ -1,0 +1,236 @@
+// The kernel ABI: every kernel takes exactly one of these structs, by value, as its only
+// parameter (`const __grid_constant__ Args args`), and the host launches it with the same struct
+// (Context::launch). This header is the one definition both sides compile: NVRTC includes it from
+// the embedded templates, the host (g++) as "templates/kernel_args.h". So it has no includes and
+// only plain C++ types (pointers, int, long long, float): no CUDA builtins for the host, no
+// cuda.h for the device. Element pointers whose type depends on the specialization (bf16, fp16,
+// fp32) are void pointers; each kernel casts them to its T.
+//
+// The layout is checked twice: sizeof of each struct travels with its KernelSource and must equal
+// the parameter size the driver reports for the loaded kernel (jit/jit_engine.cpp), and a launch
+// must pass a struct of that size (Context::launch).
+#pragma once
+
+namespace moejit {
+namespace kargs {
+
+// A CUtensorMap as the kernels see it: opaque, 128 bytes, 64-byte aligned (the host
+// static_asserts both against CUtensorMap). Inside a __grid_constant__ parameter TMA reads it
+// from parameter space.
+struct alignas(64) TmaDesc {
+    unsigned long long opaque[16];
+};
+static_assert(sizeof(TmaDesc) == 128 && alignof(TmaDesc) == 64, "TmaDesc must match CUtensorMap");
+
+// ------------------------------------------------------------------ routing index (routing.cuh)
+
+struct RoutingHistogramArgs {
+    const void *selected;  // [S] Id
+    long long rows;
+    int rows_per_warp;
+    int num_chunks;
+    int *hist;  // [E, num_chunks]
+};
+
+struct RoutingRowScanArgs {
+    int *hist;
+    int num_chunks;
+    int num_experts;
+    int *counts;  // [E]
+};
+
+struct RoutingRankArgs {
+    const void *selected;  // [S] Id
+    long long rows;
+    int rows_per_warp;
+    int num_chunks;
+    const int *chunk_prefix;
+    const int *counts;
+    int *offsets;        // [E+1]
+    int *scatter_index;  // [S]
+};
+
+// ------------------------------------------------------------- scatter / gather (scatter_gather.cuh)
+
+struct ScatterArgs {
+    const void *x;  // [T, H] T
+    const int *scatter_index;
+    long long num_tokens;
+    void *xs;  // [S, H] T
+};
+
+struct GatherArgs {
+    const void *ys;  // [S, H] T
+    const int *scatter_index;
+    const void *weights;  // [T, k] W, or null
+    long long num_tokens;
+    void *out;               // [T, H] T
+    const void *bias;        // [E, H] T (kBias)
+    const float *bias_scale;  // [S]
+    const int *offsets;
+    int num_experts;
+};
+
+struct ScatterWeightsArgs {
+    const void *weights;  // [T, k] W
+    const int *scatter_index;
+    long long rows;
+    float *w_s;      // [S]
+    int *row_token;  // [S] or null
+    int top_k;
+};
+
+struct GatherWeightsArgs {
+    const float *d_w_s;  // [S]
+    const int *scatter_index;
+    long long rows;
+    void *d_weights;  // [T, k] W
+};
+
+// ------------------------------------------------------------- gated activations (swiglu.cuh)
+
+struct GatedForwardArgs {
+    const void *gate;
+    const void *up;
+    const float *w_s;
+    void *a;
+    void *aw;
+    long long rows;
+    float limit;
+    float alpha;
+    const void *bias;
+    const int *offsets;
+    int num_experts;
+};
+
+struct GatedBackwardArgs {
+    const void *gate;
+    const void *up;
+    const float *w_s;
+    const void *daw;
+    void *d_gate;
+    void *d_up;
+    float *d_w_s;
+    void *aw;
+    long long rows;
+    float limit;
+    float alpha;
+};
+
+// ------------------------------------------------------------- expert biases (expert_bias.cuh)
+
+struct BiasPartialArgs {
+    const void *m;  // [S, cols] T
+    const float *scale;
+    const int *offsets;
+    int num_experts;
+    long long cols;
+    float *partial;
+};
+
+struct BiasReduceArgs {
+    const float *partial;
+    const int *offsets;
+    long long cols;
+    void *out;  // [E, cols] O
+};
+
+struct BiasRowDotArgs {
+    const void *dy;    // [S, cols] T
+    const void *bias;  // [E, cols] T
+    const int *offsets;
+    int num_experts;
+    long long rows;
+    long long cols;
+    float *d_w_s;
+};
+
+// ------------------------------------------------------------- experts entry rows (expert_rows.cuh)
+
+struct PrepareRowsArgs {
+    const float *weights;
+    long long rows;
+    float *w_s;
+    int *row_token;
+};
+
+struct AddRowBiasArgs {
+    void *ys;          // [R, cols] T
+    const void *bias;  // [E, cols] T
+    const float *w_s;
+    const int *offsets;
+    int num_experts;
+    long long rows;
+    long long cols;
+};
+
+// ------------------------------------------------------------- grouped GEMM, mma.sync (group_gemm.cuh)
+
+struct GemmNkArgs {
+    const void *a;  // [S, K] T
+    const void *b;  // [E, N, K] or [E, K, N] T
+    void *c;        // [S, N] CT
+    const int *offsets;
+    int rows;
+    int num_experts;
+    int m_tile_bound;
+};
+
+struct GemmMnArgs {
+    const void *a;  // [S, M] T
+    const void *b;  // [S, N] T
+    void *c;        // [E, M, N] CT
+    const int *offsets;
+    int rows;
+    int num_experts;
+};
+
+// ------------------------------------------------------------- grouped GEMM, wgmma (sm90/kernels.cuh)
+
+// The SwiGLU epilogue's extra operands (sm90/epilogue.cuh).
+struct GluArgs {
+    void *up;          // u's element 0 (split: its own [S, I]; merged: gate_up + I)
+    void *aw;          // [S, I]
+    const float *w_s;  // [S]
+    float limit;       // used when LIMIT
+};
+
+struct Sm90NkArgs {
+    TmaDesc tma_a, tma_b, tma_c;     // A, B, C (sm90/group_gemm.cuh describes each map)
+    TmaDesc tma_a2, tma_b2, tma_c2;  // the second operand pair, SwiGLU's u
+    void *c;                         // [S, N] CT
+    const void *gather_src;          // [T, K] T (GATHER_A)
+    const int *row_token;
+    const int *offsets;
+    int rows;
+    int num_experts;
+    int m_tile_bound;
+    GluArgs glu;
+};
+
+// What a same_mn launch and its split reduction share: C, the rows' experts and the split
+// (the reduction sums the partials the GEMM left for exactly these).
+struct MnSplitTarget {
+    void *c;  // [E, M, N] CT
+    const int *offsets;
+    int rows;
+    int num_experts;
+    int split_rows;
+    int max_slots;
+};
+
+struct Sm90MnArgs {
+    TmaDesc tma_a, tma_b, tma_c;
+    MnSplitTarget out;
+    int *partials_index;
+    float *partials;
+};
+
+struct SplitReduceArgs {
+    MnSplitTarget out;
+    const int *index;
+    const float *partials;
+};
+
+}  // namespace kargs
+}  // namespace moejit
