@@ -2,7 +2,8 @@
 # The end-of-session GPU pass on one H200, within one 10-minute device call: build, every GPU
 # suite (all tests/test_gpu_* of the build, side by side in three groups) and the Python tests,
 # then the layer benchmark with its peers and the duplicate-route case, and the C++ benchmark's
-# host time per call. PREV="dir ..." adds earlier releases measured in the same run, each a
+# host time per call. PREV="dir ..." adds earlier releases' layer measured in the same run
+# (HOST_PREV: their moejit-bench host time), each a
 # folder holding capi/libmoejit.so.0, tools/moejit-bench and capi/python/ and meson.build (the package of that
 # release), built elsewhere. Logs under $OUT; the tables last.
 set -uo pipefail
@@ -22,7 +23,7 @@ for group in "${groups[@]}"; do
   ( for t in $group; do timeout 330 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_$t.log" 2>&1; echo "$t rc=$?" >"$out/gpu_$t.rc"; done ) &
   pids+=($!)
 done
-( timeout 330 python3 -m pytest -q capi/python/tests >"$out/pytest.log" 2>&1; echo "pytest rc=$?" >"$out/pytest.rc" ) &
+( timeout ${PYTEST_TIMEOUT:-330} python3 -m pytest -q capi/python/tests >"$out/pytest.log" 2>&1; echo "pytest rc=$?" >"$out/pytest.rc" ) &
 pids+=($!)
 wait "${pids[@]}"
 for t in $suites; do
@@ -34,17 +35,18 @@ shapes=${SHAPES:+--shapes $SHAPES}
 timeout ${LAYER_TIMEOUT:-200} python3 -m moejit.bench --quick --no-eager $shapes --json "$out/layer.json" >"$out/layer.log" 2>&1
 echo "== layer bench rc=$?"
 timeout 90 python3 -m moejit.bench --quick --no-eager --impls moejit,grouped_mm --routing expert0 \
-  --shapes qwen3-30b-a3b,small-expert-7b,mid-expert-30b --json "$out/layer_dup.json" >"$out/layer_dup.log" 2>&1
+  --shapes ${DUP_SHAPES:-qwen3-30b-a3b,small-expert-7b,mid-expert-30b} --json "$out/layer_dup.json" >"$out/layer_dup.log" 2>&1
 echo "== duplicate-route bench rc=$?"
 timeout 60 $b/tools/moejit-bench --tokens 512 --shapes qwen3-30b-a3b,deepseek-v3 >"$out/cbench.log" 2>&1
 echo "== moejit-bench rc=$?"
-for prev in ${PREV:-}; do
-  tag=$(basename "$prev")
+for prev in ${PREV:-}; do  # earlier releases' layer in the same run
   ( export MOEJIT_LIBRARY=$PWD/$prev/capi/libmoejit.so.0 PYTHONPATH=$PWD/$prev/capi/python
     timeout ${LAYER_TIMEOUT:-200} python3 -m moejit.bench --quick --no-eager --impls moejit $shapes \
-      >"$out/layer_$tag.log" 2>&1; echo "== layer bench $tag rc=$?"
-    timeout 60 $prev/tools/moejit-bench --tokens 512 --shapes qwen3-30b-a3b,deepseek-v3 >"$out/cbench_$tag.log" 2>&1
-    echo "== moejit-bench $tag rc=$?" )
+      >"$out/layer_$(basename $prev).log" 2>&1; echo "== layer bench $(basename $prev) rc=$?" )
+done
+for prev in ${HOST_PREV:-}; do  # earlier releases' host time per call (their moejit-bench has --tokens)
+  timeout 60 $prev/tools/moejit-bench --tokens 512 --shapes qwen3-30b-a3b,deepseek-v3 >"$out/cbench_$(basename $prev).log" 2>&1
+  echo "== moejit-bench $(basename $prev) rc=$?"
 done
 for f in "$out"/cbench*.log; do echo "== $(basename $f)"; grep -iE "host|shape" "$f" | head -6; done
 grep -v '^\[' "$out/layer_dup.log" | tail -8

@@ -16,13 +16,16 @@ namespace moejit {
 std::optional<std::string> param_layout_mismatch(const std::string &kernel, std::size_t expected,
                                                  const ParamLayout &found) {
     if (!found.checked) return std::nullopt;
-    if (found.count == 1 && found.offset == 0 && found.size == expected) return std::nullopt;
+    // The offset is where the driver places the parameter in the kernel's parameter space: past
+    // its fixed prefix, padded to the struct's alignment (48 for a 64-byte aligned struct on
+    // sm_90a), so only the count and the size describe the struct.
+    if (found.count == 1 && found.size == expected) return std::nullopt;
     if (found.count != 1)
         return fmt::format("kernel {} has {} parameters, expected exactly one (its {}-byte argument struct)", kernel,
                            found.count >= 2 ? "two or more" : "no", expected);
-    return fmt::format("kernel {}'s parameter is {} bytes at offset {}, expected {} bytes at offset 0 (the argument "
-                       "struct of templates/kernel_args.h differs between host and device)",
-                       kernel, found.size, found.offset, expected);
+    return fmt::format("kernel {}'s parameter is {} bytes, expected {} (the argument struct of "
+                       "templates/kernel_args.h differs between host and device)",
+                       kernel, found.size, expected);
 }
 
 namespace {

@@ -428,7 +428,10 @@ def free_port() -> int:
 @pytest.mark.parametrize("world", [2, 3])
 def test_gloo_processes_match_the_single_process_layer(world):
     seed = fresh_seed()
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    # fork is fast, but not after this process ran CUDA backward passes (autograd's device
+    # threads cannot be forked: the GPU run of the whole suite): then spawn.
+    fork_ok = sys.platform.startswith("linux") and not torch.cuda.is_initialized()
+    method = os.environ.get("MOEJIT_TEST_START_METHOD") or ("fork" if fork_ok else "spawn")
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     if tests_dir not in sys.path:
         sys.path.insert(0, tests_dir)  # the emulated op lives in moe_emulation.py
