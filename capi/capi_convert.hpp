@@ -14,7 +14,7 @@
 #include "moe/plan.hpp"
 #include "moe/plan_desc.hpp"
 #include "moejit.h"
-#include "ops/group_gemm.hpp"
+#include "gemm/group_gemm.hpp"
 #include "ops/swiglu.hpp"
 
 namespace moejit {

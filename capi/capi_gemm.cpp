@@ -1,10 +1,10 @@
-// C entry points of the grouped GEMMs (src/ops/group_gemm.hpp).
+// C entry points of the grouped GEMMs (src/gemm/group_gemm.hpp).
 #include "capi_convert.hpp"
 #include "capi_guard.hpp"
 #include "capi_handles.hpp"
 #include "capi_struct.hpp"
 #include "core/context.hpp"
-#include "ops/group_gemm.hpp"
+#include "gemm/group_gemm.hpp"
 
 void moejit::StructAbi<moejit_group_gemm_nk_args_t>::defaults(moejit_group_gemm_nk_args_t &args) {
     args.dtype = MOEJIT_DTYPE_BF16;

@@ -160,9 +160,10 @@ typedef struct moejit_context_options {
                             the wgmma engine. fc1 reads x's rows instead of their scatter */
     int32_t fuse_swiglu; /* a moejit_switch_t; $MOEJIT_FUSE_SWIGLU; default off: SwiGLU in
                             fc1's epilogue (wgmma engine, plain SwiGLU, [E,N,K], no bias) */
-    /* Force this tile (e.g. "wgmma_128x256x64_s3_g8_e1") for every grouped GEMM of the context:
-     * tests and experiments. NULL: $MOEJIT_GEMM_TILE, else the heuristic; "": the heuristic,
-     * whatever the environment says. A forced tile turns tuning off. */
+    /* Force this tile (e.g. "wgmma_128x256x64_s3_g8_e1"; "_p1" appended: ping-pong
+     * consumers) for every grouped GEMM of the context: tests and experiments. NULL:
+     * $MOEJIT_GEMM_TILE, else the heuristic; "": the heuristic, whatever the environment
+     * says. A forced tile turns tuning off. */
     const char *gemm_tile;
 } moejit_context_options_t;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Expert parallelism benchmark: moejit.distributed (local experts = moejit's pre-dispatched
-experts entry) against the same dispatch/combine with torch._grouped_mm local experts, in the
+experts entry) against the same gemm/combine with torch._grouped_mm local experts, in the
 same run, over NCCL on 2 GPUs (one process per GPU); moejit_layer: the local experts through
 moejit's whole layer with top_k = 1 instead (what the entry saves).
 

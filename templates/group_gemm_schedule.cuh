@@ -1,6 +1,6 @@
 // The grouped-GEMM tile scheduler: maps a linear tile id to (expert, row block, column block).
 // Plain integer code compiled twice: on the device by every grouped-GEMM kernel, and on the
-// host by src/dispatch/tile_schedule.cpp, whose CPU emulation of the schedule therefore tests
+// host by src/gemm/tile_schedule.cpp, whose CPU emulation of the schedule therefore tests
 // exactly the code the GPU runs (the launch-bound invariant of docs/DESIGN.md §3).
 // No includes: it must compile under NVRTC without headers and in plain C++.
 #pragma once

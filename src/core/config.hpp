@@ -27,7 +27,7 @@
 #include <optional>
 #include <string>
 
-#include "dispatch/tile_config.hpp"
+#include "gemm/tile_config.hpp"
 
 namespace moejit {
 

@@ -7,7 +7,7 @@
 
 #include "core/atomic_file.hpp"
 #include "jit/nvrtc_compiler.hpp"
-#include "jit/sha256.hpp"
+#include "core/sha256.hpp"
 #include "jit/templates.hpp"
 
 namespace moejit {

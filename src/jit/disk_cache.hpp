@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/logger.hpp"
-#include "jit/sha256.hpp"
+#include "core/sha256.hpp"
 
 namespace moejit {
 

@@ -15,7 +15,7 @@
 #include "core/logger.hpp"
 #include "jit/disk_cache.hpp"
 #include "jit/kernel_source.hpp"
-#include "jit/sha256.hpp"
+#include "core/sha256.hpp"
 
 namespace moejit {
 

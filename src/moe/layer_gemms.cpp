@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "core/checked_math.hpp"
-#include "dispatch/tile_schedule.hpp"
+#include "gemm/tile_schedule.hpp"
 
 namespace moejit {
 

@@ -9,7 +9,7 @@
 #include "core/context.hpp"
 #include "jit/kernel_source.hpp"
 #include "moe/plan_desc.hpp"
-#include "ops/group_gemm.hpp"
+#include "gemm/group_gemm.hpp"
 
 namespace moejit {
 
@@ -49,7 +49,7 @@ std::vector<KernelSource> layer_gemm_sources(const PlanDesc &desc, const Config 
                                              int compute_capability);
 std::vector<KernelSource> layer_gemm_sources(const PlanDesc &desc, const LayerSpecs &specs);
 
-// Scratch the weight gradients need to split long reductions (dispatch/tile_schedule.hpp,
+// Scratch the weight gradients need to split long reductions (gemm/tile_schedule.hpp,
 // mn_split) for S = rows; arch-independent so the plan's size queries need no device.
 std::size_t wgrad_split_workspace_bytes(const PlanDesc &desc, std::int64_t rows);
 

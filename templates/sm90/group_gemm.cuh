@@ -234,6 +234,22 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
 
 // ---------------------------------------------------------------- same_mn
 
+// A weight-gradient k-slice's rows [valid, 64) that belong to the next segment or expert, zeroed
+// by THREADS threads (`thread` = 0..THREADS-1) and made visible to wgmma; the caller's barrier
+// then publishes them. Rows [valid, 64) of every 64-row chunk (A: 2, B: BN/64) are 16-byte units
+// [valid*8, 512) of each chunk; the swizzle permutes inside a row only.
+template <class Cfg, int THREADS>
+__device__ __forceinline__ void zero_rows_past(unsigned stage, int valid, int thread) {
+    constexpr int CHUNKS = (Cfg::A_BYTES + Cfg::B_BYTES) / Cfg::CHUNK_BYTES;
+    const int per_chunk = (Cfg::BK - valid) * 8;
+    for (int i = thread; i < CHUNKS * per_chunk; i += THREADS) {
+        const int chunk = i / per_chunk, unit = valid * 8 + i % per_chunk;
+        const unsigned addr = stage + chunk * Cfg::CHUNK_BYTES + unit * 16;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+    }
+    fence_proxy_async_smem();
+}
+
 // C[e] (+)= A_eᵀ · B_e over expert e's rows: A [S,M], B [S,N], C [E,M,N]; the reduction runs
 // over the expert's rows in k-slices of 64 (both operands MN-major in shared memory).
 // tma_a: 2D dims {M, S}, box {64, BK}, two boxes per stage (BM = 128);
@@ -344,16 +360,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
                 const int valid = count - kb * BK;  // k-rows of this item in the slice
                 auto zero_foreign_rows = [&](unsigned stage) {
                     if (valid >= BK) return;
-                    // As the cooperative consumers do, by this consumer's 128 threads alone.
-                    constexpr int CHUNKS = (Cfg::A_BYTES + Cfg::B_BYTES) / Cfg::CHUNK_BYTES;
-                    const int per_chunk = (BK - valid) * 8;
-                    for (int i = wtid; i < CHUNKS * per_chunk; i += 128) {
-                        const int chunk = i / per_chunk, unit = valid * 8 + i % per_chunk;
-                        const unsigned addr = stage + chunk * Cfg::CHUNK_BYTES + unit * 16;
-                        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0)
-                                     : "memory");
-                    }
-                    fence_proxy_async_smem();
+                    zero_rows_past<Cfg, 128>(stage, valid, wtid);  // this consumer's threads alone
                     warpgroup_sync(cw);
                 };
                 consume_kslice_rows2<Cfg, true, true>(m, pos, kb == 0, prev, acc, zero_foreign_rows);
@@ -402,17 +409,7 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
                 const int valid = count - kb * BK;  // k-rows of this item in the slice
                 auto zero_foreign_rows = [&](unsigned stage) {
                     if (valid >= BK) return;
-                    // Rows [valid, 64) of every 64-row chunk (A: 2, B: BN/64) = 16-byte units
-                    // [valid*8, 512) of each chunk; the swizzle permutes inside a row only.
-                    constexpr int CHUNKS = (Cfg::A_BYTES + Cfg::B_BYTES) / Cfg::CHUNK_BYTES;
-                    const int per_chunk = (BK - valid) * 8;
-                    for (int i = ctid; i < CHUNKS * per_chunk; i += 256) {
-                        const int chunk = i / per_chunk, unit = valid * 8 + i % per_chunk;
-                        const unsigned addr = stage + chunk * Cfg::CHUNK_BYTES + unit * 16;
-                        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0)
-                                     : "memory");
-                    }
-                    fence_proxy_async_smem();
+                    zero_rows_past<Cfg, 256>(stage, valid, ctid);
                     consumers_sync();
                 };
                 consume_kslice<Cfg, true, true>(m, pos, cw, kb == 0, prev, acc, zero_foreign_rows);

@@ -14,7 +14,7 @@ namespace sm90 {
 constexpr int kGatherThreads = 128;  // the producer warpgroup copies gathered rows
 
 // BM = 128 (two consumer warpgroups of 64 rows), BK = 64 (one 128-byte swizzle row of 16-bit
-// elements), BN in {64, 128, 256}. Host mirror: gemm_smem_bytes in src/dispatch/tile_config.cpp.
+// elements), BN in {64, 128, 256}. Host mirror: gemm_smem_bytes in src/gemm/tile_config.cpp.
 // EPI_TMA: the epilogue stages each consumer's 64 x BN tile in shared memory (16-bit C) and
 // TMA stores it asynchronously, so the next tile's wgmmas overlap the store.
 // PINGPONG: each consumer warpgroup owns whole 128 x BN tiles (two m64 row blocks, BN <= 128),

@@ -23,9 +23,9 @@
 #include "jit_test_kernels.hpp"
 #include "print_enums.hpp"
 #include "core/error.hpp"
-#include "dispatch/tuning.hpp"
+#include "gemm/tuning.hpp"
 #include "jit/jit_engine.hpp"
-#include "jit/sha256.hpp"
+#include "core/sha256.hpp"
 
 namespace fs = std::filesystem;
 using namespace moejit;

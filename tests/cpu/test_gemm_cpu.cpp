@@ -23,9 +23,9 @@
 #include "thread_cpu_time.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
-#include "dispatch/tile_config.hpp"
+#include "gemm/tile_config.hpp"
 #include "moejit.h"
-#include "ops/group_gemm.hpp"
+#include "gemm/group_gemm.hpp"
 
 using namespace moejit;
 

@@ -26,10 +26,10 @@
 #include "core/error.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "jit/templates.hpp"
-#include "ops/group_gemm.hpp"
+#include "gemm/group_gemm.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan.hpp"
-#include "ops/group_gemm_sm90.hpp"
+#include "gemm/group_gemm_sm90.hpp"
 
 using namespace moejit;
 

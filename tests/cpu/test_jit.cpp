@@ -24,7 +24,7 @@
 #include "jit/nvrtc_archs.hpp"
 #include "jit/jit_engine.hpp"
 #include "jit/nvrtc_compiler.hpp"
-#include "jit/sha256.hpp"
+#include "core/sha256.hpp"
 #include "jit/templates.hpp"
 
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "dispatch/tile_schedule.hpp"
+#include "gemm/tile_schedule.hpp"
 #include "templates/group_gemm_schedule.cuh"
 
 using namespace moejit;

@@ -1,4 +1,4 @@
-// The opt-in tile tuning's host half (dispatch/tuning.hpp): the key names everything a winner
+// The opt-in tile tuning's host half (gemm/tuning.hpp): the key names everything a winner
 // depends on, the candidates are valid for the problem and start with the heuristic's tile,
 // winners survive a new store (a new process) through the cache folder, and a corrupt or
 // foreign file is ignored rather than trusted. The timing half runs on the H200
@@ -15,7 +15,7 @@
 
 #include "compile_only.hpp"
 #include "core/context.hpp"
-#include "dispatch/tuning.hpp"
+#include "gemm/tuning.hpp"
 
 using namespace moejit;
 

@@ -16,8 +16,8 @@
 #include "capi_convert.hpp"  // the cases' C dtypes, as the library's
 #include "core/context.hpp"
 #include "core/dtype.hpp"
-#include "dispatch/tile_config.hpp"
-#include "ops/group_gemm.hpp"
+#include "gemm/tile_config.hpp"
+#include "gemm/group_gemm.hpp"
 #include "ops/swiglu.hpp"
 #include "expert_counts.hpp"
 #include "reference_gemm.hpp"

@@ -13,8 +13,8 @@
 
 #include "core/context.hpp"
 #include "core/dtype.hpp"
-#include "dispatch/tile_schedule.hpp"
-#include "ops/group_gemm.hpp"
+#include "gemm/tile_schedule.hpp"
+#include "gemm/group_gemm.hpp"
 #include "capi_convert.hpp"  // the cases' C arguments, as the library's
 #include "compile_only.hpp"
 #include "expert_counts.hpp"

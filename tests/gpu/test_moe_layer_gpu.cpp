@@ -872,7 +872,7 @@ BOOST_AUTO_TEST_CASE(all_routes_to_expert0_realistic) {
 }
 
 // Every route to expert 0 with S = 5120 rows: on sm_90a the weight gradients' reduction over
-// the expert's rows is split (dispatch/tile_schedule.hpp: segments of 4096 rows, fp32
+// the expert's rows is split (gemm/tile_schedule.hpp: segments of 4096 rows, fp32
 // partials in the plan's workspace, summed in order) — results must match as any other case.
 BOOST_AUTO_TEST_CASE(all_routes_to_expert0_split_weight_gradients) {
     LayerCase c = layer_case("seed_split_wgrad", 1280, 8, 256, 128, 4);

@@ -1,9 +1,9 @@
-#include "ops/gemm_common.hpp"
+#include "gemm/gemm_common.hpp"
 
 #include <fmt/format.h>
 
 #include "core/dtype.hpp"
-#include "dispatch/tile_schedule.hpp"
+#include "gemm/tile_schedule.hpp"
 
 namespace moejit {
 

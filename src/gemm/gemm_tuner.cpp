@@ -1,4 +1,4 @@
-#include "ops/gemm_tuner.hpp"
+#include "gemm/gemm_tuner.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "dispatch/tuning.hpp"
+#include "gemm/tuning.hpp"
 #include "driver/driver.hpp"
 
 namespace moejit {

@@ -1,4 +1,4 @@
-// The timing half of the opt-in tile tuning (dispatch/tuning.hpp): which tile a tunable
+// The timing half of the opt-in tile tuning (gemm/tuning.hpp): which tile a tunable
 // grouped-GEMM launch uses.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "core/context.hpp"
-#include "dispatch/tile_config.hpp"
+#include "gemm/tile_config.hpp"
 
 namespace moejit {
 

@@ -3,7 +3,7 @@
 // candidate tiles on the caller's operands and keeps the fastest; winners persist as small
 // files next to the cubin cache (<cache>/tuning/<sha256 of the key>.txt, atomic writes), so
 // later processes and machines sharing the cache reuse them without timing anything.
-// Pure host code (keys, candidates, the store); ops/gemm_tuner.cpp does the timing.
+// Pure host code (keys, candidates, the store); gemm/gemm_tuner.cpp does the timing.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "dispatch/tile_config.hpp"
+#include "gemm/tile_config.hpp"
 
 namespace moejit {
 

@@ -1,4 +1,4 @@
-#include "ops/group_gemm_sm90.hpp"
+#include "gemm/group_gemm_sm90.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,10 +10,10 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "dispatch/tile_config.hpp"
-#include "dispatch/tile_schedule.hpp"
+#include "gemm/tile_config.hpp"
+#include "gemm/tile_schedule.hpp"
 #include "driver/driver.hpp"
-#include "ops/gemm_common.hpp"
+#include "gemm/gemm_common.hpp"
 
 namespace moejit {
 namespace {

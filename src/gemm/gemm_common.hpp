@@ -8,9 +8,9 @@
 #include <string>
 
 #include "core/context.hpp"
-#include "dispatch/tile_config.hpp"
+#include "gemm/tile_config.hpp"
 #include "jit/kernel_source.hpp"
-#include "ops/group_gemm.hpp"
+#include "gemm/group_gemm.hpp"
 
 namespace moejit {
 

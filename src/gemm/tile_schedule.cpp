@@ -1,4 +1,4 @@
-#include "dispatch/tile_schedule.hpp"
+#include "gemm/tile_schedule.hpp"
 
 #include <algorithm>
 

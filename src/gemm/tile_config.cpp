@@ -1,4 +1,4 @@
-#include "dispatch/tile_config.hpp"
+#include "gemm/tile_config.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -13,7 +13,7 @@
 // multiples of 8 (16-byte rows); ragged tile edges are zero-filled. Tensors are row-major,
 // contiguous; A and B 16-byte aligned, C aligned to two elements.
 //
-// Launch bound: the grid comes from S on the host (ceil(S/BM) + E M-tiles, dispatch/
+// Launch bound: the grid comes from S on the host (ceil(S/BM) + E M-tiles, gemm/
 // tile_schedule.hpp), a device scheduler maps tiles to experts from `offsets`: no device->host
 // sync, CUDA-graph capturable. Deterministic: no split-K, no atomics.
 #pragma once
@@ -24,7 +24,7 @@
 
 #include "core/context.hpp"
 #include "core/dtype.hpp"
-#include "dispatch/tile_config.hpp"
+#include "gemm/tile_config.hpp"
 #include "jit/kernel_source.hpp"
 
 namespace moejit {
@@ -102,7 +102,7 @@ struct GemmOperands {
     std::int64_t rows = 0;                  // S >= 0
     std::int32_t num_experts = 0;           // E >= 1
     void *stream = nullptr;                 // CUstream
-    // same_mn on the wgmma engine: scratch for a split reduction (dispatch/tile_schedule.hpp,
+    // same_mn on the wgmma engine: scratch for a split reduction (gemm/tile_schedule.hpp,
     // mn_split); without enough of it the reduction is not split. split_rows: -1 = the rule
     // (mn_split), 0 = never, > 0 = this segment length (a multiple of 64; tests).
     void *workspace = nullptr;

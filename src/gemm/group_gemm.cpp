@@ -1,4 +1,4 @@
-#include "ops/group_gemm.hpp"
+#include "gemm/group_gemm.hpp"
 
 #include <climits>
 #include <cstdint>
@@ -8,10 +8,10 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "dispatch/tile_schedule.hpp"
-#include "ops/gemm_common.hpp"
-#include "ops/gemm_tuner.hpp"
-#include "ops/group_gemm_sm90.hpp"
+#include "gemm/tile_schedule.hpp"
+#include "gemm/gemm_common.hpp"
+#include "gemm/gemm_tuner.hpp"
+#include "gemm/group_gemm_sm90.hpp"
 
 namespace moejit {
 namespace {

@@ -1,7 +1,7 @@
 // The wgmma engine of the grouped GEMMs (sm_90a): TMA loads into an mbarrier-guarded
 // shared-memory ring, a producer warpgroup and two wgmma consumer warpgroups, a persistent grid
 // over the same device tile scheduler as the mma.sync kernels (templates/sm90/).
-// ops/group_gemm.cpp validates the spec and operands (same contract as the mma.sync engine) and
+// gemm/group_gemm.cpp validates the spec and operands (same contract as the mma.sync engine) and
 // forwards a spec whose tile.engine is GemmEngine::wgmma here.
 #pragma once
 
@@ -9,7 +9,7 @@
 
 #include "core/context.hpp"
 #include "jit/kernel_source.hpp"
-#include "ops/group_gemm.hpp"
+#include "gemm/group_gemm.hpp"
 
 namespace moejit {
 

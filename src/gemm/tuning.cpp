@@ -1,4 +1,4 @@
-#include "dispatch/tuning.hpp"
+#include "gemm/tuning.hpp"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 #include "core/atomic_file.hpp"
 #include "jit/cache_paths.hpp"
 #include "core/error.hpp"
-#include "jit/sha256.hpp"
+#include "core/sha256.hpp"
 
 namespace moejit {
 namespace {
