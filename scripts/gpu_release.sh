@@ -11,12 +11,8 @@ cd "$(dirname "$0")/.."
 final=${OUT:-$PWD/out}; out=/tmp/moejit-release; rm -rf "$out"; mkdir -p "$out" "$final"
 # The device returns at most 8 files: logs are packed into one archive at the end.
 trap 'tar czf "$final/release_logs.tgz" -C "$out" . ; cp "$out"/layer*.log "$out"/cbench*.log "$final"/ 2>/dev/null' EXIT
-b=/tmp/moejit-build; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-meson setup $b --buildtype=release >"$out/setup.log" 2>&1
-ninja -C $b >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
-export MOEJIT_LIBRARY=$b/capi/libmoejit.so PYTHONPATH=capi/python
-suites=$(cd $b/tests && ls test_gpu_* | grep -v '\.p$' | sed 's/^test_gpu_//')
+. scripts/gpu_common.sh
+suites=$(gpu_suites)
 groups=("moe_layer" "group_gemm gpt_oss" "$(echo $suites | tr ' ' '\n' | grep -vxE 'moe_layer|group_gemm|gpt_oss' | tr '\n' ' ')")
 pids=()
 for group in "${groups[@]}"; do

@@ -8,11 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 final=${OUT:-$PWD/out}; out=/tmp/moejit-tiles; rm -rf "$out"; mkdir -p "$out" "$final"
 trap 'tar czf "$final/tiles_logs.tgz" -C "$out" . ; cp "$out"/sweep.log "$out"/layer_*.log "$final"/ 2>/dev/null' EXIT
-b=/tmp/moejit-build; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-meson setup $b --buildtype=release >"$out/setup.log" 2>&1
-ninja -C $b >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
-export MOEJIT_LIBRARY=$b/capi/libmoejit.so PYTHONPATH=capi/python
+. scripts/gpu_common.sh
 pids=()
 for t in ${SUITES:-gemm_sm90 group_gemm}; do
   ( timeout 300 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_$t.log" 2>&1; echo "$t rc=$?" >"$out/gpu_$t.rc" ) &

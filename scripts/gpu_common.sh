@@ -1,0 +1,12 @@
+# Sourced by the GPU passes (gpu_release.sh, gpu_tiles.sh): the fresh build on the device, the
+# environment the tests and benchmarks need, and the list of GPU suites the build made.
+# Expects $out (the log folder); sets $b (the build folder).
+b=/tmp/moejit-build
+export MOEJIT_CACHE_DIR=/tmp/moejit-cache
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+meson setup $b --buildtype=release >"$out/setup.log" 2>&1
+ninja -C $b >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+export MOEJIT_LIBRARY=$b/capi/libmoejit.so PYTHONPATH=capi/python
+
+# The names of the GPU suite executables (tests/test_gpu_<name>).
+gpu_suites() { find "$b/tests" -maxdepth 1 -type f -name 'test_gpu_*' -perm -u+x -printf '%f\n' | sed 's/^test_gpu_//' | sort; }
