@@ -141,7 +141,7 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
     if (c.tma_store && (p.c_dtype == DType::fp32 || p.accumulate))
         unsupported("the TMA-store epilogue (_e1) needs a 16-bit C and no accumulation");
     if (c.pingpong && c.block_n > 128)
-        unsupported("ping-pong consumers (_p1) hold a whole 128 x block_n tile each: block_n must be 64 or 128");
+        unsupported("ping-pong consumers (_p1/_p2) hold a whole 128 x block_n tile each: block_n must be 64 or 128");
     if (c.pingpong && p.swiglu) unsupported("the SwiGLU epilogue runs on cooperative consumers (_p0)");
     if (c.tma_store && p.swiglu && c.block_n < 128)
         unsupported("the SwiGLU epilogue's TMA stores (_e1) need block_n >= 128 (whole 64-column chunks of g and u)");
@@ -193,7 +193,7 @@ void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc)
     if (c.min_blocks_per_sm < 1 || c.min_blocks_per_sm > 4)
         unsupported("min_blocks_per_sm must be in [1, 4]");
     if (c.tma_store) unsupported("the TMA-store epilogue (_e1) belongs to the wgmma engine");
-    if (c.pingpong) unsupported("ping-pong consumers (_p1) belong to the wgmma engine");
+    if (c.pingpong) unsupported("ping-pong consumers (_p1/_p2) belong to the wgmma engine");
     const int threads = c.threads();
     // Every thread issues the same number of 16-byte copies per operand tile.
     if ((c.block_m * c.block_k / 8) % threads != 0 || (c.block_n * c.block_k / 8) % threads != 0)

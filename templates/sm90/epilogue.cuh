@@ -49,11 +49,6 @@ __device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], CT *c_t
     }
 }
 
-// The TMA-store epilogue of consumer `consumer`'s 64 x BN rows: registers -> its 128-byte
-// swizzled staging tile (64-column chunks, as the C map's 64 x 64 box expects), then one thread
-// stores the chunks with `store_chunk(j, src)` and commits; the previous tile's stores must
-// have finished reading the buffer first. Conflict-free: the swizzle spreads a warp's 8 rows
-// over all banks.
 // One m64 row block's accumulators -> its swizzled 64 x BN staging tile at `tile`.
 template <class Cfg>
 __device__ __forceinline__ void stage_row_block(const float (&acc)[Cfg::ACC], unsigned tile, int warp_in_group,
@@ -71,6 +66,11 @@ __device__ __forceinline__ void stage_row_block(const float (&acc)[Cfg::ACC], un
     }
 }
 
+// The TMA-store epilogue of consumer `consumer`'s 64 x BN rows: registers -> its 128-byte
+// swizzled staging tile (64-column chunks, as the C map's 64 x 64 box expects), then one thread
+// stores the chunks with `store_chunk(j, src)` and commits; the previous tile's stores must
+// have finished reading the buffer first. Conflict-free: the swizzle spreads a warp's 8 rows
+// over all banks.
 template <class Cfg, class StoreChunk>
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], const Smem<Cfg> &m, int consumer,
                                                int warp_in_group, int lane, StoreChunk store_chunk) {

@@ -259,8 +259,8 @@ struct Turns {
         const int other_tiles = own + c;  // the other consumer's tiles before tile j
         if (other_tiles > 0) mbar_wait(m.done(1 - c), static_cast<unsigned>(other_tiles - 1) & 1u);
     }
-    // After its last k-slice was issued (every thread of the consumer has waited on it): one
-    // thread hands the turn over.
+    // After its last k-slice was issued: the leader, whose own wait saw that slice's stage
+    // filled, hands the turn over (the stage cannot refill before all 128 threads release it).
     template <class Cfg> __device__ __forceinline__ void pass(const Smem<Cfg> &m, int c, bool leader) {
         ++own;
         if (leader) mbar_arrive(m.done(c));

@@ -498,6 +498,10 @@ BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
         run_mn({.name = "pp_skewed", .counts = skewed, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16, .tile = t,
                 .split = true, .split_rows = 64});
     }
+    // Accumulating ping-pong weight gradients without the split, with empty experts (their
+    // tiles take a turn with no k-slice).
+    run_mn({.name = "pp_empty_acc", .counts = {0, 300, 0, 0, 77, 0}, .m = 392, .n = 328, .accumulate = true,
+            .tile = parse_tile_config("wgmma_128x128x64_s4_p1", "pp")});
     run_mn({.name = "pp_skewed_acc", .counts = skewed, .m = 392, .n = 328, .accumulate = true,
             .tile = parse_tile_config("wgmma_128x128x64_s4_p1", "split"), .split = true, .split_rows = 1024});
     // The rule itself (-1) with a workspace: S = 12000 rows to one expert, 12 x 1 output tiles.
