@@ -141,10 +141,9 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         // ------------------------------------------------ ping-pong consumers
         static_assert(!Glu::ON, "the SwiGLU epilogue runs on cooperative consumers");
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-        const int cw = wg - 1;  // owns the CTA's tiles j with j % 2 == cw, all 128 rows
-        const int wig = warp & 3;
-        const int r_base = wig * 16 + (lane >> 2);  // inside each 64-row block
-        const bool leader = wig == 0 && lane == 0;
+        const PingpongThread me(wg, warp, lane);
+        const int cw = me.consumer, wig = me.warp_in_group, r_base = me.r_base;
+        const bool leader = me.leader;
         RingPos<Cfg::STAGES> pos;
         Turns turns;
         int j = 0;
@@ -328,11 +327,10 @@ __device__ __forceinline__ void group_gemm_mn_sm90(const TmaDesc &tma_a, const T
     } else if constexpr (Cfg::PINGPONG) {
         // ------------------------------------------------ ping-pong consumers
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-        const int cw = wg - 1;  // owns the CTA's tiles j with j % 2 == cw, all 128 M rows
-        const int wig = warp & 3;
+        const PingpongThread me(wg, warp, lane);
+        const int cw = me.consumer, wig = me.warp_in_group, r_base = me.r_base;
+        const bool leader = me.leader;
         const int wtid = tid - 128 * wg;
-        const int r_base = wig * 16 + (lane >> 2);  // inside each 64-row block
-        const bool leader = wig == 0 && lane == 0;
         RingPos<Cfg::STAGES> pos;
         Turns turns;
         int j = 0;

@@ -247,6 +247,16 @@ __device__ __forceinline__ void consume_finish_rows2(const Smem<Cfg> &m, int pre
     mbar_arrive(m.empty(prev_stage));
 }
 
+// A ping-pong consumer thread's place: consumer c = wg - 1 owns the CTA's tiles j with
+// j % 2 == c, all 128 rows; r_base is its first row inside each 64-row block.
+struct PingpongThread {
+    int consumer, warp_in_group, r_base;
+    bool leader;  // thread 0 of the consumer: issues its TMA stores, hands over its turn
+    __device__ __forceinline__ PingpongThread(int wg, int warp, int lane)
+        : consumer(wg - 1), warp_in_group(warp & 3), r_base((warp & 3) * 16 + (lane >> 2)),
+          leader((warp & 3) == 0 && lane == 0) {}
+};
+
 // The turns of the two ping-pong consumers: tile j of a CTA belongs to consumer j % 2, and a
 // consumer starts a tile's mainloop only after the other consumer issued its previous tile's
 // last k-slice. Besides taking turns at the tensor cores, this keeps every consumer at most one
