@@ -5,7 +5,7 @@
 # host time per call. PREV="dir ..." adds earlier releases' layer measured in the same run
 # (HOST_PREV: their moejit-bench host time), each a
 # folder holding capi/libmoejit.so.0, tools/moejit-bench and capi/python/ and meson.build (the package of that
-# release), built elsewhere. Logs under $OUT; the tables last.
+# release), built elsewhere. SKIP_BENCH=1 stops after the suites. Logs under $OUT; the tables last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 final=${OUT:-$PWD/out}; out=/tmp/moejit-release; rm -rf "$out"; mkdir -p "$out" "$final"
@@ -27,6 +27,9 @@ for t in $suites; do
   grep -E "error|failure|test cases|assertions|checks passed|\*\*\*" "$out/gpu_$t.log" | grep -v "caught:" | head -4
 done
 echo "== $(cat "$out/pytest.rc")"; tail -1 "$out/pytest.log"
+if [ -n "${SKIP_BENCH:-}" ]; then  # the suites alone (the benchmarks run in scripts/gpu_peers.sh calls)
+  grep -E "^(FAILED|ERROR) " "$out/pytest.log" | head -12; exit 0
+fi
 shapes=${SHAPES:+--shapes $SHAPES}
 timeout ${LAYER_TIMEOUT:-200} python3 -m moejit.bench --quick --no-eager $shapes --json "$out/layer.json" >"$out/layer.log" 2>&1
 echo "== layer bench rc=$?"

@@ -29,6 +29,7 @@ SHAPES = [  # name, T, E, H, I, k
     ("small-expert-7b", 24576, 128, 1536, 256, 8),
     ("mid-expert-30b", 32768, 64, 4096, 1024, 4),
     ("qwen3-30b-a3b-4k", 4096, 128, 2048, 768, 8),
+    ("deepseek-v3-4k", 4096, 256, 7168, 2048, 8),
 ]
 
 DTYPE_BF16, DTYPE_FP32 = 1, 3

@@ -43,6 +43,7 @@ constexpr Shape kShapes[] = {
     {"mixtral-8x7b", 8192, 8, 4096, 14336, 2},    {"gpt-oss-120b", 8192, 128, 2880, 2880, 4},
     {"small-expert-7b", 24576, 128, 1536, 256, 8}, {"mid-expert-30b", 32768, 64, 4096, 1024, 4},
     {"qwen3-30b-a3b-4k", 4096, 128, 2048, 768, 8},
+    {"deepseek-v3-4k", 4096, 256, 7168, 2048, 8},
 };
 constexpr const char *kPeers = "peers: none without PyTorch; use python -m moejit.bench for "
                                "torch._grouped_mm and the eager loop";

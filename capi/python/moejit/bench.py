@@ -20,6 +20,7 @@ import functools
 import gc
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -47,6 +48,7 @@ SHAPES = {
     "small-expert-7b": (24576, 128, 1536, 256, 8),
     "mid-expert-30b": (32768, 64, 4096, 1024, 4),
     "qwen3-30b-a3b-4k": (4096, 128, 2048, 768, 8),
+    "deepseek-v3-4k": (4096, 256, 7168, 2048, 8),
 }
 IMPLS = ("moejit", "grouped_mm", "eager")
 # Opt-in (--impls): moejit under torch.compile(fullgraph=True), and moejit through a plain
@@ -363,16 +365,20 @@ def main(argv=None) -> int:
         log(f"peer {impl}: {status}")
     dense = dense_ceiling(dtype, args.warmup, args.reps)
     log(f"dense 8192^3 {args.dtype} GEMM: {dense:.1f} TFLOP/s")
-    records = [run_shape(name, SHAPES[name], args, dtype, dense) for name in args.shape_names]
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": device, "torch": torch.__version__,
-                       "moejit": version, "dtype": args.dtype,
-                       "layout": args.layout, "routing": args.routing,
-                       "swiglu_limit": args.swiglu_limit, "warmup": args.warmup,
-                       "reps": args.reps, "dense_tflops": dense,
-                       "peers": args.peer_status, "results": records}, f,
-                      indent=2)
+    records = []
+    for name in args.shape_names:
+        records.append(run_shape(name, SHAPES[name], args, dtype, dense))
+        if args.json:  # after every shape: a run cut short by a time limit keeps what it measured
+            tmp = args.json + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"device": device, "torch": torch.__version__,
+                           "moejit": version, "dtype": args.dtype,
+                           "layout": args.layout, "routing": args.routing,
+                           "swiglu_limit": args.swiglu_limit, "warmup": args.warmup,
+                           "reps": args.reps, "dense_tflops": dense,
+                           "peers": args.peer_status, "results": records}, f,
+                          indent=2)
+            os.replace(tmp, args.json)
     print(format_table(records, dense, args.peer_status))
     return 0
 

@@ -33,22 +33,22 @@ docs/DESIGN.md section 2 on moejit's own inputs (x [T,H], selected experts [T,k]
   All its GEMMs run at tuned=False ("quack"); "quack-tuned" (opt-in via --impls) leaves QuACK's
   default tuned=True, as VeOmni calls it (autotunes each new shape first).
 
-Bringing the wheels to the offline H200 (no network there). On a networked machine with the
-same Python version and platform as the H200 host (check with python3 -VV there):
-    pip download -d wheels quack-kernels==0.6.5
-    pip download -d wheels --no-deps sonic-moe==0.1.2.post1 --python-version 3.12 \
-        --only-binary=:all:
-The first resolves QuACK's dependencies too (nvidia-cutlass-dsl >= 4.7 and its libs,
-apache-tvm-ffi, torch-c-dlpack-ext, einops, and a torch wheel that the host's own torch makes
-unnecessary). Copy wheels/ over, then on the H200:
-    pip install --no-index --find-links wheels quack-kernels==0.6.5
-    pip install --no-index --no-deps --ignore-requires-python wheels/sonic_moe-0.1.2.post1-*.whl
-    python -m moejit.bench --impls moejit,sonicmoe,quack --shapes qwen3 --quick
-sonic-moe 0.1.2.post1 pins nvidia-cutlass-dsl==4.4.2 and torch<=2.9.1 (and says Python >= 3.12)
-while quack-kernels 0.6.5 needs nvidia-cutlass-dsl >= 4.7: --no-deps runs SonicMoE on the QuACK
-0.6.5 that the quack peer uses, whose API it calls (gemm, gemm_gated, gemm_dgated, varlen-M
-tile scheduler). If that combination fails, the peer is a skip line with the error. The CuTe DSL
-compiles on first use per shape (the warm-up absorbs it); nothing is downloaded at run time.
+Bringing the peers to the offline H200 (no network there): the two cannot share one
+interpreter. sonic-moe 0.1.2.post1 runs on quack-kernels 0.3.11 and nvidia-cutlass-dsl 4.4.2
+(it pins torch <= 2.9.1 and runs on 2.11); VeOmni's QuACK backend is quack-kernels 0.6.5 on
+nvidia-cutlass-dsl 4.8.1 (>= 4.7). So each is its own set, benchmarked in its own process with
+moejit beside it:
+    bash scripts/peers_pack.sh sonic; bash scripts/peers_pack.sh quack     # here (PyPI)
+    bash scripts/gpu_peers.sh stash SET                                     # device, piece 1
+    bash scripts/gpu_peers.sh bench SET --impls moejit,sonicmoe --quick     # device, piece 2
+peers_pack.sh installs each set for CPython 3.12 into a site-packages tree and packs it as
+xz pieces of <= 60 MB (a device call carries 64 MiB); gpu_peers.sh unpacks it under a path
+containing /site-packages/ (quack >= 0.5 skips its epilogue-closure check only there) and puts
+cutlass's python_packages / dsl_packages folder on PYTHONPATH (pip --target ignores its .pth).
+scripts/peer_targets.py merges the runs' --json files into issue 18's target table. The CuTe
+DSL compiles on first use per shape (the warm-up absorbs it); nothing is downloaded at run time.
+The quack peer refuses a QuACK older than 0.5 (SonicMoE's set has the same keywords), so its
+rows always name the version they ran.
 """
 
 from __future__ import annotations
@@ -98,7 +98,12 @@ def probe(impl: str) -> str:
         if impl.startswith("quack"):
             quack = _import("quack")
             _import("quack.gemm_interface")
-            return f"quack-kernels {_dist_version('quack-kernels', quack)}"
+            version = _dist_version("quack-kernels", quack)
+            major_minor = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+            if major_minor < (0, 5):  # SonicMoE's 0.3.x set: same keywords, another QuACK
+                raise PeerUnavailable(f"the quack peer is VeOmni's backend on quack-kernels "
+                                      f">= 0.5 (wired on 0.6.5); this interpreter has {version}")
+            return f"quack-kernels {version}"
     except PeerUnavailable:
         raise
     except Exception as e:  # ImportError, or a CuTe DSL / CUDA mismatch raising anything else
@@ -270,7 +275,9 @@ def prepare(impl: str, weights: Dict[str, torch.Tensor], num_experts: int,
     if impl == "sonicmoe-tuned":
         return _prepare_sonic(weights, num_experts, limit, tuned=True)
     if impl == "quack":
-        return _prepare_quack(weights, num_experts, limit)
+        return _prepare_quack(weights, num_experts, limit, tuned=False)
+    if impl == "quack-tuned":
+        return _prepare_quack(weights, num_experts, limit, tuned=True)
     raise PeerUnavailable(f"unknown peer {impl!r}")
 
 

@@ -231,6 +231,34 @@ def test_quack_wiring_matches_the_layer(merged, limit):
     assert emulated_quack_gemm.tuned and not any(emulated_quack_gemm.tuned)
 
 
+@pytest.mark.parametrize("impl, tuned", [("quack", False), ("quack-tuned", True)])
+def test_prepare_builds_both_quack_peers(monkeypatch, impl, tuned):
+    """prepare() by name (as run_peer calls it): quack untuned, quack-tuned as VeOmni calls it."""
+    emulated_quack_gemm.tuned = []
+    module = types.ModuleType("quack.gemm_interface")
+    module.gemm = emulated_quack_gemm
+    monkeypatch.setattr(peers_fast, "_import", lambda name: module)
+    x, sel, rw, weights, dout = cpu_inputs(*DIMS, None, "topk", True, seed=4)
+    layer, params, scope = peers_fast.prepare(impl, weights, DIMS[1], None)
+    with scope:
+        out = layer(x, sel, rw, **params)
+    torch.testing.assert_close(out, eager_loop_layer(x, sel, rw, **weights))
+    assert emulated_quack_gemm.tuned and set(emulated_quack_gemm.tuned) == {tuned}
+
+
+def test_quack_peer_refuses_sonics_older_quack(monkeypatch):
+    """SonicMoE's set carries quack-kernels 0.3.x with the same keywords: the quack row must not
+    quietly time that one as VeOmni's 0.6 backend."""
+    fake = types.ModuleType("quack")
+    fake.__version__ = "0.3.11"
+    monkeypatch.setitem(sys.modules, "quack", fake)
+    monkeypatch.setitem(sys.modules, "quack.gemm_interface",
+                        types.ModuleType("quack.gemm_interface"))
+    monkeypatch.setattr(peers_fast, "_dist_version", lambda dist, module: module.__version__)
+    status = peers_fast.status(["quack"])["quack"]
+    assert status.startswith("skipped: ") and "0.3.11" in status
+
+
 def install_fake_sonicmoe(monkeypatch):
     """A sonicmoe package whose moe_general_routing_inputs computes its documented math in
     PyTorch (w1 [2I,H,E], w2 [H,I,E], score applied after fc2), checking the argument contract."""
