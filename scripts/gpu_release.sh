@@ -5,7 +5,7 @@
 # host time per call. PREV="dir ..." adds earlier releases' layer measured in the same run
 # (HOST_PREV: their moejit-bench host time), each a
 # folder holding capi/libmoejit.so.0, tools/moejit-bench and capi/python/ and meson.build (the package of that
-# release), built elsewhere. SKIP_BENCH=1 stops after the suites. Logs under $OUT; the tables last.
+# release), built elsewhere. SKIP_BENCH=1 stops after the suites; PYTEST_PATHS narrows the Python tests. Logs under $OUT; the tables last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 final=${OUT:-$PWD/out}; out=/tmp/moejit-release; rm -rf "$out"; mkdir -p "$out" "$final"
@@ -19,7 +19,7 @@ for group in "${groups[@]}"; do
   ( for t in $group; do timeout 330 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_$t.log" 2>&1; echo "$t rc=$?" >"$out/gpu_$t.rc"; done ) &
   pids+=($!)
 done
-( timeout ${PYTEST_TIMEOUT:-330} python3 -m pytest -q capi/python/tests >"$out/pytest.log" 2>&1; echo "pytest rc=$?" >"$out/pytest.rc" ) &
+( timeout ${PYTEST_TIMEOUT:-330} python3 -m pytest -q ${PYTEST_PATHS:-capi/python/tests} >"$out/pytest.log" 2>&1; echo "pytest rc=$?" >"$out/pytest.rc" ) &
 pids+=($!)
 wait "${pids[@]}"
 for t in $suites; do

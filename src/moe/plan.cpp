@@ -300,13 +300,17 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
                                r.bias_partial, r.bias_partial_bytes, r.stream},
                   kernels_.bias_grad);
     }
+    // dy is dead from here: x's rows may take its place (the layer's workspace, §2.5), and
+    // fc1's weight gradients read them before its dgrad writes dxs there.
+    const void *xs = r.xs;
+    if (r.late_x.x && S > 0) xs = scatter_rows(r.late_x.index, r.late_x.tokens, r.late_x.x, r.late_x.xs, r.stream);
     if (merged(d)) {
+        gemms.fc1_wgrad_merged(r.d_gate_up, xs, g.dw_gate_up);
         gemms.fc1_dgrad_merged(r.d_gate_up, w.w_gate_up, r.dxs);
-        gemms.fc1_wgrad_merged(r.d_gate_up, r.xs, g.dw_gate_up);
     } else {
+        gemms.fc1_wgrad_split(act.d_gate, xs, g.dw_gate);
+        gemms.fc1_wgrad_split(act.d_up, xs, g.dw_up);
         gemms.fc1_dgrad_split(act.d_gate, w.w_gate, act.d_up, w.w_up, r.dxs);
-        gemms.fc1_wgrad_split(act.d_gate, r.xs, g.dw_gate);
-        gemms.fc1_wgrad_split(act.d_up, r.xs, g.dw_up);
     }
 }
 
@@ -394,18 +398,17 @@ void Plan::backward(const BackwardArgs &a) {
     const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
     float *d_w_s = L.d_w_s.in<float>(a.workspace);
     void *dxs = L.dxs.in<char>(a.workspace);
-    // dout's and x's rows scattered for the GEMMs (T = 0: nothing to read).
-    const void *dy = a.dout, *xs = a.x;
-    if (T0) {
-        dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
-        xs = scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
-    }
-    run_experts_backward(BackwardRows{L.rows, backward_gemm_bound(L, a.num_tokens), L.offsets.in<std::int32_t>(a.saved),
-                                      xs, dy, L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
-                                      L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, dxs,
-                                      L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
-                                      L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream},
-                         w, g);
+    // dout's rows scattered for fc2's GEMMs now, x's for fc1's weight gradient later, into the
+    // same region (T = 0: nothing to read).
+    const void *dy = a.dout;
+    if (T0) dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
+    BackwardRows rows{L.rows, backward_gemm_bound(L, a.num_tokens), L.offsets.in<std::int32_t>(a.saved),
+                      a.x, dy, L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
+                      L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, dxs,
+                      L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
+                      L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream, {}};
+    if (T0) rows.late_x = {scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace)};
+    run_experts_backward(rows, w, g);
     if (!T0) return;
     gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
                                            a.d_routing_weights, a.stream},
@@ -495,7 +498,7 @@ void Plan::experts_backward(const ExpertsBackwardArgs &a) {
                                       L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
                                       L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, a.dxs,
                                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
-                                      L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream},
+                                      L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream, {}},
                          w, g);
 }
 

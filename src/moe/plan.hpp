@@ -171,7 +171,7 @@ private:
     struct BackwardRows {
         std::int64_t rows, bound;  // bound: the GEMMs' launch bound (backward_gemm_bound)
         const std::int32_t *offsets;
-        const void *xs, *dy;
+        const void *xs, *dy;  // xs: ignored when late_x.x is set
         const float *w_s;
         const char *gate_up;
         const void *aw;
@@ -184,6 +184,14 @@ private:
         void *bias_partial;
         std::size_t bias_partial_bytes;
         void *stream;
+        // The layer entry: x's rows are scattered into `xs` once fc2's GEMMs, the SwiGLU
+        // backward and the bias gradients are done with dy, whose rows `xs` may overwrite.
+        struct LateScatter {
+            const std::int32_t *index = nullptr;
+            std::int64_t tokens = 0;
+            const void *x = nullptr;
+            void *xs = nullptr;
+        } late_x;
     };
     void run_experts_backward(const BackwardRows &rows, const ExpertWeights &w, const ExpertGrads &g);
 

@@ -51,11 +51,14 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     y = fwd.take(bytes({S, H, el}));
 
-    dy = bwd.take(bytes({S, H, el}));
+    // Backward: one [S,H] region holds dy's rows (fc2's dgrad and weight gradient), then x's
+    // rows (fc1's weight gradient), then dxs (fc1's dgrad, last): 2·S·H elements fewer than
+    // three regions (DESIGN.md §2.5).
+    dy = xs;
+    dxs = xs;
     daw = bwd.take(bytes({S, I, el}));
     d_gate_up = bwd.take(bytes({S, 2, I, el}));
     d_w_s = bwd.take(bytes({S, 4}));
-    dxs = bwd.take(bytes({S, H, el}));
     wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
     if (desc.has_bias) bias_partial = bwd.take(bias_grad_workspace_bytes(S, desc.num_experts, std::max(2 * I, H)));
     workspace_bytes = std::max(fwd.end, bwd.end);

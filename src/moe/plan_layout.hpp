@@ -46,17 +46,17 @@ struct PlanLayout {
     Region aw;             // [S,I] a·w_s (fc2 input)
     std::size_t saved_bytes = 0;
     // workspace of backward, and of forward when not gathered
-    Region xs;             // [S,H] scattered x
+    Region xs;             // [S,H] scattered x (backward: dy's rows, then x's, then dxs)
     // forward workspace
     Region counts;         // [E] int32
     Region routing;        // the routing index's scratch
     Region y;              // [S,H] fc2 output
     // backward workspace (overlaps forward's: a call uses one or the other)
-    Region dy;             // [S,H] scattered dout
+    Region dy;             // [S,H] scattered dout: = xs, read before backward scatters x
     Region daw;            // [S,I]
     Region d_gate_up;      // like gate_up
     Region d_w_s;          // [S] fp32
-    Region dxs;            // [S,H]
+    Region dxs;            // [S,H]: = xs, written after the last read of x's rows
     Region wgrad_split;    // the weight gradients' split-reduction scratch (may be empty)
     Region bias_partial;   // has_bias: the bias gradients' partial sums (ops/expert_bias.hpp)
     std::size_t workspace_bytes = 0;

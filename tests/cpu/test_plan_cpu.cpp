@@ -373,12 +373,15 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                                {"routing", L.routing, 0},
                                {"y", L.y, S * H * el}},
                               L.workspace_bytes, "forward workspace");
-                check_regions({{"xs", L.xs, scattered},
-                               {"dy", L.dy, scattered},
+                // Backward: one [S,H] region serves dy's rows, then x's, then dxs in turn.
+                BOOST_TEST(L.dy.offset == L.xs.offset);
+                BOOST_TEST(L.dxs.offset == L.xs.offset);
+                BOOST_TEST(L.dy.bytes == scattered);
+                BOOST_TEST(L.dxs.bytes == scattered);
+                check_regions({{"xs = dy = dxs", L.xs, scattered},
                                {"daw", L.daw, S * I * el},
                                {"d_gate_up", L.d_gate_up, S * 2 * I * el},
-                               {"d_w_s", L.d_w_s, S * 4},
-                               {"dxs", L.dxs, S * H * el}},
+                               {"d_w_s", L.d_w_s, S * 4}},
                               L.workspace_bytes, "backward workspace");
             }
 }
