@@ -16,19 +16,22 @@ stash=/tmp/moejit-peer-stash/$set_name
 carried=$(ls .peers/"$set_name".tar.xz.part-* 2>/dev/null)
 if [ "$mode" = stash ]; then
   [ -n "$carried" ] || { echo "no .peers/$set_name.tar.xz.part-* carried" >&2; exit 1; }
-  mkdir -p "$stash" && cp $carried "$stash"/ && ls -l "$stash"; exit 0
+  mkdir -p "$stash" && cp $carried "$stash"/ && ls -l "$stash"
+  cp .peers/"$set_name".sha256 "$stash.sha256" 2>/dev/null || true  # so a later call may carry no piece
+  exit 0
 fi
 [ "$mode" = bench ] || { echo "unknown mode '$mode' (stash | bench)" >&2; exit 2; }
 final=${OUT:-$PWD/out}; out=/tmp/moejit-peers-$set_name; rm -rf "$out"; mkdir -p "$out" "$final"
 root=/tmp/moejit-peers/$set_name
 if [ ! -f "$root/site-packages/moejit-peer-set-$set_name.txt" ]; then  # once per warm machine
   pieces=$( (ls "$stash"/ 2>/dev/null; for f in $carried; do basename "$f"; done) | sort -u)
-  want=$(cat .peers/"$set_name".sha256 2>/dev/null) || { echo "no .peers/$set_name.sha256 carried" >&2; exit 1; }
+  want=$(cat .peers/"$set_name".sha256 2>/dev/null || cat "$stash.sha256" 2>/dev/null) ||
+    { echo "no .peers/$set_name.sha256 carried or stashed" >&2; exit 1; }
   got=$(for p in $pieces; do cat "$stash/$p" 2>/dev/null || cat ".peers/$p"; done | sha256sum | cut -d' ' -f1)
   [ "$got" = "$want" ] || { echo "peer set $set_name: pieces [$pieces] give sha256 $got, want $want (a piece missing?)" >&2; exit 1; }
   rm -rf "$root"; mkdir -p "$root"
   for p in $pieces; do cat "$stash/$p" 2>/dev/null || cat ".peers/$p"; done | xz -dc | tar xf - -C "$root" || exit 1
-  rm -rf "$stash"
+  rm -rf "$stash" "$stash.sha256"
 fi
 site=$root/site-packages
 dsl=$(ls -d "$site"/nvidia_cutlass_dsl/python_packages "$site"/nvidia_cutlass_dsl/dsl_packages 2>/dev/null | tr '\n' ':')
