@@ -101,13 +101,18 @@ def test_missing_peer_is_a_skip_line_and_the_rest_runs(monkeypatch, capsys, cpu_
     assert "skipped: ImportError" in [ln for ln in table.splitlines() if " quack " in ln][0]
 
 
-def test_status_reports_versions(monkeypatch):
+def fake_quack(monkeypatch, version):
+    """An importable quack package of that version (no kernels)."""
     fake = types.ModuleType("quack")
-    fake.__version__ = "0.6.5"
+    fake.__version__ = version
     monkeypatch.setitem(sys.modules, "quack", fake)
     monkeypatch.setitem(sys.modules, "quack.gemm_interface",
                         types.ModuleType("quack.gemm_interface"))
     monkeypatch.setattr(peers_fast, "_dist_version", lambda dist, module: module.__version__)
+
+
+def test_status_reports_versions(monkeypatch):
+    fake_quack(monkeypatch, "0.6.5")
     assert peers_fast.status(["moejit", "quack"]) == {"quack": "ok: quack-kernels 0.6.5"}
     monkeypatch.setitem(sys.modules, "sonicmoe", None)  # import raises ImportError
     assert peers_fast.status(["sonicmoe"])["sonicmoe"].startswith("skipped: ")
@@ -249,12 +254,7 @@ def test_prepare_builds_both_quack_peers(monkeypatch, impl, tuned):
 def test_quack_peer_refuses_sonics_older_quack(monkeypatch):
     """SonicMoE's set carries quack-kernels 0.3.x with the same keywords: the quack row must not
     quietly time that one as VeOmni's 0.6 backend."""
-    fake = types.ModuleType("quack")
-    fake.__version__ = "0.3.11"
-    monkeypatch.setitem(sys.modules, "quack", fake)
-    monkeypatch.setitem(sys.modules, "quack.gemm_interface",
-                        types.ModuleType("quack.gemm_interface"))
-    monkeypatch.setattr(peers_fast, "_dist_version", lambda dist, module: module.__version__)
+    fake_quack(monkeypatch, "0.3.11")
     status = peers_fast.status(["quack"])["quack"]
     assert status.startswith("skipped: ") and "0.3.11" in status
 
