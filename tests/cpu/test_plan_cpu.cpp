@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/layer_gemms.hpp"
 #include "moe/plan.hpp"
 #include "moe/plan_layout.hpp"
 #include "capi_convert.hpp"  // the C descriptors these tests share with the C API, as the library's
@@ -381,7 +382,10 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                 check_regions({{"xs = dy = dxs", L.xs, scattered},
                                {"daw", L.daw, S * I * el},
                                {"d_gate_up", L.d_gate_up, S * 2 * I * el},
-                               {"d_w_s", L.d_w_s, S * 4}},
+                               {"d_w_s", L.d_w_s, S * 4},
+                               {"wgrad_split", L.wgrad_split,
+                                moejit::wgrad_split_workspace_bytes(moejit::to_internal(d), L.rows)},
+                               {"bias_partial", L.bias_partial, 0}},
                               L.workspace_bytes, "backward workspace");
             }
 }
