@@ -27,11 +27,13 @@ if [ ! -f "$root/site-packages/moejit-peer-set-$set_name.txt" ]; then  # once pe
   pieces=$( (ls "$stash"/ 2>/dev/null; for f in $carried; do basename "$f"; done) | sort -u)
   want=$(cat .peers/"$set_name".sha256 2>/dev/null || cat "$stash.sha256" 2>/dev/null) ||
     { echo "no .peers/$set_name.sha256 carried or stashed" >&2; exit 1; }
-  got=$(for p in $pieces; do cat "$stash/$p" 2>/dev/null || cat ".peers/$p"; done | sha256sum | cut -d' ' -f1)
+  archive=/tmp/moejit-peers/$set_name.tar.xz; mkdir -p /tmp/moejit-peers
+  for p in $pieces; do cat "$stash/$p" 2>/dev/null || cat ".peers/$p"; done >"$archive"
+  got=$(sha256sum <"$archive" | cut -d' ' -f1)
   [ "$got" = "$want" ] || { echo "peer set $set_name: pieces [$pieces] give sha256 $got, want $want (a piece missing?)" >&2; exit 1; }
   rm -rf "$root"; mkdir -p "$root"
-  for p in $pieces; do cat "$stash/$p" 2>/dev/null || cat ".peers/$p"; done | xz -dc | tar xf - -C "$root" || exit 1
-  rm -rf "$stash" "$stash.sha256"
+  xz -dc "$archive" | tar xf - -C "$root" || exit 1
+  rm -rf "$stash" "$stash.sha256" "$archive"
 fi
 site=$root/site-packages
 dsl=$(ls -d "$site"/nvidia_cutlass_dsl/python_packages "$site"/nvidia_cutlass_dsl/dsl_packages 2>/dev/null | tr '\n' ':')

@@ -59,10 +59,15 @@ def table(rows) -> str:
              "peak MB moejit / Sonic"])
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     counts = {"f+b": [0, 0], "fwd": [0, 0], "dup": [0, 0], "memory": [0, 0]}
-    topk_fb = {}
+
+    def tally(rule, ok):
+        counts[rule][0] += bool(ok)
+        counts[rule][1] += 1
+        return ok
+
     chosen = {}  # (shape, routing) -> moejit's result in the row's run
     for (shape, routing), runs in rows.items():
-        best = None  # (f+b, fwd, peer, file index)
+        best = None  # (f+b, fwd, peer, index of its run)
         cells = {}
         for i, (_, _, impls) in enumerate(runs):
             for p in peers_seen:
@@ -74,47 +79,35 @@ def table(rows) -> str:
         # moejit from the best peer's run, else the first run that timed it
         pick = best[3] if best else next((i for i, (_, _, im) in enumerate(runs) if timed(im.get("moejit"))), 0)
         _, dense, impls = runs[pick]
-        ours = impls.get("moejit")
+        ours = chosen[(shape, routing)] = impls.get("moejit")
         line = [shape, routing] + [fmt(cells.get(p)) for p in peers_seen] + [fmt(ours)]
-        chosen[(shape, routing)] = ours
-        if timed(ours) and routing == "topk":
-            topk_fb[shape] = ours["fwd_bwd_tflops"]
         if best and timed(ours):
             target = min(1.3 * best[0], 0.85 * dense)
-            ok_fb = ours["fwd_bwd_tflops"] >= target
-            ok_fwd = ours["fwd_tflops"] >= best[1]
-            counts["f+b"][0] += ok_fb
-            counts["f+b"][1] += 1
-            counts["fwd"][0] += ok_fwd
-            counts["fwd"][1] += 1
+            ok_fb = tally("f+b", ours["fwd_bwd_tflops"] >= target)
+            ok_fwd = tally("fwd", ours["fwd_tflops"] >= best[1])
             line += [f"{target:.0f}", f"{'yes' if ok_fb else 'no'} ({ours['fwd_bwd_tflops'] / target:.2f}×)",
                      f"{'yes' if ok_fwd else 'no'} ({ours['fwd_tflops'] / best[1]:.2f}× {PEERS[best[2]]})"]
         else:
             line += ["–", "–", "–"]
-        sonic = cells.get("sonicmoe") if timed(cells.get("sonicmoe")) else None
+        # memory: moejit and SonicMoE of the same run (allocator deltas do not vary with timing)
         sonic_run = next((im for _, _, im in runs if timed(im.get("sonicmoe"))), None)
-        ours_mem = sonic_run.get("moejit") if sonic_run else ours
+        mine, sonic = (sonic_run.get("moejit") or {}, sonic_run["sonicmoe"]) if sonic_run else ({}, {})
         for key in ("saved_mb", "peak_mb"):
-            a = ours_mem.get(key) if ours_mem else None
-            b = sonic.get(key) if sonic else None
+            a, b = mine.get(key), sonic.get(key)
             if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+                tally("memory", a <= b)
                 line.append(f"{a:.0f} / {b:.0f}")
-                counts["memory"][0] += a <= b
-                counts["memory"][1] += 1
             else:
                 line.append("–")
         out.append("| " + " | ".join(line) + " |")
-    for (shape, routing), runs in rows.items():
-        if routing == "topk" or shape not in topk_fb:
+    for (shape, routing), ours in chosen.items():
+        topk = chosen.get((shape, "topk"))
+        if routing == "topk" or not timed(topk) or not timed(ours):
             continue
-        ours = chosen.get((shape, routing))
-        if timed(ours):
-            ok = ours["fwd_bwd_tflops"] >= topk_fb[shape]
-            counts["dup"][0] += ok
-            counts["dup"][1] += 1
-            out.append(f"\n{shape}, every route -> expert 0: {ours['fwd_bwd_tflops']:.0f} vs top-k "
-                       f"{topk_fb[shape]:.0f}: {'met' if ok else 'not met'} "
-                       f"({ours['fwd_bwd_tflops'] / topk_fb[shape]:.2f}×)")
+        fb, ref = ours["fwd_bwd_tflops"], topk["fwd_bwd_tflops"]
+        ok = tally("dup", fb >= ref)
+        out.append(f"\n{shape}, every route -> expert 0: {fb:.0f} vs top-k {ref:.0f}: "
+                   f"{'met' if ok else 'not met'} ({fb / ref:.2f}×)")
     out.append("")
     names = {"f+b": "f+b >= min(1.3 x best peer, 0.85 x dense)", "fwd": "fwd >= best peer's fwd",
              "dup": "expert 0 >= top-k", "memory": "memory <= SonicMoE (saved and peak, each a check)"}

@@ -303,7 +303,7 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
     // dy is dead from here: x's rows may take its place (the layer's workspace, §2.5), and
     // fc1's weight gradients read them before its dgrad writes dxs there.
     const void *xs = r.xs;
-    if (r.late_x.x && S > 0) xs = scatter_rows(r.late_x.index, r.late_x.tokens, r.late_x.x, r.late_x.xs, r.stream);
+    if (r.late_x.x) xs = scatter_rows(r.late_x.index, r.late_x.tokens, r.late_x.x, r.late_x.xs, r.stream);
     if (merged(d)) {
         gemms.fc1_wgrad_merged(r.d_gate_up, xs, g.dw_gate_up);
         gemms.fc1_dgrad_merged(r.d_gate_up, w.w_gate_up, r.dxs);

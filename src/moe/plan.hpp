@@ -184,8 +184,8 @@ private:
         void *bias_partial;
         std::size_t bias_partial_bytes;
         void *stream;
-        // The layer entry: x's rows are scattered into `xs` once fc2's GEMMs, the SwiGLU
-        // backward and the bias gradients are done with dy, whose rows `xs` may overwrite.
+        // The layer entry with T > 0: x's rows are scattered into `xs` once fc2's GEMMs, the
+        // SwiGLU backward and the bias gradients are done with dy, whose rows `xs` may overwrite.
         struct LateScatter {
             const std::int32_t *index = nullptr;
             std::int64_t tokens = 0;

@@ -365,19 +365,17 @@ def main(argv=None) -> int:
         log(f"peer {impl}: {status}")
     dense = dense_ceiling(dtype, args.warmup, args.reps)
     log(f"dense 8192^3 {args.dtype} GEMM: {dense:.1f} TFLOP/s")
-    records = []
+    run = {"device": device, "torch": torch.__version__, "moejit": version, "dtype": args.dtype,
+           "layout": args.layout, "routing": args.routing, "swiglu_limit": args.swiglu_limit,
+           "warmup": args.warmup, "reps": args.reps, "dense_tflops": dense,
+           "peers": args.peer_status, "results": []}
+    records = run["results"]
     for name in args.shape_names:
         records.append(run_shape(name, SHAPES[name], args, dtype, dense))
         if args.json:  # after every shape: a run cut short by a time limit keeps what it measured
             tmp = args.json + ".tmp"
             with open(tmp, "w") as f:
-                json.dump({"device": device, "torch": torch.__version__,
-                           "moejit": version, "dtype": args.dtype,
-                           "layout": args.layout, "routing": args.routing,
-                           "swiglu_limit": args.swiglu_limit, "warmup": args.warmup,
-                           "reps": args.reps, "dense_tflops": dense,
-                           "peers": args.peer_status, "results": records}, f,
-                          indent=2)
+                json.dump(run, f, indent=2)
             os.replace(tmp, args.json)
     print(format_table(records, dense, args.peer_status))
     return 0

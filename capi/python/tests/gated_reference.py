@@ -170,10 +170,10 @@ def reference_grads(config, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, do
     return out.detach(), result
 
 
-def rel(a, b):
-    """‖a − b‖ / ‖b‖ (‖a − b‖ when b is zero)."""
+def rel(a, b, floor=0.0):
+    """‖a − b‖ / max(‖b‖, floor) (‖a − b‖ when both are zero)."""
     a, b = a.double(), b.double()
-    den = b.norm().item()
+    den = max(b.norm().item(), floor)
     diff = (a - b).norm().item()
     return diff / den if den > 0 else diff
 
