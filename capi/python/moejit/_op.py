@@ -635,12 +635,21 @@ def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, b_gate_up, 
 # ------------------------------------------------------------------ autograd
 
 
+def _no_gradient_for_saved(ctx, saved):
+    """`saved` has no gradient, and autograd must not make one: with materialized gradients it
+    fills a zero tensor of saved's size for every backward (a full write of the saved bytes,
+    2-3 % of a qwen3-30b-a3b step on the H200, docs/PERF_LOG.md 0.9.0). dout is never None:
+    the backward runs only through `out`, the one differentiable output."""
+    ctx.mark_non_differentiable(saved)
+    ctx.set_materialize_grads(False)
+
+
 def _setup_context(ctx, inputs, output):
     x, sel, rw, *weights, swiglu_limit = inputs
     _, saved = output
     ctx.save_for_backward(x, sel, rw, *weights, saved)
     ctx.swiglu_limit = swiglu_limit
-    ctx.mark_non_differentiable(saved)
+    _no_gradient_for_saved(ctx, saved)
 
 
 def _fused_moe_backward(ctx, dout, _dsaved):
@@ -667,7 +676,7 @@ def _setup_context_gated(ctx, inputs, output):
     _, saved = output
     ctx.save_for_backward(x, index, rw, w_gate_up, w_down, b_gate_up, b_down, saved)
     ctx.options = (swiglu_limit, activation, alpha, interleaved, weights_transposed)
-    ctx.mark_non_differentiable(saved)
+    _no_gradient_for_saved(ctx, saved)
 
 
 def _gated_backward(backward_op: str):
