@@ -55,9 +55,12 @@ namespace moejit {
     X(cuTensorMapEncodeTiled)
 
 // Symbols a driver may lack (newer than the oldest driver the library supports): null when
-// absent, and each caller says what it skips without them. cuFuncGetParamInfo: CUDA 12.4.
+// absent, and each caller says what it skips without them. cuFuncGetParamInfo: CUDA 12.4;
+// cuLaunchKernelEx, cuOccupancyMaxActiveClusters (cluster launches): CUDA 12.0.
 #define MOEJIT_DRIVER_OPTIONAL_SYMBOLS(X) \
-    X(cuFuncGetParamInfo)
+    X(cuFuncGetParamInfo)                 \
+    X(cuLaunchKernelEx)                   \
+    X(cuOccupancyMaxActiveClusters)
 
 struct DriverApi {
 #define MOEJIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

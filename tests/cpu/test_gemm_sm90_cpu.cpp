@@ -471,3 +471,71 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     ops.glu.limit = 7.0f;
     expect_error([&] { launch_group_gemm_nk(sm90a.impl(), split, ops); }, INVALID, {"compile-only"});
 }
+
+// Clusters of two (_c2): the B halves multicast between two CTAs. Every same_nk form the layer
+// uses compiles within the budget and really multicasts, releases stages across the cluster and
+// synchronizes it; the tile round-trips its name; validation refuses what the kernel cannot run.
+BOOST_AUTO_TEST_CASE(cluster_tiles_compile_multicast_and_validate) {
+    const GemmTileConfig c2 = parse_tile_config("wgmma_128x256x64_s3_g8_e1_c2", "t");
+    BOOST_TEST(c2.cluster == 2);
+    BOOST_TEST(to_string(c2) == "wgmma_128x256x64_s3_g8_e1_c2");
+    BOOST_TEST((parse_tile_config("wgmma_128x256x64_c1", "t").cluster == 1));
+    BOOST_CHECK_THROW(parse_tile_config("wgmma_128x256x64_c3", "t"), Error);
+    auto clustered = [&](GemmNkSpec s) {
+        s.tile = c2;
+        s.tile.stages = s.tile.tma_store ? 3 : 4;
+        s.tile.tma_store = s.c_dtype != DType::fp32 && !s.accumulate;
+        return s;
+    };
+    std::vector<GemmNkSpec> specs;
+    specs.push_back(clustered(make_nk_spec(DType::bf16, DType::bf16, 2048, 768, true, false, 0, 128, kHopper)));  // fc2
+    specs.push_back(clustered(make_nk_spec(DType::bf16, DType::bf16, 768, 2048, false, false, 0, 128, kHopper)));  // dgrad
+    GemmNkSpec fc1 = make_nk_spec(DType::bf16, DType::bf16, 4096, 7168, true, false, 0, 256, kHopper);
+    fc1.gather_a = true;
+    fc1.swiglu.on = true;
+    specs.push_back(clustered(fc1));  // fc1, gathered rows and the SwiGLU epilogue
+    GemmNkSpec dxs = make_nk_spec(DType::bf16, DType::bf16, 2048, 1536, false, false, 0, 128, kHopper);
+    dxs.k_split = 768;
+    specs.push_back(clustered(dxs));  // split fc1's dgrad: two operand pairs
+    GemmNkSpec acc = make_nk_spec(DType::bf16, DType::fp32, 2048, 768, false, true, 0, 128, kHopper);
+    specs.push_back(clustered(acc));  // register epilogue, accumulating fp32 C
+    MemoryOnlyContext context("sm_90a");
+    for (const GemmNkSpec &s : specs) {
+        const KernelSource ks = render_group_gemm_nk(s);
+        BOOST_TEST_CONTEXT(ks.name) {
+            BOOST_CHECK_NO_THROW(validate_nk_spec(s, 128, kHopper));
+            BOOST_TEST(contains(ks.name, "_c2"));
+            BOOST_TEST(contains(ks.source, ", 0, 2>"), "the cluster size is rendered into the Config");
+            const double start = moejit::test::thread_cpu_seconds();
+            BOOST_CHECK_NO_THROW(context.impl().kernel(ks));
+            const double sec = moejit::test::thread_cpu_seconds() - start;
+            BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s of CPU (budget 2 s)");
+            const std::string ptx = ptx_of(ks);
+            BOOST_TEST(contains(ptx, ".multicast::cluster"));
+            BOOST_TEST(contains(ptx, "mapa.shared::cluster"));
+            BOOST_TEST(contains(ptx, "barrier.cluster.arrive"));
+            BOOST_TEST(contains(ptx, "%cluster_ctarank"));
+        }
+    }
+    // Unclustered kernels render no cluster argument (their sources stay those of 0.8).
+    BOOST_TEST(!contains(render_group_gemm_nk(make_nk_spec(DType::bf16, DType::bf16, 2048, 768, true, false, 0, 128,
+                                                           kHopper)).source,
+                         "multicast"));
+    const GemmNkSpec good = specs.front();
+    GemmNkSpec pp = good;
+    pp.tile.block_n = 128;
+    pp.tile.pingpong = 1;
+    expect_error([&] { validate_nk_spec(pp, 8, kHopper); }, Status::unsupported, {"_c2", "cooperative"});
+    GemmNkSpec narrow = good;
+    narrow.tile.block_n = 64;
+    expect_error([&] { validate_nk_spec(narrow, 8, kHopper); }, Status::unsupported, {"_c2", "block_n must be 128 or 256"});
+    GemmMnSpec wgrad = make_mn_spec(DType::bf16, DType::bf16, 2048, 768, false, 0, 128, kHopper);
+    GemmProblem mn;
+    mn.kind = GemmKind::same_mn;
+    mn.m = 2048;
+    mn.n = 768;
+    wgrad.tile.cluster = 2;
+    expect_error([&] { validate_tile_config(wgrad.tile, mn, kHopper); }, Status::unsupported, {"_c2", "same_nk"});
+    expect_error([&] { validate_tile_config(parse_tile_config("128x128x64_s3_c2", "t"), GemmProblem{}, 80); },
+                 Status::unsupported, {"_c2", "wgmma engine"});
+}
