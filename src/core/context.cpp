@@ -170,29 +170,6 @@ std::vector<Kernel *> Context::kernels(const std::vector<KernelSource> &sources)
     return out;
 }
 
-namespace {
-
-// A cluster launch of shape `s` (clusters of s.cluster_x along x): `config` points at `attr`.
-void cluster_config(const LaunchShape &s, CUstream stream, CUlaunchAttribute &attr, CUlaunchConfig &config) {
-    attr = CUlaunchAttribute{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = s.cluster_x;
-    attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
-    config = CUlaunchConfig{};
-    config.gridDimX = s.grid_x;
-    config.gridDimY = s.grid_y;
-    config.gridDimZ = s.grid_z;
-    config.blockDimX = s.block_x;
-    config.blockDimY = s.block_y;
-    config.blockDimZ = s.block_z;
-    config.sharedMemBytes = s.shared_bytes;
-    config.hStream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-}
-
-}  // namespace
-
 void Context::launch_struct(const Kernel &kernel, const LaunchShape &s, void *stream, const void *args,
                             std::size_t bytes) {
     require_device("launching a kernel");
@@ -208,42 +185,13 @@ void Context::launch_struct(const Kernel &kernel, const LaunchShape &s, void *st
     if (static_cast<int>(s.shared_bytes) > kernel.max_dynamic_smem)
         fail(Status::unsupported, "kernel {} needs {} bytes of dynamic shared memory; the device allows {}",
              kernel.name, s.shared_bytes, kernel.max_dynamic_smem);
-    CUresult r;
-    if (s.cluster_x > 1) {
-        if (driver().cuLaunchKernelEx == nullptr)
-            fail(Status::unsupported, "kernel {} runs in clusters of {} CTAs, which this CUDA driver cannot launch "
-                 "(cuLaunchKernelEx needs a CUDA 12.0 driver)", kernel.name, s.cluster_x);
-        CUlaunchAttribute cluster;
-        CUlaunchConfig config;
-        cluster_config(s, static_cast<CUstream>(stream), cluster, config);
-        r = driver().cuLaunchKernelEx(&config, kernel.function, params, nullptr);
-    } else {
-        r = driver().cuLaunchKernel(kernel.function, s.grid_x, s.grid_y, s.grid_z, s.block_x, s.block_y, s.block_z,
-                                    s.shared_bytes, static_cast<CUstream>(stream), params, nullptr);
-    }
+    CUresult r = driver().cuLaunchKernel(kernel.function, s.grid_x, s.grid_y, s.grid_z, s.block_x,
+                                         s.block_y, s.block_z, s.shared_bytes,
+                                         static_cast<CUstream>(stream), params, nullptr);
     if (r != CUDA_SUCCESS)
-        check_cuda(r, fmt::format("cuLaunchKernel({}, grid {}x{}x{}, block {}x{}x{}, smem {}, cluster {})",
+        check_cuda(r, fmt::format("cuLaunchKernel({}, grid {}x{}x{}, block {}x{}x{}, smem {})",
                                   kernel.name, s.grid_x, s.grid_y, s.grid_z, s.block_x, s.block_y,
-                                  s.block_z, s.shared_bytes, s.cluster_x).c_str());
-}
-
-int Context::max_active_clusters(const Kernel &kernel, const LaunchShape &s) {
-    if (const int known = max_active_clusters_.load(std::memory_order_relaxed); known > 0) return known;
-    require_device("asking how many clusters fit");
-    if (driver().cuOccupancyMaxActiveClusters == nullptr || driver().cuLaunchKernelEx == nullptr)
-        fail(Status::unsupported, "kernel {} runs in clusters of {} CTAs, which this CUDA driver cannot launch "
-             "(cuLaunchKernelEx and cuOccupancyMaxActiveClusters need a CUDA 12.0 driver)", kernel.name, s.cluster_x);
-    make_current();
-    CUlaunchAttribute cluster;
-    CUlaunchConfig config;
-    cluster_config(s, nullptr, cluster, config);
-    int clusters = 0;
-    check_cuda(driver().cuOccupancyMaxActiveClusters(&clusters, kernel.function, &config),
-               fmt::format("cuOccupancyMaxActiveClusters({}, cluster {})", kernel.name, s.cluster_x).c_str());
-    if (clusters < 1)
-        fail(Status::unsupported, "kernel {}: no cluster of {} CTAs fits the device", kernel.name, s.cluster_x);
-    max_active_clusters_.store(clusters, std::memory_order_relaxed);
-    return clusters;
+                                  s.block_z, s.shared_bytes).c_str());
 }
 
 }  // namespace moejit

@@ -4,7 +4,6 @@
 
 #include <cuda.h>
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -21,7 +20,6 @@ struct LaunchShape {
     std::uint32_t grid_x = 1, grid_y = 1, grid_z = 1;
     std::uint32_t block_x = 1, block_y = 1, block_z = 1;
     std::uint32_t shared_bytes = 0;
-    std::uint32_t cluster_x = 1;  // > 1: a cluster launch (grid_x a multiple of it)
 };
 
 // moejit_context_options_t's fields, as the library uses them (capi/capi_convert.cpp makes one).
@@ -73,12 +71,6 @@ public:
         launch_struct(kernel, shape, stream, &args, sizeof(Args));
     }
 
-    // Clusters of `cluster_x` CTAs of `kernel`'s launch `shape` that fit the device at once
-    // (cuOccupancyMaxActiveClusters), asked once per context: every cluster kernel runs one CTA
-    // of 384 threads per SM (its registers allow no second), so the answer is the device's.
-    // Throws Status::unsupported when the driver cannot launch clusters.
-    int max_active_clusters(const Kernel &kernel, const LaunchShape &shape);
-
     // Makes the device's primary context current on the calling thread (no-op compile-only).
     void make_current();
     // Throws Status::invalid_argument naming `what` on a compile-only context.
@@ -97,7 +89,6 @@ private:
     int sm_count_ = 0;
     int max_shared_per_block_ = 0;  // opt-in, per block; 0 when compile-only
     int cc_major_ = 0, cc_minor_ = 0;
-    std::atomic<int> max_active_clusters_{0};  // 0: not asked yet
     std::unique_ptr<JitEngine> jit_;
 };
 

@@ -55,12 +55,9 @@ namespace moejit {
     X(cuTensorMapEncodeTiled)
 
 // Symbols a driver may lack (newer than the oldest driver the library supports): null when
-// absent, and each caller says what it skips without them. cuFuncGetParamInfo: CUDA 12.4;
-// cuLaunchKernelEx, cuOccupancyMaxActiveClusters (cluster launches): CUDA 12.0.
+// absent, and each caller says what it skips without them. cuFuncGetParamInfo: CUDA 12.4.
 #define MOEJIT_DRIVER_OPTIONAL_SYMBOLS(X) \
-    X(cuFuncGetParamInfo)                 \
-    X(cuLaunchKernelEx)                   \
-    X(cuOccupancyMaxActiveClusters)
+    X(cuFuncGetParamInfo)
 
 struct DriverApi {
 #define MOEJIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

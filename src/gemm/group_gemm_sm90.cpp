@@ -80,13 +80,10 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     u.title = ", sm_90a wgmma/TMA";
     u.template_name = "sm90/kernels.cuh";
     u.ns = "moejit::sm90";
-    // The ping-pong and cluster fields are rendered only when set, so cooperative unclustered
-    // kernels keep their source.
-    const std::string pingpong = t.pingpong == 1 ? ", true" : t.pingpong == 2 ? ", 2" : "";
+    // The ping-pong flag is rendered only when set, so cooperative kernels keep their source.
     u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}{}>", dtype_cuda_type(dtype),
                         dtype_cuda_type(c_dtype), t.block_n, t.stages, t.group_m, bool_text(t.tma_store),
-                        t.cluster > 1 ? fmt::format("{}, {}", pingpong.empty() ? ", 0" : pingpong, t.cluster)
-                                      : pingpong);
+                        t.pingpong == 1 ? ", true" : t.pingpong == 2 ? ", 2" : "");
     u.bounds = std::to_string(t.threads());
     return u;
 }
@@ -141,10 +138,9 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     // [E, N, K] K-major boxes of BN rows, or [E, K, N] MN-major boxes of 64 columns.
     // The SwiGLU epilogue loads B in two boxes of BN/2 rows (gate, up) from [E, I, K] maps, or
     // from one [E, 2I, K] map when merged.
-    // Clusters load K-major B in halves too (one per CTA when they share it).
     const bool glu = spec.swiglu.on;
     const std::int64_t b_rows = glu && !spec.swiglu.merged ? spec.n / 2 : spec.n;
-    const auto b_box = static_cast<cuuint32_t>(glu || spec.tile.cluster > 1 ? spec.tile.block_n / 2 : spec.tile.block_n);
+    const auto b_box = static_cast<cuuint32_t>(glu ? spec.tile.block_n / 2 : spec.tile.block_n);
     auto b_map = [&](const void *b, std::int64_t k) {
         return spec.b_transposed ? encode_map(spec.dtype, b, {k, b_rows, ops.num_experts}, {bk, b_box, 1})
                                  : encode_map(spec.dtype, b, {spec.n, k, ops.num_experts}, {kChunk, bk, 1});
@@ -171,16 +167,7 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const kargs::TmaDesc tma_c2 = spec.tile.tma_store && glu
                                    ? encode_map(spec.c_dtype, ops.glu.up, {I, ops.rows}, {kChunk, kChunk}, ld)
                                    : tma_b;
-    LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
-    if (spec.tile.cluster > 1) {
-        // One cluster per pair-tile (two M-tiles at one N block), as many as fit at once.
-        const int c = spec.tile.cluster;
-        const std::int64_t n_tiles = (spec.n + spec.tile.block_n - 1) / spec.tile.block_n;
-        const std::int64_t pair_tiles = (m_tile_bound + c - 1) / c * n_tiles;
-        shape.cluster_x = shape.grid_x = static_cast<std::uint32_t>(c);
-        const int fit = ctx.max_active_clusters(kernel, shape);
-        shape.grid_x = static_cast<std::uint32_t>(c * std::min<std::int64_t>(pair_tiles, fit));
-    }
+    const LaunchShape shape = gemm_launch_shape(ctx, spec.tile, GemmKind::same_nk, tiles, ops.num_experts);
     ctx.launch(kernel, shape, ops.stream,
                kargs::Sm90NkArgs{tma_a, tma_b, tma_c, tma_a2, tma_b2, tma_c2, ops.c, gather_a ? ops.a : nullptr,
                                gather_a ? ops.row_token : nullptr, ops.offsets, static_cast<int>(ops.rows),

@@ -12,9 +12,8 @@ namespace moejit {
 
 std::string to_string(const GemmTileConfig &c) {
     if (c.engine == GemmEngine::wgmma)
-        return fmt::format("wgmma_{}x{}x{}_s{}_g{}{}{}{}", c.block_m, c.block_n, c.block_k, c.stages, c.group_m,
-                           c.tma_store ? "_e1" : "", c.pingpong ? fmt::format("_p{}", c.pingpong) : "",
-                           c.cluster > 1 ? fmt::format("_c{}", c.cluster) : "");
+        return fmt::format("wgmma_{}x{}x{}_s{}_g{}{}{}", c.block_m, c.block_n, c.block_k, c.stages,
+                           c.group_m, c.tma_store ? "_e1" : "", c.pingpong ? fmt::format("_p{}", c.pingpong) : "");
     return fmt::format("{}x{}x{}_s{}_w{}x{}_g{}_o{}", c.block_m, c.block_n, c.block_k, c.stages,
                        c.warps_m, c.warps_n, c.group_m, c.min_blocks_per_sm);
 }
@@ -42,7 +41,7 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
     auto bad = [&]() -> GemmTileConfig {
         fail(Status::invalid_argument,
              "{}: cannot parse tile config '{}' (expected [wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN]"
-             "[_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2][_c1|_c2], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
+             "[_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
              what, original);
     };
     GemmTileConfig c;
@@ -72,10 +71,6 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
         }
         case 'p': {
             ok = parse_int(text, c.pingpong) && c.pingpong >= 0 && c.pingpong <= 2;
-            break;
-        }
-        case 'c': {
-            ok = parse_int(text, c.cluster) && (c.cluster == 1 || c.cluster == 2);
             break;
         }
         default: break;
@@ -148,11 +143,6 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
     if (c.pingpong && c.block_n > 128)
         unsupported("ping-pong consumers (_p1/_p2) hold a whole 128 x block_n tile each: block_n must be 64 or 128");
     if (c.pingpong && p.swiglu) unsupported("the SwiGLU epilogue runs on cooperative consumers (_p0)");
-    if (c.cluster > 1 && p.kind != GemmKind::same_nk)
-        unsupported("clusters (_c2) run same_nk GEMMs only (weight gradients are unclustered)");
-    if (c.cluster > 1 && c.pingpong) unsupported("clusters (_c2) run on cooperative consumers (_p0)");
-    if (c.cluster > 1 && c.block_n < 128)
-        unsupported("clusters (_c2) split B into halves of whole 64-column boxes: block_n must be 128 or 256");
     if (c.tma_store && p.swiglu && c.block_n < 128)
         unsupported("the SwiGLU epilogue's TMA stores (_e1) need block_n >= 128 (whole 64-column chunks of g and u)");
     if (p.kind == GemmKind::same_nk && (p.num_experts < 1 || p.num_experts > 65536))
@@ -204,7 +194,6 @@ void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc)
         unsupported("min_blocks_per_sm must be in [1, 4]");
     if (c.tma_store) unsupported("the TMA-store epilogue (_e1) belongs to the wgmma engine");
     if (c.pingpong) unsupported("ping-pong consumers (_p1/_p2) belong to the wgmma engine");
-    if (c.cluster != 1) unsupported("clusters (_c2) belong to the wgmma engine");
     const int threads = c.threads();
     // Every thread issues the same number of 16-byte copies per operand tile.
     if ((c.block_m * c.block_k / 8) % threads != 0 || (c.block_n * c.block_k / 8) % threads != 0)
@@ -324,20 +313,16 @@ GemmTileConfig heuristic_tile_config(const GemmProblem &p, int cc) {
 
 GemmTileConfig choose_tile_config(const GemmProblem &p, int cc, const ForcedTile *forced) {
     if (forced) {
-        // Clusters exist for same_nk only: a forced _c2 tile runs the weight gradients
-        // unclustered, so one tile can still be forced on every GEMM of a layer.
-        GemmTileConfig tile = forced->tile;
-        if (p.kind == GemmKind::same_mn) tile.cluster = 1;
         // A forced tile must fit the problem now (at plan creation), not fail in NVRTC or at
         // launch later, nor let a warmup "succeed" with kernels that can never run.
         try {
-            validate_tile_config(tile, p, cc);
+            validate_tile_config(forced->tile, p, cc);
         } catch (const Error &e) {
             fail(Status::unsupported, "{}={} cannot run this GEMM on compute capability {}.{}: {} (unset it to "
                  "use the heuristic)",
                  forced->origin, to_string(forced->tile), cc / 10, cc % 10, e.what());
         }
-        return tile;
+        return forced->tile;
     }
     return heuristic_tile_config(p, cc);
 }

@@ -36,20 +36,17 @@ struct GemmTileConfig {
                                 // the two take turns (block_n <= 128); "_p1" in the name (1: the
                                 // two row blocks' wgmmas interleaved per k16 step; 2: one row
                                 // block's k-slice, then the other's)
-    int cluster = 1;            // wgmma same_nk only: CTAs in clusters of this many (1 or 2) on
-                                // adjacent M-tiles, B halves multicast when both are one expert's
-                                // (block_n >= 128, cooperative); "_c2" in the name
 
     int threads() const { return engine == GemmEngine::wgmma ? 384 : 32 * warps_m * warps_n; }
     bool operator==(const GemmTileConfig &) const = default;
 };
 
 // "128x128x32_s4_w2x4_g8_o2", or "wgmma_128x256x64_s3_g8_e1" ("_p1" appended for ping-pong
-// consumers, "_c2" for clusters of two): readable and file-name safe; used in kernel names.
+// consumers): readable and file-name safe; used in kernel names.
 std::string to_string(const GemmTileConfig &config);
-// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2][_c1|_c2]"
-// (omitted fields keep defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w
-// and _o; _e1 is its TMA-store epilogue, _p1 its ping-pong consumers, _c2 its clusters); throws
+// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2]" (omitted
+// fields keep defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w and _o;
+// _e1 is its TMA-store epilogue, _p1 its ping-pong consumers); throws
 // Status::invalid_argument naming `what` on malformed text.
 GemmTileConfig parse_tile_config(std::string_view text, const char *what);
 

@@ -37,49 +37,6 @@ namespace sm90 {
 
 // ---------------------------------------------------------------- same_nk
 
-// The tile of step t of a CTA's persistent loop: its expert, first row, the expert's end row and
-// first column. Without clusters, step t is tile t of the expert-major order (sched::nk_tile).
-// With clusters of two, step t is pair-tile t: global M-tiles 2p and 2p + 1 (experts in order,
-// so a pair may straddle two experts) at one N block, CTA rank r taking M-tile 2p + r; `share`
-// says both are the same expert's, so the two CTAs load one half of B each and multicast it.
-// The last pair of an odd M-tile count has no second tile: that CTA runs a tile of no rows (its
-// loads read the first tile's rows, nothing is stored), which keeps both CTAs' rings in step.
-struct NkTile {
-    int expert, row0, end, n0;
-    bool share;
-};
-
-template <class Cfg, int N_TILES>
-__device__ __forceinline__ NkTile nk_tile_at(const int *cum, const int *__restrict__ offsets, int rows,
-                                             int num_experts, int m_tiles, int t, unsigned rank) {
-    NkTile r;
-    if constexpr (Cfg::CLUSTER == 1) {
-        const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
-        const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-        r.expert = tc.expert;
-        r.row0 = rr.begin + tc.m_block * Cfg::BM;
-        r.end = rr.end;
-        r.n0 = tc.n_block * Cfg::BN;
-        r.share = false;
-    } else {
-        const int pairs = (m_tiles + 1) / 2;
-        const sched::TileMN pn = sched::grouped_order(t, pairs, N_TILES, Cfg::GROUP_M > 1 ? Cfg::GROUP_M / 2 : 1);
-        const int first = 2 * pn.m;
-        const bool second = first + 1 < m_tiles;
-        const int e0 = sched::last_at_most(cum, num_experts, first);
-        const int e1 = second ? sched::last_at_most(cum, num_experts, first + 1) : -1;
-        const bool mine = rank == 0 || second;
-        r.expert = rank == 0 || !second ? e0 : e1;
-        const sched::RowRange rr = sched::expert_rows(offsets, r.expert, rows);
-        r.row0 = rr.begin + ((mine ? first + static_cast<int>(rank) : first) - cum[r.expert]) * Cfg::BM;
-        r.end = mine ? rr.end : r.row0;
-        r.n0 = pn.n * Cfg::BN;
-        r.share = e1 == e0;
-    }
-    return r;
-}
-
-
 // C[rows of e] (+)= A[rows of e] · B_e(ᵀ), A [S,K], C [S,N].
 // tma_a: 2D map over A, dims {K, S}, box {BK, BM} (rows >= S zero-filled).
 // tma_c (EPI_TMA): 2D map over C, dims {N, S}, box {64, 64}.
@@ -96,8 +53,6 @@ __device__ __forceinline__ NkTile nk_tile_at(const int *cum, const int *__restri
 // K_SPLIT is a multiple of BK, so no k-slice straddles the pairs.
 // Glu: NoGlu, or SwigluGlu (fc1 with the SwiGLU epilogue, see GluArgs; B_TRANSPOSED, tma_b's
 // box BN/2 rows, g and u through TMA stores (EPI_TMA) or from registers, aw from registers).
-// Cfg::CLUSTER 2: see nk_tile_at; B is loaded as two halves (K-major: tma_b's box is BN/2 rows;
-// MN-major: BN/128 boxes each), multicast when the pair shares its expert.
 template <class Cfg, int N, int K, int K_SPLIT, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A, class Glu>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, const TmaDesc &tma_a2,
@@ -135,13 +90,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
     });
 
     const int m_tiles = sched::min_int(carry, m_tile_bound);
-    constexpr int CLUSTER = Cfg::CLUSTER;
-    const int total_tiles = (CLUSTER == 1 ? m_tiles : (m_tiles + 1) / 2) * N_TILES;
-    const int first_tile = blockIdx.x / CLUSTER, tile_step = gridDim.x / CLUSTER;
-    const unsigned rank = CLUSTER > 1 ? cluster_ctarank() : 0u;
-    // The partner CTA multicasts into this one's stages and releases them: its barriers must be
-    // initialized first.
-    if constexpr (CLUSTER > 1) cluster_sync();
+    const int total_tiles = m_tiles * N_TILES;
     const int wg = warp >> 2;
 
     if (wg == 0) {
@@ -149,11 +98,13 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
         if (!GATHER_A && tid != 0) return;  // TMA only: one thread issues everything
         RingPos<Cfg::STAGES> pos;
-        for (int t = first_tile; t < total_tiles; t += tile_step) {
-            const NkTile tile = nk_tile_at<Cfg, N_TILES>(cum, offsets, rows, num_experts, m_tiles, t, rank);
-            const int row0 = tile.row0, n0 = tile.n0, expert = tile.expert;
+        for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+            const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
+            const int row0 = rr.begin + tc.m_block * BM;
+            const int n0 = tc.n_block * BN;
             GatherRows<BM> a_rows;
-            if constexpr (GATHER_A) a_rows.load(row_token, row0, tile.end - row0, tid);
+            if constexpr (GATHER_A) a_rows.load(row_token, row0, rr.end - row0, tid);
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it) {
                 const unsigned stage = producer_wait(m, pos);
                 const unsigned bar = m.full(pos.stage());
@@ -162,43 +113,21 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                     const bool second = K_SPLIT > 0 && kb * BK >= K_SPLIT;
                     const TmaDesc *const ta = second ? &tma_a2 : &tma_a, *const tb = second ? &tma_b2 : &tma_b;
                     const int k0 = kb * BK - (second ? K_SPLIT : 0);
-                    // Full boxes count even where TMA zero-fills out-of-bounds elements; with a
-                    // cluster, the partner's multicast half of B completes on this barrier too.
+                    // Full boxes count even where TMA zero-fills out-of-bounds elements.
                     mbar_arrive_expect_tx(bar, GATHER_A ? Cfg::B_BYTES : Cfg::STAGE_BYTES);
                     if constexpr (!GATHER_A) tma_load_2d(stage, ta, bar, k0, row0);
-                    // B half h (CLUSTER 2, or the SwiGLU epilogue's [gate rows | up rows] of
-                    // intermediate columns n0/2..): BN/2 K-major rows, or BN/128 MN-major boxes.
-                    auto load_b_half = [&](int h, bool multicast) {
-                        const unsigned dst = stage + Cfg::A_BYTES + h * (Cfg::B_BYTES / 2);
-                        auto load = [&](unsigned to, const TmaDesc *map, int c0, int c1) {
-                            if (multicast)
-                                tma_load_3d_multicast(to, map, bar, c0, c1, expert, (1u << CLUSTER) - 1);
-                            else
-                                tma_load_3d(to, map, bar, c0, c1, expert);
-                        };
-                        if constexpr (Glu::ON) {
-                            load(dst, h ? &tma_b2 : &tma_b, k0, (h ? Glu::UP_ROW : 0) + n0 / 2);
-                        } else if constexpr (B_TRANSPOSED) {
-                            load(dst, tb, k0, n0 + h * (BN / 2));
-                        } else {
-#pragma unroll
-                            for (int j = 0; j < BN / 128; ++j)
-                                load(dst + j * Cfg::CHUNK_BYTES, tb, n0 + 64 * (h * (BN / 128) + j), k0);
-                        }
-                    };
-                    if constexpr (CLUSTER > 1 || Glu::ON) {
-                        if (tile.share) {
-                            load_b_half(static_cast<int>(rank), true);
-                        } else {
-                            load_b_half(0, false);
-                            load_b_half(1, false);
-                        }
+                    if constexpr (Glu::ON) {
+                        // [gate rows | up rows] of intermediate columns n0/2.. (K-major, BN/2 each)
+                        tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, k0, n0 / 2, tc.expert);
+                        tma_load_3d(stage + Cfg::A_BYTES + Cfg::B_BYTES / 2, &tma_b2, bar, k0, Glu::UP_ROW + n0 / 2,
+                                    tc.expert);
                     } else if constexpr (B_TRANSPOSED) {
-                        tma_load_3d(stage + Cfg::A_BYTES, tb, bar, k0, n0, expert);
+                        tma_load_3d(stage + Cfg::A_BYTES, tb, bar, k0, n0, tc.expert);
                     } else {
 #pragma unroll
                         for (int j = 0; j < BN / 64; ++j)
-                            tma_load_3d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, tb, bar, n0 + 64 * j, k0, expert);
+                            tma_load_3d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, tb, bar, n0 + 64 * j, k0,
+                                        tc.expert);
                     }
                 }
                 if constexpr (GATHER_A) {
@@ -218,13 +147,15 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         RingPos<Cfg::STAGES> pos;
         Turns turns;
         int j = 0;
-        for (int t = first_tile; t < total_tiles; t += tile_step, ++j) {
+        for (int t = blockIdx.x; t < total_tiles; t += gridDim.x, ++j) {
             if ((j & 1) != cw) {  // the other consumer's tile: skip its k-slices in the ring
                 pos.it += K_TILES;
                 continue;
             }
-            const NkTile tile = nk_tile_at<Cfg, N_TILES>(cum, offsets, rows, num_experts, m_tiles, t, rank);
-            const int row0 = tile.row0, n0 = tile.n0;
+            const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
+            const int row0 = rr.begin + tc.m_block * BM;
+            const int n0 = tc.n_block * BN;
             float acc[2][Cfg::ACC];
 #pragma unroll
             for (int i = 0; i < Cfg::ACC; ++i) acc[0][i] = acc[1][i] = 0.0f;
@@ -234,7 +165,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                 consume_kslice_rows2<Cfg, false, !B_TRANSPOSED>(m, pos, kb == 0, prev, acc, NoPrepare{});
             turns.pass(m, cw, leader);
             consume_finish_rows2(m, prev, acc);  // K_TILES >= 1 (K >= 8)
-            const int rows_valid = tile.end - row0;
+            const int rows_valid = rr.end - row0;
             // A box may not reach into the next expert's rows: TMA only for whole 64-row blocks.
             int tma_blocks = 0;
             if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
@@ -256,9 +187,11 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         const int cw = wg - 1;  // rows [cw*64, cw*64 + 64) of the tile
         const int r_base = cw * 64 + (warp & 3) * 16 + (lane >> 2);
         RingPos<Cfg::STAGES> pos;
-        for (int t = first_tile; t < total_tiles; t += tile_step) {
-            const NkTile tile = nk_tile_at<Cfg, N_TILES>(cum, offsets, rows, num_experts, m_tiles, t, rank);
-            const int row0 = tile.row0, n0 = tile.n0;
+        for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+            const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
+            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
+            const int row0 = rr.begin + tc.m_block * BM;
+            const int n0 = tc.n_block * BN;
             float acc[Cfg::ACC];
 #pragma unroll
             for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
@@ -266,7 +199,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
                 consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc, NoPrepare{});
             consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
-            const int rows_valid = tile.end - row0;
+            const int rows_valid = rr.end - row0;
             if constexpr (Glu::ON) {
                 if (Cfg::EPI_TMA && rows_valid >= (cw + 1) * 64) {
                     store_tile_tma<Cfg>(acc, m, cw, warp & 3, lane, [&](int j, unsigned src) {
@@ -296,9 +229,6 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         }
         if (Cfg::EPI_TMA && (warp & 3) == 0 && lane == 0) bulk_wait_all();
     }
-    // Neither CTA of a cluster leaves while the other may still multicast into it or release
-    // its stages.
-    if constexpr (CLUSTER > 1) cluster_sync();
 }
 
 // ---------------------------------------------------------------- same_mn

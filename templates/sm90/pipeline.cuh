@@ -21,16 +21,11 @@ constexpr int kGatherThreads = 128;  // the producer warpgroup copies gathered r
 // the two taking turns at the tensor cores: one warpgroup's epilogue runs under the other's
 // mainloop (docs/DESIGN.md §3.4a). Otherwise (cooperative) both share every tile, 64 rows each.
 // PINGPONG_ 2 issues one row block's k-slice, then the other's (1 interleaves them per k16).
-// CLUSTER_ 2 (same_nk, cooperative, BN >= 128): CTAs run in clusters of two on adjacent
-// M-tiles with the same N block; when both M-tiles belong to one expert, each CTA loads half of
-// the B k-slice and TMA multicasts it into both, halving B's L2 reads (docs/DESIGN.md §3.4b).
-// A stage is then released by one lane per consumer warp of both CTAs.
-template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false, int PINGPONG_ = 0,
-          int CLUSTER_ = 1>
+template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false, int PINGPONG_ = 0>
 struct Config {
     using T = T_;
     using CT = CT_;
-    static constexpr int BM = 128, BK = 64, BN = BN_, STAGES = STAGES_, GROUP_M = GROUP_M_, CLUSTER = CLUSTER_;
+    static constexpr int BM = 128, BK = 64, BN = BN_, STAGES = STAGES_, GROUP_M = GROUP_M_;
     static constexpr bool EPI_TMA = EPI_TMA_, PINGPONG = PINGPONG_ != 0, BLOCKED_ISSUE = PINGPONG_ == 2;
     // Staging for every consumer's share of its tile: 64 x BN each (cooperative), 128 x BN each
     // (ping-pong).
@@ -38,7 +33,7 @@ struct Config {
     static constexpr int CONSUMERS = 2;
     // m64 row blocks one consumer computes per tile, and the threads that release a stage.
     static constexpr int ROW_BLOCKS = PINGPONG ? 2 : 1;
-    static constexpr int RELEASERS = PINGPONG ? 128 : CLUSTER > 1 ? 4 * CONSUMERS * CLUSTER : 128 * CONSUMERS;
+    static constexpr int RELEASERS = PINGPONG ? 128 : 128 * CONSUMERS;
     static constexpr int TURN_BYTES = PINGPONG ? 16 : 0;  // the two turn mbarriers
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     static constexpr int A_BYTES = BM * BK * 2;
@@ -56,8 +51,6 @@ struct Config {
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
     static_assert(!EPI_TMA || sizeof(CT) == 2, "the TMA-store epilogue stages 16-bit C");
     static_assert(!PINGPONG || BN <= 128, "a ping-pong consumer holds 128 x BN accumulators: BN <= 128");
-    static_assert(CLUSTER == 1 || (CLUSTER == 2 && !PINGPONG && BN >= 128),
-                  "clusters of two, on cooperative consumers, with B halves of whole 64-column boxes");
 };
 
 // Shared memory: 1 KiB alignment slack, STAGES x (A, B), (EPI_TMA) the C staging tiles, a
@@ -100,8 +93,7 @@ __device__ __forceinline__ void init_ring(const Smem<Cfg> &m, const TmaDesc &a, 
 #pragma unroll
     for (int s = 0; s < Cfg::STAGES; ++s) {
         mbar_init(m.full(s), 1 + (GATHER ? kGatherThreads : 0));
-        mbar_init(m.empty(s), Cfg::RELEASERS);  // every thread of the consumer(s) reading it (clusters:
-                                                 // one lane per consumer warp of each CTA)
+        mbar_init(m.empty(s), Cfg::RELEASERS);  // every thread of the consumer(s) reading it
     }
     if constexpr (Cfg::PINGPONG) {
         mbar_init(m.done(0), 1);
@@ -166,19 +158,6 @@ __device__ __forceinline__ void gather_box(unsigned dst, const T *__restrict__ s
 
 // ---------------------------------------------------------------- consumers
 
-// A consumer thread is done reading stage `s` (its wgmmas on it retired). Clusters: the stage's
-// B halves were multicast by both CTAs' producers, so both must see it free; one lane per warp
-// arrives on the empty barrier of each CTA (the warp's wgmma wait is warp-synchronous).
-template <class Cfg> __device__ __forceinline__ void release_stage(const Smem<Cfg> &m, int s) {
-    if constexpr (Cfg::CLUSTER > 1) {
-        if ((threadIdx.x & 31) == 0)
-#pragma unroll
-            for (unsigned cta = 0; cta < Cfg::CLUSTER; ++cta) mbar_arrive_cluster(m.empty(s), cta);
-    } else {
-        mbar_arrive(m.empty(s));
-    }
-}
-
 // Consumer: the k-slice's wgmmas on stage `pos` (after its bytes landed, and after `prepare`
 // ran on it), keeping one wgmma group in flight: the previous slice's stage is released once
 // its group retired. A_MN / B_MN: the operand is MN-major (chunks of 64 k-rows x 64 elements).
@@ -204,7 +183,7 @@ __device__ __forceinline__ void consume_kslice(const Smem<Cfg> &m, const RingPos
     fence_operands(acc);
     wgmma_wait<1>();
     fence_operands(acc);
-    if (!first) release_stage(m, prev_stage);
+    if (!first) mbar_arrive(m.empty(prev_stage));
     prev_stage = s;
 }
 
@@ -213,7 +192,7 @@ template <class Cfg>
 __device__ __forceinline__ void consume_finish(const Smem<Cfg> &m, int prev_stage, float (&acc)[Cfg::ACC]) {
     wgmma_wait<0>();
     fence_operands(acc);
-    release_stage(m, prev_stage);
+    mbar_arrive(m.empty(prev_stage));
 }
 
 // ---------------------------------------------------------------- ping-pong consumers

@@ -74,42 +74,6 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDesc *desc, u
         : "memory");
 }
 
-// Cluster multicast (2-CTA clusters, sm90/group_gemm.cuh): the box lands at the same shared
-// offset in every CTA of `cta_mask` and completes its bytes on the barrier at `bar`'s offset in
-// each of them.
-__device__ __forceinline__ void tma_load_3d_multicast(unsigned dst, const TmaDesc *desc, unsigned bar, int c0, int c1,
-                                                      int c2, unsigned short cta_mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-        " [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
-        : "memory");
-}
-
-// This CTA's rank in its cluster.
-__device__ __forceinline__ unsigned cluster_ctarank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-
-// Arrives on the barrier at `bar`'s shared offset in cluster CTA `cta` (this one included).
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
-    asm volatile(
-        "{ .reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [remote]; }\n" ::"r"(bar),
-        "r"(cta)
-        : "memory");
-}
-
-// Every non-exited thread of the cluster: earlier shared-memory writes and barrier
-// initializations are visible cluster-wide after it (not .aligned: exited and diverged threads
-// are allowed).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
 // Shared memory box -> global (clipped at the tensor's bounds), tracked by the bulk group.
 __device__ __forceinline__ void tma_store_2d(const TmaDesc *desc, unsigned src, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(

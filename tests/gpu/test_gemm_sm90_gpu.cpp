@@ -54,7 +54,6 @@ struct Case {
     bool gather = false;  // A's rows gathered from a [T,K] source by a random row_token (duplicates)
     std::int64_t k_split = 0;  // > 0: A and B handed over as two operand pairs split at this k
     int pingpong = 0;          // ping-pong consumers, tile suffix _p1/_p2 (BLOCK_N 128 unless set)
-    int cluster = 1;           // 2: clusters of two CTAs multicasting B halves, tile suffix _c2
 };
 
 // BLOCK_N = block_n with the deepest ring that fits.
@@ -73,7 +72,6 @@ GemmNkSpec wgmma_spec(const Case &tc, int experts) {
     spec.tile.pingpong = tc.pingpong;
     if (tc.block_n || tc.pingpong) set_block_n(spec, tc.block_n ? tc.block_n : 128, experts);
     if (tc.stages) spec.tile.stages = tc.stages;
-    spec.tile.cluster = tc.cluster;
     return spec;
 }
 
@@ -220,7 +218,6 @@ struct GluCase {
     bool gather = false;
     int block_n = 0;  // 0: the heuristic
     bool registers = false;  // g and u stored from registers (no TMA store) even where TMA could
-    int cluster = 1;
 };
 
 void run_glu(const GluCase &tc) {
@@ -240,7 +237,6 @@ void run_glu(const GluCase &tc) {
         spec.tile.tma_store = tc.block_n >= 128;  // the epilogue's TMA stores need whole 64-column chunks
         set_block_n(spec, tc.block_n, E);
     }
-    spec.tile.cluster = tc.cluster;
     if (tc.registers) spec.tile.tma_store = false;
     BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
         std::mt19937_64 rng = case_rng(tc.name);
@@ -554,46 +550,4 @@ BOOST_AUTO_TEST_CASE(swiglu_epilogue) {
     run_glu({.name = "glu_gather", .counts = counts, .I = 768, .K = 128, .gather = true});
     run_glu({.name = "glu_all_to_one", .counts = all_to_expert(3000, 8, 5), .I = 256, .K = 256, .gather = true});
     run_glu({.name = "glu_t1", .counts = {0, 0, 1, 0}, .I = 64, .K = 64});
-}
-
-// Clusters of two (_c2: adjacent M-tiles at one N block, B halves multicast when both are one
-// expert's). Pairs that straddle two experts (no multicast), odd M-tile counts (the last pair's
-// second CTA runs a tile of no rows), every route to one expert (every pair multicasts), empty
-// experts, T = 1 and one row, many tiles per cluster (the ring wraps in step in both CTAs),
-// shallow and deep rings, both BLOCK_N, both B layouts, gathered rows, two operand pairs, fp32
-// and accumulated C, fp16, and fc1's SwiGLU epilogue (gate and up halves, one per CTA).
-BOOST_AUTO_TEST_CASE(cluster_multicast) {
-    if (!hopper()) return;
-    std::mt19937_64 rng = case_rng("cluster");
-    const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
-    for (int bn : {128, 256})
-        run({.name = "c2_random", .counts = counts, .n = 264, .k = 520, .block_n = bn, .cluster = 2});
-    run({.name = "c2_all_to_last", .counts = all_to_expert(8000, 8, 7), .n = 512, .k = 512, .cluster = 2});
-    run({.name = "c2_empty", .counts = {0, 0, 77, 0, 129, 0, 0}, .n = 256, .k = 192, .cluster = 2});
-    run({.name = "c2_odd_tiles", .counts = {300, 0, 129, 128, 1, 0, 383}, .n = 384, .k = 256, .cluster = 2});
-    run({.name = "c2_t1_dup", .counts = {0, 0, 2, 0}, .n = 128, .cluster = 2});
-    run({.name = "c2_one_row", .counts = {0, 1, 0}, .n = 128, .k = 64, .cluster = 2});
-    const std::vector<int> many = random_counts(1024, 8, 32, rng);
-    run({.name = "c2_k64_many_tiles", .counts = many, .n = 1024, .k = 64, .cluster = 2});
-    for (int stages : {2, 3})
-        run({.name = "c2_k1024_s" + std::to_string(stages), .counts = many, .n = 512, .k = 1024, .block_n = 256,
-             .stages = stages, .cluster = 2});
-    run({.name = "c2_bn", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .cluster = 2});
-    run({.name = "c2_bn128", .counts = counts, .n = 264, .k = 520, .block_n = 128, .b_transposed = false,
-         .cluster = 2});
-    run({.name = "c2_gather", .counts = counts, .n = 264, .k = 520, .gather = true, .cluster = 2});
-    run({.name = "c2_gather_all_to_last", .counts = all_to_expert(4000, 8, 7), .n = 512, .k = 512, .gather = true,
-         .cluster = 2});
-    run({.name = "c2_pairs", .counts = counts, .n = 264, .k = 512, .b_transposed = false, .k_split = 256,
-         .cluster = 2});
-    run({.name = "c2_c32", .counts = counts, .n = 264, .k = 520, .c_dtype = MOEJIT_DTYPE_FP32, .cluster = 2});
-    run({.name = "c2_acc_bf16", .counts = counts, .n = 264, .k = 520, .accumulate = true, .cluster = 2});
-    run({.name = "c2_fp16", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16,
-         .c_dtype = MOEJIT_DTYPE_FP16, .cluster = 2});
-    run_glu({.name = "c2_glu", .counts = counts, .I = 200, .K = 320, .cluster = 2});
-    run_glu({.name = "c2_glu_merged_gather", .counts = counts, .I = 136, .K = 256, .merged = true, .gather = true,
-             .cluster = 2});
-    run_glu({.name = "c2_glu_all_to_one", .counts = all_to_expert(3000, 8, 5), .I = 256, .K = 256, .gather = true,
-             .cluster = 2});
-    run_glu({.name = "c2_glu_t1", .counts = {0, 0, 1, 0}, .I = 64, .K = 64, .cluster = 2});
 }
