@@ -551,3 +551,21 @@ BOOST_AUTO_TEST_CASE(swiglu_epilogue) {
     run_glu({.name = "glu_all_to_one", .counts = all_to_expert(3000, 8, 5), .I = 256, .K = 256, .gather = true});
     run_glu({.name = "glu_t1", .counts = {0, 0, 1, 0}, .I = 64, .K = 64});
 }
+
+// Half tiles: an expert's last tile of at most 64 rows runs as m64 x BN/2 per consumer. Every
+// expert here ends in such a tile (1, 63, 64 rows past a multiple of 128, or fewer than 64 in
+// all), at both BLOCK_N, both B layouts, ragged N (the second consumer's half past N), gathered
+// rows, two operand pairs, fp32 and accumulated C; next to 65-row tails that stay whole tiles.
+BOOST_AUTO_TEST_CASE(half_tiles) {
+    if (!hopper()) return;
+    const std::vector<int> tails = {1, 129, 63, 191, 64, 256 + 64, 0, 37, 65, 128 + 65};
+    for (int bn : {128, 256}) {
+        run({.name = "half_bt", .counts = tails, .n = 264, .k = 320, .block_n = bn});
+        run({.name = "half_bn", .counts = tails, .n = 264, .k = 320, .block_n = bn, .b_transposed = false});
+    }
+    run({.name = "half_gather", .counts = tails, .n = 392, .k = 256, .gather = true});
+    run({.name = "half_pairs", .counts = tails, .n = 264, .k = 512, .b_transposed = false, .k_split = 256});
+    run({.name = "half_c32", .counts = tails, .n = 264, .k = 320, .c_dtype = MOEJIT_DTYPE_FP32});
+    run({.name = "half_acc", .counts = tails, .n = 264, .k = 320, .accumulate = true});
+    run({.name = "half_n72", .counts = tails, .n = 72, .k = 128, .block_n = 128});
+}
