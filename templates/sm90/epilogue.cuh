@@ -24,11 +24,10 @@ __device__ __forceinline__ unsigned pack2(float *, float, float) { return 0; }  
 
 // ---------------------------------------------------------------- register and TMA stores
 
-// Registers of an m64 x COLS wgmma -> C (row-major, leading dimension ld), rows clipped to
-// rows_valid, columns to cols_valid; ACCUMULATE adds the old C. r_base: this thread's first
-// row in the tile.
-template <int COLS, bool ACCUMULATE, class CT>
-__device__ __forceinline__ void store_cols(const float (&acc)[COLS / 2], CT *c_tile, long long ld, int r_base,
+// Registers -> C (row-major, leading dimension ld), rows clipped to rows_valid, columns to
+// cols_valid; ACCUMULATE adds the old C. r_base: this thread's first row in the tile.
+template <class Cfg, bool ACCUMULATE, class CT>
+__device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], CT *c_tile, long long ld, int r_base,
                                            int rows_valid, int cols_valid, int lane) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -36,7 +35,7 @@ __device__ __forceinline__ void store_cols(const float (&acc)[COLS / 2], CT *c_t
         if (r >= rows_valid) continue;
         CT *const row = c_tile + static_cast<long long>(r) * ld;
 #pragma unroll
-        for (int j = 0; j < COLS / 8; ++j) {
+        for (int j = 0; j < Cfg::BN / 8; ++j) {
             const int col = j * 8 + (lane & 3) * 2;
             if (col >= cols_valid) continue;
             float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
@@ -48,13 +47,6 @@ __device__ __forceinline__ void store_cols(const float (&acc)[COLS / 2], CT *c_t
             store2(row + col, v0, v1);
         }
     }
-}
-
-// A consumer's m64 x BN accumulators -> C (store_cols).
-template <class Cfg, bool ACCUMULATE, class CT>
-__device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], CT *c_tile, long long ld, int r_base,
-                                           int rows_valid, int cols_valid, int lane) {
-    store_cols<Cfg::BN, ACCUMULATE>(acc, c_tile, ld, r_base, rows_valid, cols_valid, lane);
 }
 
 // One m64 row block's accumulators -> its swizzled 64 x BN staging tile at `tile`.

@@ -186,33 +186,12 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         setmaxnreg_inc<Cfg::CONSUMER_REGS>();
         const int cw = wg - 1;  // rows [cw*64, cw*64 + 64) of the tile
         const int r_base = cw * 64 + (warp & 3) * 16 + (lane >> 2);
-        // Half tiles need columns to split in whole wgmma widths and no SwiGLU pairing of the
-        // gate and up halves inside one thread.
-        constexpr bool HALF_TILES = BN >= 128 && !Glu::ON;
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
             const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
             const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
             const int row0 = rr.begin + tc.m_block * BM;
             const int n0 = tc.n_block * BN;
-            const int rows_valid = rr.end - row0;
-            if constexpr (HALF_TILES) {
-                // An expert's last tile of at most 64 rows: each consumer computes those rows
-                // times half the columns (m64 x BN/2) instead of 64 rows of nothing.
-                if (rows_valid <= 64) {
-                    float half[Cfg::ACC / 2];
-#pragma unroll
-                    for (int i = 0; i < Cfg::ACC / 2; ++i) half[i] = 0.0f;
-                    int prev = 0;
-                    for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
-                        consume_kslice_half<Cfg, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, half);
-                    consume_finish(m, prev, half);
-                    const int col0 = n0 + cw * (BN / 2);
-                    store_cols<BN / 2, ACCUMULATE>(half, c + static_cast<long long>(row0) * N + col0, N,
-                                                   r_base - cw * 64, rows_valid, N - col0, lane);
-                    continue;
-                }
-            }
             float acc[Cfg::ACC];
 #pragma unroll
             for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
@@ -220,6 +199,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
                 consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc, NoPrepare{});
             consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
+            const int rows_valid = rr.end - row0;
             if constexpr (Glu::ON) {
                 if (Cfg::EPI_TMA && rows_valid >= (cw + 1) * 64) {
                     store_tile_tma<Cfg>(acc, m, cw, warp & 3, lane, [&](int j, unsigned src) {

@@ -158,27 +158,19 @@ __device__ __forceinline__ void gather_box(unsigned dst, const T *__restrict__ s
 
 // ---------------------------------------------------------------- consumers
 
-// Gathered stages need no consumer-side proxy fence: the full barrier's completion by
-// cp.async.mbarrier.arrive orders the copies before the wgmmas (as in CUTLASS's cp.async GMMA
-// mainloops); the gathered-row GPU tests check it.
-struct NoPrepare {
-    __device__ __forceinline__ void operator()(unsigned) const {}
-};
-
 // Consumer: the k-slice's wgmmas on stage `pos` (after its bytes landed, and after `prepare`
 // ran on it), keeping one wgmma group in flight: the previous slice's stage is released once
 // its group retired. A_MN / B_MN: the operand is MN-major (chunks of 64 k-rows x 64 elements).
-// WN: the wgmma's width (m64 x WN, WN/2 accumulators per thread); a_off / b_off: where this
-// consumer's 64 A rows (or M) and its WN columns of B start inside the stage's A and B.
-template <class Cfg, int WN, bool A_MN, bool B_MN, class Prepare>
-__device__ __forceinline__ void consume_kslice_at(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos,
-                                                  unsigned a_off, unsigned b_off, bool first, int &prev_stage,
-                                                  float (&acc)[WN / 2], Prepare prepare) {
+template <class Cfg, bool A_MN, bool B_MN, class Prepare>
+__device__ __forceinline__ void consume_kslice(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos,
+                                               int consumer, bool first, int &prev_stage,
+                                               float (&acc)[Cfg::ACC], Prepare prepare) {
     const int s = pos.stage();
     mbar_wait(m.full(s), pos.phase());
     const unsigned stage = m.stage(s);
     prepare(stage);
-    const unsigned a = stage + a_off, b = stage + Cfg::A_BYTES + b_off;
+    // Both A layouts put consumer c's 64 rows (K-major) or 64 M (MN-major) 8 KiB into the stage.
+    const unsigned a = stage + consumer * Cfg::CHUNK_BYTES, b = stage + Cfg::A_BYTES;
     const unsigned long long da = A_MN ? desc_mnmajor_sw128(a) : desc_kmajor_sw128(a);
     const unsigned long long db = B_MN ? desc_mnmajor_sw128(b) : desc_kmajor_sw128(b);
     constexpr unsigned long long a_step = A_MN ? 128 : 2, b_step = B_MN ? 128 : 2;
@@ -186,7 +178,7 @@ __device__ __forceinline__ void consume_kslice_at(const Smem<Cfg> &m, const Ring
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::BK / 16; ++kk)
-        Wgmma<typename Cfg::T, WN, A_MN, B_MN>::run(acc, da + a_step * kk, db + b_step * kk, 1);
+        Wgmma<typename Cfg::T, Cfg::BN, A_MN, B_MN>::run(acc, da + a_step * kk, db + b_step * kk, 1);
     wgmma_commit();
     fence_operands(acc);
     wgmma_wait<1>();
@@ -195,31 +187,9 @@ __device__ __forceinline__ void consume_kslice_at(const Smem<Cfg> &m, const Ring
     prev_stage = s;
 }
 
-// A cooperative consumer's share of a whole tile: its 64 rows (K-major) or 64 M (MN-major),
-// 8 KiB into the stage in both A layouts, times all BN columns.
-template <class Cfg, bool A_MN, bool B_MN, class Prepare>
-__device__ __forceinline__ void consume_kslice(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos,
-                                               int consumer, bool first, int &prev_stage,
-                                               float (&acc)[Cfg::ACC], Prepare prepare) {
-    consume_kslice_at<Cfg, Cfg::BN, A_MN, B_MN>(m, pos, consumer * Cfg::CHUNK_BYTES, 0, first, prev_stage, acc,
-                                                prepare);
-}
-
-// A cooperative consumer's share of a half tile (same_nk, a tile of at most 64 rows: an
-// expert's last rows): the tile's 64 rows times its half of the BN columns, so neither consumer
-// computes rows that are not there. B's half starts BN/2 K-major rows or BN/128 MN-major
-// chunks of 64 columns in.
-template <class Cfg, bool B_MN>
-__device__ __forceinline__ void consume_kslice_half(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos,
-                                                    int consumer, bool first, int &prev_stage,
-                                                    float (&acc)[Cfg::ACC / 2]) {
-    const unsigned b_off = consumer * (B_MN ? (Cfg::BN / 128) * Cfg::CHUNK_BYTES : (Cfg::BN / 2) * 128);
-    consume_kslice_at<Cfg, Cfg::BN / 2, false, B_MN>(m, pos, 0, b_off, first, prev_stage, acc, NoPrepare{});
-}
-
 // Consumer, after a tile's last k-slice: retire the last group and release its stage.
-template <class Cfg, int R>
-__device__ __forceinline__ void consume_finish(const Smem<Cfg> &m, int prev_stage, float (&acc)[R]) {
+template <class Cfg>
+__device__ __forceinline__ void consume_finish(const Smem<Cfg> &m, int prev_stage, float (&acc)[Cfg::ACC]) {
     wgmma_wait<0>();
     fence_operands(acc);
     mbar_arrive(m.empty(prev_stage));
@@ -307,6 +277,12 @@ struct Turns {
     }
 };
 
+// Gathered stages need no consumer-side proxy fence: the full barrier's completion by
+// cp.async.mbarrier.arrive orders the copies before the wgmmas (as in CUTLASS's cp.async GMMA
+// mainloops); the gathered-row GPU tests check it.
+struct NoPrepare {
+    __device__ __forceinline__ void operator()(unsigned) const {}
+};
 
 }  // namespace sm90
 }  // namespace moejit
