@@ -504,6 +504,15 @@ BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
             .tile = parse_tile_config("wgmma_128x128x64_s4_p1", "pp")});
     run_mn({.name = "pp_skewed_acc", .counts = skewed, .m = 392, .n = 328, .accumulate = true,
             .tile = parse_tile_config("wgmma_128x128x64_s4_p1", "split"), .split = true, .split_rows = 1024});
+    // More experts than the split reduction's block has threads (256): it finds the split
+    // experts a block of experts at a time, so split experts sit in the first, a middle and the
+    // last block (experts 3, 256, 299), among small and empty ones.
+    std::vector<int> many(300);
+    std::uniform_int_distribution<int> few(0, 3);
+    for (int &c : many) c = few(rng);
+    for (int e : {3, 256, 299}) many[e] = 700;
+    run_mn({.name = "many_experts_split", .counts = many, .m = 136, .n = 72, .c_dtype = MOEJIT_DTYPE_BF16,
+            .split = true, .split_rows = 192});
     // The rule itself (-1) with a workspace: S = 12000 rows to one expert, 12 x 1 output tiles.
     run_mn({.name = "rule_split", .counts = all_to_expert0(6000, 2, 8), .m = 1536, .n = 256,
             .c_dtype = MOEJIT_DTYPE_BF16, .split = true});

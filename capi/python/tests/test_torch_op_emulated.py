@@ -213,3 +213,33 @@ def test_bench_accepts_the_compile_and_direct_paths():
     args = bench.parse_args(["--quick", "--impls", "moejit,moejit-compile,moejit-direct"])
     assert args.impls == ["moejit", "moejit-compile", "moejit-direct"]
     assert set(args.impls) <= set(bench.LAYERS)
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["split", "merged"])
+def test_backward_makes_no_gradient_for_saved(merged):
+    """`saved` has no gradient: autograd must not materialize one (a zero tensor of saved's
+    size filled on every backward, 2-3 % of a step on the GPU). Every op of the backward is
+    recorded at the dispatcher; none may create or fill a tensor of saved's shape."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.shapes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            self.shapes += [(str(func), tuple(o.shape)) for o in outs if isinstance(o, torch.Tensor)]
+            return out
+
+    x, sel, rw, weights = layer_inputs(merged=merged, requires_grad=True)
+    x.requires_grad_()
+    fwd = torch.ops.moejit.fused_moe_merged if merged else torch.ops.moejit.fused_moe
+    out, saved = fwd(x, sel, rw, *weights, 0.75)
+    assert not saved.requires_grad
+    with Record() as rec:
+        out.backward(torch.randn_like(out))
+    made = [name for name, shape in rec.shapes if shape == tuple(saved.shape)]
+    assert made == [], f"the backward made tensors of saved's shape {tuple(saved.shape)}: {made}"
+    assert x.grad is not None and all(w.grad is not None for w in weights)
