@@ -16,13 +16,41 @@ namespace sm90 {
 // Which experts are split is read THREADS experts at a time, one per thread, into a shared
 // flag per expert: a serial walk over every expert's offsets in every thread cost ~30 us per
 // launch with 128 experts and none split (0.8.0 profile), about the whole launch.
+// C[e] (+)= the sum of partials[first .. first + count) in slot order, this block's share of
+// C[e]'s M*N elements, four at a time.
+template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
+__device__ __forceinline__ void sum_expert_partials(CT *__restrict__ c_e, int first, int count,
+                                                    const float *__restrict__ partials) {
+    constexpr long long MN = static_cast<long long>(M) * N;
+    const long long stride = static_cast<long long>(gridDim.x) * THREADS * 4;
+    for (long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) * 4; i < MN; i += stride) {
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s = 0; s < count; ++s) {
+            const float4 p = *reinterpret_cast<const float4 *>(partials + (first + s) * MN + i);
+            sum.x += p.x;
+            sum.y += p.y;
+            sum.z += p.z;
+            sum.w += p.w;
+        }
+        CT *const out = c_e + i;
+        if constexpr (ACCUMULATE) {
+            const float2 a = load2(out), b = load2(out + 2);
+            sum.x += a.x;
+            sum.y += a.y;
+            sum.z += b.x;
+            sum.w += b.y;
+        }
+        store2(out, sum.x, sum.y);
+        store2(out + 2, sum.z, sum.w);
+    }
+}
+
 template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
 __device__ __forceinline__ void split_reduce_sm90(CT *__restrict__ c, const int *__restrict__ offsets, int rows,
                                                   int num_experts, int split_rows, int max_slots,
                                                   const int *__restrict__ index,
                                                   const float *__restrict__ partials) {
     constexpr long long MN = static_cast<long long>(M) * N;
-    const long long stride = static_cast<long long>(gridDim.x) * THREADS * 4;
     __shared__ unsigned char split[THREADS];
     for (int base = 0; base < num_experts; base += THREADS) {
         const int mine = base + static_cast<int>(threadIdx.x);
@@ -33,33 +61,13 @@ __device__ __forceinline__ void split_reduce_sm90(CT *__restrict__ c, const int 
         }
         split[threadIdx.x] = is_split ? 1 : 0;
         if (__syncthreads_or(is_split) == 0) continue;  // also publishes the flags
-        const int last = sched::min_int(num_experts - base, THREADS);
-        for (int j = 0; j < last; ++j) {
+        for (int j = 0; j < sched::min_int(num_experts - base, THREADS); ++j) {
             if (!split[j]) continue;
             const int e = base + j;
-            const int first = sched::min_int(index[e], max_slots), count = sched::min_int(index[e + 1], max_slots) - first;
-            for (long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) * 4; i < MN; i += stride) {
-                float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-                for (int s = 0; s < count; ++s) {
-                    const float4 p = *reinterpret_cast<const float4 *>(partials + (first + s) * MN + i);
-                    sum.x += p.x;
-                    sum.y += p.y;
-                    sum.z += p.z;
-                    sum.w += p.w;
-                }
-                CT *const out = c + e * MN + i;
-                if constexpr (ACCUMULATE) {
-                    const float2 a = load2(out), b = load2(out + 2);
-                    sum.x += a.x;
-                    sum.y += a.y;
-                    sum.z += b.x;
-                    sum.w += b.y;
-                }
-                store2(out, sum.x, sum.y);
-                store2(out + 2, sum.z, sum.w);
-            }
+            const int first = sched::min_int(index[e], max_slots), last = sched::min_int(index[e + 1], max_slots);
+            sum_expert_partials<CT, M, N, ACCUMULATE, THREADS>(c + e * MN, first, last - first, partials);
         }
-        __syncthreads();  // the flags are read before the next chunk overwrites them
+        __syncthreads();  // the flags are read before the next block of experts overwrites them
     }
 }
 
