@@ -561,12 +561,12 @@ BOOST_AUTO_TEST_CASE(ragged_tails) {
     if (!hopper()) return;
     const std::vector<int> tails = {1, 129, 63, 191, 64, 256 + 64, 0, 37, 65, 128 + 65};
     for (int bn : {128, 256}) {
-        run({.name = "half_bt", .counts = tails, .n = 264, .k = 320, .block_n = bn});
-        run({.name = "half_bn", .counts = tails, .n = 264, .k = 320, .block_n = bn, .b_transposed = false});
+        run({.name = "tail_bt", .counts = tails, .n = 264, .k = 320, .block_n = bn});
+        run({.name = "tail_bn", .counts = tails, .n = 264, .k = 320, .block_n = bn, .b_transposed = false});
     }
-    run({.name = "half_gather", .counts = tails, .n = 392, .k = 256, .gather = true});
-    run({.name = "half_pairs", .counts = tails, .n = 264, .k = 512, .b_transposed = false, .k_split = 256});
-    run({.name = "half_c32", .counts = tails, .n = 264, .k = 320, .c_dtype = MOEJIT_DTYPE_FP32});
-    run({.name = "half_acc", .counts = tails, .n = 264, .k = 320, .accumulate = true});
-    run({.name = "half_n72", .counts = tails, .n = 72, .k = 128, .block_n = 128});
+    run({.name = "tail_gather", .counts = tails, .n = 392, .k = 256, .gather = true});
+    run({.name = "tail_pairs", .counts = tails, .n = 264, .k = 512, .b_transposed = false, .k_split = 256});
+    run({.name = "tail_c32", .counts = tails, .n = 264, .k = 320, .c_dtype = MOEJIT_DTYPE_FP32});
+    run({.name = "tail_acc", .counts = tails, .n = 264, .k = 320, .accumulate = true});
+    run({.name = "tail_n72", .counts = tails, .n = 72, .k = 128, .block_n = 128});
 }

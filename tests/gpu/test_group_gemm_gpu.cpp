@@ -505,8 +505,8 @@ BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
     run_mn({.name = "pp_skewed_acc", .counts = skewed, .m = 392, .n = 328, .accumulate = true,
             .tile = parse_tile_config("wgmma_128x128x64_s4_p1", "split"), .split = true, .split_rows = 1024});
     // More experts than the split reduction's block has threads (256): it finds the split
-    // experts a block of experts at a time, so split experts sit in the first, a middle and the
-    // last block (experts 3, 256, 299), among small and empty ones.
+    // experts a block of experts at a time: split experts in both blocks (3 in the first, 256
+    // and 299 first and last in the second), among small and empty ones.
     std::vector<int> many(300);
     std::uniform_int_distribution<int> few(0, 3);
     for (int &c : many) c = few(rng);
