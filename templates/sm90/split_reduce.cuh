@@ -8,14 +8,6 @@
 namespace moejit {
 namespace sm90 {
 
-// After a split same_mn launch: C[e] (+)= sum over s of partials[index[e] + s] in s order, for
-// every expert with more than split_rows rows (the others were written by the GEMM), reading
-// only slots below max_slots. A grid-stride loop of a few blocks per SM over each split expert's
-// M*N elements: most experts are not split, and a block per (expert, element range) cost more
-// in empty blocks than the sums (docs/PERF_LOG.md). float4 reads, deterministic.
-// Which experts are split is read THREADS experts at a time, one per thread, into a shared
-// flag per expert: a serial walk over every expert's offsets in every thread cost ~30 us per
-// launch with 128 experts and none split (0.8.0 profile), about the whole launch.
 // C[e] (+)= the sum of partials[first .. first + count) in slot order, this block's share of
 // C[e]'s M*N elements, four at a time.
 template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
@@ -45,6 +37,14 @@ __device__ __forceinline__ void sum_expert_partials(CT *__restrict__ c_e, int fi
     }
 }
 
+// After a split same_mn launch: C[e] (+)= sum over s of partials[index[e] + s] in s order, for
+// every expert with more than split_rows rows (the others were written by the GEMM), reading
+// only slots below max_slots. A grid-stride loop of a few blocks per SM over each split expert's
+// M*N elements: most experts are not split, and a block per (expert, element range) cost more
+// in empty blocks than the sums (docs/PERF_LOG.md). float4 reads, deterministic.
+// Which experts are split is read THREADS experts at a time, one per thread, into a shared
+// flag per expert: a serial walk over every expert's offsets in every thread cost ~30 us per
+// launch with 128 experts and none split (0.8.0 profile), about the whole launch.
 template <class CT, int M, int N, bool ACCUMULATE, int THREADS>
 __device__ __forceinline__ void split_reduce_sm90(CT *__restrict__ c, const int *__restrict__ offsets, int rows,
                                                   int num_experts, int split_rows, int max_slots,
