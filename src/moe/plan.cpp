@@ -276,15 +276,18 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
     LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, r.bound, r.offsets, nullptr /* backward gathers nothing */,
                      r.stream, r.wgrad_split, r.wgrad_split_bytes);
     gemms.fc2_dgrad(r.dy, w.w_down, r.daw);
-    gemms.fc2_wgrad(r.dy, r.aw, g.dw_down);
 
+    // The SwiGLU backward reads d(a·w) and writes a·w, recomputed from the saved g and u, in
+    // its place (each element by the thread that read it): the forward keeps no a·w.
     SwigluBackwardArgs act = swiglu_args<SwigluBackwardArgs>(d, S, r.gate_up, r.w_s, r.stream);
     act.daw = r.daw;
+    act.aw = r.daw;
     act.d_gate = merged(d) ? nullptr : r.d_gate_up;
     act.d_up = merged(d) ? nullptr : r.d_gate_up + S * I * el;
     act.d_gate_up = merged(d) ? r.d_gate_up : nullptr;
     act.d_w_s = r.d_w_s;
     if (S > 0) swiglu_backward(ctx_, act, kernels_.swiglu_backward);
+    gemms.fc2_wgrad(r.dy, r.daw, g.dw_down);
     if (has_bias(d)) {
         // d_w_s += dy·b_down[e]; db_down[e] = Σ w_s·dy and db_gate_up[e] = Σ d_gate_up over e's
         // rows (written with no rows too, like the weight gradients).
@@ -367,7 +370,7 @@ void Plan::forward(const ForwardArgs &a) {
     // fc1 reads x's rows by row_token (gathered) or from its scatter.
     const void *xs = gemm_specs_.gathered ? a.x : scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
     run_experts_forward(ForwardRows{L.rows, offsets, row_token, xs, w_s, L.gate_up.in<char>(a.saved),
-                                    L.aw.in<char>(a.saved), y, a.stream},
+                                    L.aw.in<char>(a.workspace), y, a.stream},
                         w);
     // y holds w·(a·W_down) per row; the gather adds w·b_down[e] (out = Σ_j w·(fc2 + b_down)).
     GatherArgs fc2_out{gather_spec_of(d, has_bias(d)), y, scatter_index, nullptr, a.num_tokens, a.out, a.stream};
@@ -403,8 +406,7 @@ void Plan::backward(const BackwardArgs &a) {
     const void *dy = a.dout;
     if (T0) dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
     BackwardRows rows{L.rows, backward_gemm_bound(L, a.num_tokens), L.offsets.in<std::int32_t>(a.saved),
-                      a.x, dy, L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
-                      L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, dxs,
+                      a.x, dy, L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, dxs,
                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
                       L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream, {}};
     if (T0) rows.late_x = {scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace)};
@@ -461,7 +463,7 @@ void Plan::experts_forward(const ExpertsForwardArgs &a) {
     prepare_rows(ctx_, PrepareRowsArgs{a.row_weights, a.num_rows, w_s, row_token, a.stream},
                  a.row_weights ? *kernels_.prepare_rows_weighted : *kernels_.prepare_rows);
     run_experts_forward(ForwardRows{a.num_rows, a.expert_offsets, row_token, a.xs, w_s, L.gate_up.in<char>(a.saved),
-                                    L.aw.in<char>(a.saved), a.ys, a.stream},
+                                    L.aw.in<char>(a.workspace), a.ys, a.stream},
                         w);
     if (has_bias(d))
         add_row_bias(ctx_, AddRowBiasArgs{a.ys, w.b_down, w_s, a.expert_offsets, d.num_experts, a.num_rows,
@@ -495,8 +497,7 @@ void Plan::experts_backward(const ExpertsBackwardArgs &a) {
     // The row weights' gradient goes straight to the caller's fp32 buffer.
     float *d_w_s = a.d_row_weights ? a.d_row_weights : L.d_w_s.in<float>(a.workspace);
     run_experts_backward(BackwardRows{a.num_rows, a.num_rows, a.expert_offsets, a.xs, a.dys, L.w_s.in<float>(a.saved),
-                                      L.gate_up.in<char>(a.saved), L.aw.in<char>(a.saved),
-                                      L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, a.dxs,
+                                      L.gate_up.in<char>(a.saved), L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, a.dxs,
                                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
                                       L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream, {}},
                          w, g);

@@ -162,7 +162,7 @@ private:
         const void *xs;
         const float *w_s;
         char *gate_up;  // saved
-        void *aw;       // saved
+        void *aw;       // forward workspace: fc2's input (the backward recomputes it)
         void *y;
         void *stream;
     };
@@ -174,8 +174,7 @@ private:
         const void *xs, *dy;  // xs: ignored when late_x.x is set
         const float *w_s;
         const char *gate_up;
-        const void *aw;
-        void *daw;
+        void *daw;  // fc2's dgrad output, then (in place) a·w recomputed for fc2's weight gradient
         char *d_gate_up;
         float *d_w_s;
         void *dxs;

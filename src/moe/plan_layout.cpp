@@ -41,7 +41,6 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     if (gathered) row_token = saved.take(bytes({S, 4}));
     w_s = saved.take(bytes({S, 4}));
     gate_up = saved.take(bytes({S, 2, I, el}));
-    aw = saved.take(bytes({S, I, el}));
     saved_bytes = saved.end;
 
     Allocator fwd{arg}, bwd{arg};
@@ -50,6 +49,9 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     counts = fwd.take(bytes({E, 4}));
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     y = fwd.take(bytes({S, H, el}));
+    // a·w is not kept for the backward: its SwiGLU backward recomputes it from g and u into daw
+    // (S·I elements fewer kept between the calls, DESIGN.md §2.5).
+    aw = fwd.take(bytes({S, I, el}));
 
     // Backward: one [S,H] region holds dy's rows (fc2's dgrad and weight gradient), then x's
     // rows (fc1's weight gradient), then dxs (fc1's dgrad, last): 2·S·H elements fewer than
@@ -76,11 +78,11 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
     Allocator saved{rows_arg};
     w_s = saved.take(bytes({R, 4}));
     gate_up = saved.take(bytes({R, 2, I, el}));
-    aw = saved.take(bytes({R, I, el}));
     saved_bytes = saved.end;
 
     Allocator fwd{rows_arg}, bwd{rows_arg};
     if (gathered) row_token = fwd.take(bytes({R, 4}));
+    aw = fwd.take(bytes({R, I, el}));
     daw = bwd.take(bytes({R, I, el}));
     d_gate_up = bwd.take(bytes({R, 2, I, el}));
     d_w_s = bwd.take(bytes({R, 4}));

@@ -43,7 +43,6 @@ struct PlanLayout {
     Region row_token;      // [S] int32 when gathered: the token each scattered row comes from
     Region w_s;            // [S] fp32 routing weight per scattered row
     Region gate_up;        // split: g [S,I] then u [S,I]; merged: [S,2I]
-    Region aw;             // [S,I] a·w_s (fc2 input)
     std::size_t saved_bytes = 0;
     // workspace of backward, and of forward when not gathered
     Region xs;             // [S,H] scattered x (backward: dy's rows, then x's, then dxs)
@@ -51,9 +50,10 @@ struct PlanLayout {
     Region counts;         // [E] int32
     Region routing;        // the routing index's scratch
     Region y;              // [S,H] fc2 output
+    Region aw;             // [S,I] a·w_s, fc2's input (the backward recomputes it into daw)
     // backward workspace (overlaps forward's: a call uses one or the other)
     Region dy;             // [S,H] scattered dout: = xs, read before backward scatters x
-    Region daw;            // [S,I]
+    Region daw;            // [S,I] d(a·w), then a·w recomputed in place (fc2's weight gradient)
     Region d_gate_up;      // like gate_up
     Region d_w_s;          // [S] fp32
     Region dxs;            // [S,H]: = xs, written after the last read of x's rows
@@ -74,10 +74,10 @@ struct ExpertsLayout {
     // saved
     Region w_s;        // [R] fp32: the row weights (1 without)
     Region gate_up;    // as PlanLayout's
-    Region aw;         // [R,I]
     std::size_t saved_bytes = 0;
     // forward workspace
     Region row_token;  // [R] int32 identity, when fc1 gathers
+    Region aw;         // [R,I], as PlanLayout's
     // backward workspace
     Region daw, d_gate_up;
     Region d_w_s;      // [R] fp32, when the caller wants no row-weight gradient

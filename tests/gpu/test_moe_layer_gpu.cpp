@@ -720,12 +720,15 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     R.pair(res.saved_after_forward, R.L.gate_up, layout, g, u);
     check_close(r, "g", g, ref.g, tol);
     check_close(r, "u", u, ref.u, tol);
-    check_close(r, "aw", R.halves(res.saved_after_forward, R.L.aw, 0, S * I), ref.aw, tol);
+    const std::vector<float> aw_forward = R.halves(res.workspace_after_forward, R.L.aw, 0, S * I);
+    check_close(r, "aw", aw_forward, ref.aw, tol);
     check_close(r, "y", R.halves(res.workspace_after_forward, R.L.y, 0, S * H), ref.y, tol);
     // backward scratch. dy's rows, then x's, then dxs share one region (DESIGN.md §2.5), so
-    // only dxs is left to read; dy and x's rows are checked through what they feed: daw and
-    // dw_down (dy), dw_gate / dw_up (x's rows).
-    check_close(r, "daw", R.halves(res.workspace, R.L.daw, 0, S * I), ref.daw, tol);
+    // only dxs is left to read; dy and x's rows are checked through what they feed: d(a·w)
+    // and dw_down (dy), dw_gate / dw_up (x's rows). d(a·w)'s region ends holding a·w, recomputed
+    // by the SwiGLU backward for fc2's weight gradient: bitwise the forward's (which is not
+    // saved); d(a·w) itself is checked through dg, du and d_w_s.
+    check_exact(r, "aw_recomputed", R.halves(res.workspace, R.L.daw, 0, S * I), aw_forward);
     R.pair(res.workspace, R.L.d_gate_up, layout, g, u);
     check_close(r, "dg", g, ref.dg, tol);
     check_close(r, "du", u, ref.du, tol);

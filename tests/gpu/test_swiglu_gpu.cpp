@@ -380,6 +380,32 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
         BOOST_TEST(first_mismatch(up.download<std::uint16_t>(), expected.d_up) == -1);
         BOOST_TEST(first_mismatch(aw.download<std::uint16_t>(), expected.aw) == -1);
     }
+    // aw recomputed over daw (the plan's backward since 0.9: each element read, then written,
+    // by one thread), split, with d_w_s.
+    {
+        DeviceBuffer gate = DeviceBuffer::from(in.g.bits), up = DeviceBuffer::from(in.u.bits);
+        DeviceBuffer daw_then_aw = DeviceBuffer::from(in.daw.bits);
+        DeviceBuffer dg(bytes), du(bytes), d_w_s(static_cast<std::size_t>(in.rows) * sizeof(float));
+        for (DeviceBuffer *b : {&dg, &du, &d_w_s}) b->poison();
+        SwigluBackwardArgs b;
+        b.dtype = to_internal(in.dtype);
+        b.rows = in.rows;
+        b.intermediate = in.intermediate;
+        b.limit = in.limit;
+        b.gate = gate.get();
+        b.up = up.get();
+        b.w_s = w_s.as<const float>();
+        b.daw = daw_then_aw.get();
+        b.aw = daw_then_aw.get();
+        b.d_gate = dg.get();
+        b.d_up = du.get();
+        b.d_w_s = d_w_s.as<float>();
+        swiglu_backward(ctx, b);
+        BOOST_TEST(first_mismatch(dg.download<std::uint16_t>(), expected.d_gate) == -1);
+        BOOST_TEST(first_mismatch(du.download<std::uint16_t>(), expected.d_up) == -1);
+        BOOST_TEST(first_mismatch(d_w_s.download<float>(), expected.d_w_s) == -1);
+        BOOST_TEST(first_mismatch(daw_then_aw.download<std::uint16_t>(), expected.aw) == -1);
+    }
     // Merged backward in place, with d_w_s.
     {
         DeviceBuffer gate_up =

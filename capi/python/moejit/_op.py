@@ -81,7 +81,7 @@ _retired: list = []
 _ALIGNMENT = 16
 # moejit's saved buffer aligns every region to 256 bytes (src/moe/plan_layout.hpp).
 _REGION_ALIGNMENT = 256
-_SAVED_REGIONS = 6
+_SAVED_REGIONS = 5
 
 _ELEMENT_SIZE = {"bfloat16": 2, "float16": 2}
 
@@ -104,10 +104,10 @@ def saved_bytes_bound(num_tokens, hidden_size: int, intermediate_size: int, num_
     """Bytes of the `saved` tensor for T tokens: an upper bound of moejit_plan_saved_size, affine
     in T (works on SymInts). The saved regions are: offsets [E+1] int32, scatter_index [S]
     int32, row_token [S] int32 (gathered plans only; always counted here), w_s [S] fp32,
-    g and u [S, 2I] and a·w [S, I] in the layer dtype (S = T·k), each starting on a 256-byte
-    boundary; the bound adds a full 256 bytes of padding for each."""
+    g and u [S, 2I] in the layer dtype (S = T·k; a·w is recomputed by the backward), each
+    starting on a 256-byte boundary; the bound adds a full 256 bytes of padding for each."""
     del hidden_size  # x's rows are not saved (the backward re-reads x)
-    per_row = 3 * 4 + 3 * intermediate_size * element_size
+    per_row = 3 * 4 + 2 * intermediate_size * element_size
     head = -(-(num_experts + 1) * 4 // _REGION_ALIGNMENT) * _REGION_ALIGNMENT
     return num_tokens * top_k * per_row + head + _SAVED_REGIONS * _REGION_ALIGNMENT
 
