@@ -33,12 +33,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "capi", "python"))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from moejit.bench import SHAPES as LAYER_SHAPES  # noqa: E402  (T, E, H, I, k)
+
 # name: (global experts, hidden, intermediate, top_k, tokens per GPU)
-SHAPES = {
-    "deepseek-v3": (256, 7168, 2048, 8, 8192),
-    "qwen3-30b-a3b": (128, 2048, 768, 8, 16384),
-    "smoke": (16, 512, 256, 4, 1024),
-}
+SHAPES = {name: (E, H, I, k, T) for name, (T, E, H, I, k) in LAYER_SHAPES.items()
+          if name in ("deepseek-v3", "qwen3-30b-a3b")}
+SHAPES["smoke"] = (16, 512, 256, 4, 1024)
 IMPLS = ("moejit", "grouped_mm", "moejit_layer")
 STAGES = (("fwd dispatch", "dispatch", "experts"), ("fwd experts", "experts", "combine"),
           ("fwd combine", "combine", "end"),

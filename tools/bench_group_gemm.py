@@ -16,21 +16,22 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import statistics
 import sys
 
 import torch
 
-SHAPES = [  # name, T, E, H, I, k
-    ("qwen3-30b-a3b", 16384, 128, 2048, 768, 8),
-    ("deepseek-v3", 8192, 256, 7168, 2048, 8),
-    ("mixtral-8x7b", 8192, 8, 4096, 14336, 2),
-    ("gpt-oss-120b", 8192, 128, 2880, 2880, 4),
-    ("small-expert-7b", 24576, 128, 1536, 256, 8),
-    ("mid-expert-30b", 32768, 64, 4096, 1024, 4),
-    ("qwen3-30b-a3b-4k", 4096, 128, 2048, 768, 8),
-    ("deepseek-v3-4k", 4096, 256, 7168, 2048, 8),
-]
+def reference_shapes(header=os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_shapes.hpp")):
+    """[(name, T, E, H, I, k)] from the C++ tools' table (docs/DESIGN.md §6), one shape a line."""
+    with open(header) as f:
+        rows = re.findall(r'^\s*\{"([\w.-]+)", (\d+), (\d+), (\d+), (\d+), (\d+)\},\s*$', f.read(), re.M)
+    if not rows:
+        raise RuntimeError(f"no shapes found in {header}")
+    return [(name, *map(int, dims)) for name, *dims in rows]
+
+
+SHAPES = reference_shapes()
 
 DTYPE_BF16, DTYPE_FP32 = 1, 3
 

@@ -26,25 +26,13 @@
 #include "cuda_driver.h"
 #include "layer_args.h"
 #include "moejit.h"
+#include "reference_shapes.hpp"
 #include "moejit/moejit.hpp"  // the installed RAII wrappers: moejit::api::Context, Plan
 
 namespace {
 
-struct Shape {
-    const char *name;
-    int64_t T;
-    int32_t E;
-    int64_t H, I;
-    int32_t k;
-};
-// docs/DESIGN.md §6 "Reference shapes", as in capi/python/moejit/bench.py.
-constexpr Shape kShapes[] = {
-    {"qwen3-30b-a3b", 16384, 128, 2048, 768, 8},  {"deepseek-v3", 8192, 256, 7168, 2048, 8},
-    {"mixtral-8x7b", 8192, 8, 4096, 14336, 2},    {"gpt-oss-120b", 8192, 128, 2880, 2880, 4},
-    {"small-expert-7b", 24576, 128, 1536, 256, 8}, {"mid-expert-30b", 32768, 64, 4096, 1024, 4},
-    {"qwen3-30b-a3b-4k", 4096, 128, 2048, 768, 8},
-    {"deepseek-v3-4k", 4096, 256, 7168, 2048, 8},
-};
+using moejit::reference::kShapes;  // docs/DESIGN.md §6, as in capi/python/moejit/bench.py
+using moejit::reference::Shape;
 constexpr const char *kPeers = "peers: none without PyTorch; use python -m moejit.bench for "
                                "torch._grouped_mm and the eager loop";
 

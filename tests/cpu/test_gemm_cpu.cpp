@@ -26,27 +26,14 @@
 #include "gemm/tile_config.hpp"
 #include "moejit.h"
 #include "gemm/group_gemm.hpp"
+#include "reference_shapes.hpp"
 
 using namespace moejit;
 
 namespace {
 
-struct Shape {
-    const char *name;
-    std::int64_t tokens;
-    std::int32_t experts;
-    std::int64_t hidden;
-    std::int64_t intermediate;
-    std::int32_t top_k;
-};
-
-// docs/DESIGN.md §6's reference shapes.
-const Shape kShapes[] = {
-    {"qwen3-30b-a3b", 16384, 128, 2048, 768, 8},   {"deepseek-v3", 8192, 256, 7168, 2048, 8},
-    {"mixtral-8x7b", 8192, 8, 4096, 14336, 2},     {"gpt-oss-120b", 8192, 128, 2880, 2880, 4},
-    {"small-expert-7b", 24576, 128, 1536, 256, 8}, {"mid-expert-30b", 32768, 64, 4096, 1024, 4},
-    {"qwen3-30b-a3b-4k", 4096, 128, 2048, 768, 8}, {"deepseek-v3-4k", 4096, 256, 7168, 2048, 8},
-};
+using reference::kShapes;
+using reference::Shape;
 
 // Every GEMM of one MoE layer (merged fc1: N = 2I), with the C dtypes a layer uses.
 struct LayerGemms {
@@ -56,8 +43,8 @@ struct LayerGemms {
 
 LayerGemms layer_gemms(const Shape &s, int cc, std::int64_t rows_hint) {
     const auto bf16 = DType::bf16, fp32 = DType::fp32;
-    const std::int64_t H = s.hidden, I = s.intermediate;
-    const std::int32_t E = s.experts;
+    const std::int64_t H = s.H, I = s.I;
+    const std::int32_t E = s.E;
     LayerGemms g;
     g.nk.push_back(make_nk_spec(bf16, bf16, 2 * I, H, true, false, rows_hint, E, cc));   // fc1 fprop
     g.nk.push_back(make_nk_spec(bf16, bf16, H, I, true, false, rows_hint, E, cc));       // fc2 fprop
@@ -179,12 +166,12 @@ BOOST_AUTO_TEST_CASE(tile_config_validation_names_the_problem) {
 BOOST_AUTO_TEST_CASE(heuristic_is_valid_for_every_reference_shape) {
     for (int cc : {80, 86, 89, 90, 100, 120})
         for (const Shape &s : kShapes)
-            for (std::int64_t rows : {s.tokens * s.top_k, std::int64_t{s.top_k}, std::int64_t{0}}) {
+            for (std::int64_t rows : {s.T * s.k, std::int64_t{s.k}, std::int64_t{0}}) {
                 LayerGemms g = layer_gemms(s, cc, rows);
                 for (const GemmNkSpec &spec : g.nk)
-                    BOOST_CHECK_NO_THROW(validate_nk_spec(spec, s.experts, cc));
+                    BOOST_CHECK_NO_THROW(validate_nk_spec(spec, s.E, cc));
                 for (const GemmMnSpec &spec : g.mn)
-                    BOOST_CHECK_NO_THROW(validate_mn_spec(spec, s.experts, cc));
+                    BOOST_CHECK_NO_THROW(validate_mn_spec(spec, s.E, cc));
             }
 }
 
@@ -242,7 +229,7 @@ BOOST_AUTO_TEST_CASE(render_names_are_readable_and_distinct) {
 BOOST_AUTO_TEST_CASE(every_reference_specialization_compiles_for_sm90a) {
     std::map<std::string, KernelSource> sources;  // deduplicated by name
     for (const Shape &s : kShapes) {
-        LayerGemms g = layer_gemms(s, 90, s.tokens * s.top_k);
+        LayerGemms g = layer_gemms(s, 90, s.T * s.k);
         for (const auto &spec : g.nk) {
             KernelSource ks = render_group_gemm_nk(spec);
             sources.emplace(ks.name, ks);

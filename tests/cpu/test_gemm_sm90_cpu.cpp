@@ -30,24 +30,16 @@
 #include "moe/layer_gemms.hpp"
 #include "moe/plan.hpp"
 #include "gemm/group_gemm_sm90.hpp"
+#include "reference_shapes.hpp"
 
 using namespace moejit;
 
 namespace {
 
-struct Shape {
-    const char *name;
-    std::int32_t experts;
-    std::int64_t hidden;
-    std::int64_t intermediate;
-};
-
-// docs/DESIGN.md §6's reference shapes (tokens and top-k do not change a forward specialization).
-const Shape kShapes[] = {
-    {"qwen3-30b-a3b", 128, 2048, 768},  {"deepseek-v3", 256, 7168, 2048},
-    {"mixtral-8x7b", 8, 4096, 14336},   {"gpt-oss-120b", 128, 2880, 2880},
-    {"small-expert-7b", 128, 1536, 256}, {"mid-expert-30b", 64, 4096, 1024},
-};
+// The reference shapes; tokens and top-k do not change a forward specialization, so the
+// 4k-token shapes render the kernels of their full-size namesakes again (deduplicated by name).
+using reference::kShapes;
+using reference::Shape;
 
 constexpr int kHopper = 90;
 
@@ -62,10 +54,10 @@ GemmNkSpec wgmma_spec(DType dtype, DType c_dtype, std::int64_t n, std::int64_t k
 // Forward GEMMs of one layer (merged fc1: N = 2I) with C in bf16 and fp32.
 std::vector<GemmNkSpec> forward_specs(const Shape &s) {
     std::vector<GemmNkSpec> out;
-    const std::int64_t H = s.hidden, I = s.intermediate;
+    const std::int64_t H = s.H, I = s.I;
     for (auto c : {DType::bf16, DType::fp32}) {
-        out.push_back(wgmma_spec(DType::bf16, c, 2 * I, H, false, s.experts));  // fc1
-        out.push_back(wgmma_spec(DType::bf16, c, H, I, false, s.experts));      // fc2
+        out.push_back(wgmma_spec(DType::bf16, c, 2 * I, H, false, s.E));  // fc1
+        out.push_back(wgmma_spec(DType::bf16, c, H, I, false, s.E));      // fc2
     }
     return out;
 }
@@ -140,7 +132,7 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
     std::map<std::string, KernelSource> sources;  // deduplicated by name
     for (const Shape &s : kShapes)
         for (const GemmNkSpec &spec : forward_specs(s)) {
-            BOOST_CHECK_NO_THROW(validate_nk_spec(spec, s.experts, kHopper));
+            BOOST_CHECK_NO_THROW(validate_nk_spec(spec, s.E, kHopper));
             KernelSource ks = render_group_gemm_nk(spec);
             sources.emplace(ks.name, ks);
         }
@@ -149,9 +141,9 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
     for (const Shape &s : kShapes)
         for (auto layout : {Fc1Layout::merged, Fc1Layout::split}) {
             PlanDesc d{};
-            d.hidden_size = s.hidden;
-            d.intermediate_size = s.intermediate;
-            d.num_experts = s.experts;
+            d.hidden_size = s.H;
+            d.intermediate_size = s.I;
+            d.num_experts = s.E;
             d.top_k = 4;
             d.fc1_layout = layout;
             for (KernelSource &ks : layer_gemm_sources(d, Config{}, kHopper)) {
@@ -224,7 +216,7 @@ BOOST_AUTO_TEST_CASE(spec_heuristic_fits_and_names_are_distinct) {
         for (const GemmNkSpec &spec : forward_specs(s)) {
             BOOST_TEST_CONTEXT(s.name << " n " << spec.n << " k " << spec.k) {
                 BOOST_TEST(spec.tile.stages >= (spec.tile.tma_store ? 3 : 4), "deep enough ring");
-                BOOST_TEST(gemm_smem_bytes(spec.tile, GemmKind::same_nk, s.experts) <= std::size_t{227 * 1024});
+                BOOST_TEST(gemm_smem_bytes(spec.tile, GemmKind::same_nk, s.E) <= std::size_t{227 * 1024});
             }
         }
     GemmNkSpec a = wgmma_spec(DType::bf16, DType::bf16, 512, 256, false, 8);
