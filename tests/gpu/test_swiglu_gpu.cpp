@@ -268,6 +268,18 @@ void check_case(const Inputs &in) {
     }
 }
 
+// The fields every launcher backward case below sets alike.
+SwigluBackwardArgs launcher_backward_args(const Inputs &in, const DeviceBuffer &w_s, bool merged) {
+    SwigluBackwardArgs b;
+    b.dtype = to_internal(in.dtype);
+    b.rows = in.rows;
+    b.intermediate = in.intermediate;
+    b.merged = merged;
+    b.limit = in.limit;
+    b.w_s = w_s.as<const float>();
+    return b;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(matches_reference_all_specializations) {
@@ -363,14 +375,9 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
         DeviceBuffer gate = DeviceBuffer::from(in.g.bits), up = DeviceBuffer::from(in.u.bits);
         DeviceBuffer aw(bytes);
         aw.poison();
-        SwigluBackwardArgs b;
-        b.dtype = to_internal(in.dtype);
-        b.rows = in.rows;
-        b.intermediate = in.intermediate;
-        b.limit = in.limit;
+        SwigluBackwardArgs b = launcher_backward_args(in, w_s, false);
         b.gate = gate.get();
         b.up = up.get();
-        b.w_s = w_s.as<const float>();
         b.daw = daw.get();
         b.d_gate = gate.get();
         b.d_up = up.get();
@@ -380,21 +387,16 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
         BOOST_TEST(first_mismatch(up.download<std::uint16_t>(), expected.d_up) == -1);
         BOOST_TEST(first_mismatch(aw.download<std::uint16_t>(), expected.aw) == -1);
     }
-    // aw recomputed over daw (the plan's backward since 0.9: each element read, then written,
+    // aw recomputed over daw (the plan's backward since 0.10: each element read, then written,
     // by one thread), split, with d_w_s.
     {
         DeviceBuffer gate = DeviceBuffer::from(in.g.bits), up = DeviceBuffer::from(in.u.bits);
         DeviceBuffer daw_then_aw = DeviceBuffer::from(in.daw.bits);
         DeviceBuffer dg(bytes), du(bytes), d_w_s(static_cast<std::size_t>(in.rows) * sizeof(float));
         for (DeviceBuffer *b : {&dg, &du, &d_w_s}) b->poison();
-        SwigluBackwardArgs b;
-        b.dtype = to_internal(in.dtype);
-        b.rows = in.rows;
-        b.intermediate = in.intermediate;
-        b.limit = in.limit;
+        SwigluBackwardArgs b = launcher_backward_args(in, w_s, false);
         b.gate = gate.get();
         b.up = up.get();
-        b.w_s = w_s.as<const float>();
         b.daw = daw_then_aw.get();
         b.aw = daw_then_aw.get();
         b.d_gate = dg.get();
@@ -412,14 +414,8 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
             DeviceBuffer::from(merge_gate_up(in.g.bits, in.u.bits, in.rows, in.intermediate));
         DeviceBuffer d_w_s(static_cast<std::size_t>(in.rows) * sizeof(float));
         d_w_s.poison();
-        SwigluBackwardArgs b;
-        b.dtype = to_internal(in.dtype);
-        b.rows = in.rows;
-        b.intermediate = in.intermediate;
-        b.merged = true;
-        b.limit = in.limit;
+        SwigluBackwardArgs b = launcher_backward_args(in, w_s, true);
         b.gate_up = gate_up.get();
-        b.w_s = w_s.as<const float>();
         b.daw = daw.get();
         b.d_gate_up = gate_up.get();
         b.d_w_s = d_w_s.as<float>();
