@@ -13,7 +13,8 @@
 # JSON and logs land in $OUT: bench_{sonic,quack}_{topk,dup}.json for scripts/peer_targets.py.
 # In the 0.10.0 run the phase-1 call stayed open until its 600 s limit although the script was
 # done at 271 s: the background warm-up held a descriptor the device call waits on. It now
-# closes every inherited descriptor above 2 (not yet run on the device).
+# closes every inherited descriptor above 2 first; a later call that left such a child (sleep
+# 200) returned at once (0.10.0 session, device call 8).
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
