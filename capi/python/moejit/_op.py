@@ -40,7 +40,7 @@ bias main_grads are None. The weight gradients have the weights' layout and dtyp
 x [..., H] (any leading shape, T = its product), selected_experts and routing_weights [..., k];
 out has x's shape, dx x's shape and d_routing_weights routing_weights' shape and dtype. `saved`
 is a flat uint8 tensor of saved_bytes_bound(T) bytes: what the forward leaves for the backward
-(routing index, g and u, a·w). Its size is an affine function of T computed from the layer's
+(routing index, g and u; a·w is recomputed by the backward). Its size is an affine function of T computed from the layer's
 shape alone (an upper bound of moejit_plan_saved_size, which the real op checks), so the fake
 (meta) implementation gives it symbolically for a dynamic T, with no device and no plan.
 
