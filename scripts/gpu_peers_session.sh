@@ -24,10 +24,24 @@ cd "$(dirname "$0")/.."
 t0=$(date +%s); phase=${1:?usage: $0 1|2|3}
 elapsed() { echo $(( $(date +%s) - t0 )); }
 say() { echo "[$(elapsed) s] $*"; }
-shapes=${SHAPES:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b,gpt-oss-120b,small-expert-7b,mid-expert-30b,qwen3-30b-a3b-4k,deepseek-v3-4k}
+shapes_arg=${SHAPES:+--shapes $SHAPES}  # default: the benchmark's own, every reference shape
 dup_shapes=${DUP_SHAPES:-qwen3-30b-a3b,small-expert-7b}
-timed=(--warmup 3 --reps 10 --no-eager)
 warm=/tmp/moejit-peer-warm
+left() { echo $(( 570 - $(elapsed) )); }  # seconds a bench may still take inside the 600 s call
+# One timed benchmark process: moejit beside PEER (of peer set SET), named TAG, its timeout what
+# the call has left less RESERVE seconds (kept for a run after it); the rest: routing and shapes.
+timed_bench() {
+  local set=$1 peer=$2 tag=$3 reserve=$4; shift 4
+  REUSE_BUILD=1 BENCH_TIMEOUT=$(( $(left) - reserve )) TAG=$tag bash scripts/gpu_peers.sh bench "$set" \
+    --warmup 3 --reps 10 --no-eager --impls "moejit,$peer" "$@"
+}
+# The duplicate-route rows (every route to expert 0) when more than MIN seconds are left.
+dup_bench() {
+  local set=$1 peer=$2 min=$3
+  if [ "$(left)" -gt "$min" ]; then
+    timed_bench "$set" "$peer" dup 0 --routing expert0 --shapes "$dup_shapes"; say "$peer expert0"
+  else say "$peer expert0 skipped: too little of the call left"; fi
+}
 case $phase in
 1)
   bash scripts/gpu_peers.sh stash sonic || exit 1
@@ -40,7 +54,7 @@ case $phase in
   ( cd $warm/tree && setsid nohup bash -c "
       for fd in /proc/self/fd/*; do n=\${fd##*/}; [ \$n -gt 2 ] && eval \"exec \$n>&-\"; done
       export REUSE_BUILD=1 OUT=$warm BENCH_TIMEOUT=1500
-      TAG=warm_topk bash scripts/gpu_peers.sh bench sonic --warmup 1 --reps 1 --no-eager --impls sonicmoe --shapes $shapes
+      TAG=warm_topk bash scripts/gpu_peers.sh bench sonic --warmup 1 --reps 1 --no-eager --impls sonicmoe $shapes_arg
       a=\$?
       TAG=warm_dup bash scripts/gpu_peers.sh bench sonic --warmup 1 --reps 1 --no-eager --impls sonicmoe --routing expert0 --shapes $dup_shapes
       echo \"topk rc=\$a dup rc=\$?\" >$warm/DONE" >$warm/driver.log 2>&1 </dev/null & )
@@ -55,24 +69,13 @@ case $phase in
   grep -E '^\[' /tmp/moejit-peers-sonic/bench.log 2>/dev/null | grep -v ': {' | tail -2
   [ -f $warm/DONE ] || { say "warm-up not done: call phase 2 again"; exit 0; }
   say "warm-up done: $(cat $warm/DONE)"; cp $warm/*warm*.log "${OUT:-out}"/ 2>/dev/null
-  # Each bench ends inside the call's 600 s: its timeout is what the call has left.
-  left() { echo $(( 570 - $(elapsed) )); }
-  REUSE_BUILD=1 BENCH_TIMEOUT=$(left) TAG=topk bash scripts/gpu_peers.sh bench sonic "${timed[@]}" \
-    --impls moejit,sonicmoe --shapes "$shapes"; say "SonicMoE top-k"
+  timed_bench sonic sonicmoe topk 0 $shapes_arg; say "sonicmoe top-k"
   touch /tmp/moejit-sonic-timed
-  if [ "$(left)" -gt 120 ]; then
-    REUSE_BUILD=1 BENCH_TIMEOUT=$(left) TAG=dup bash scripts/gpu_peers.sh bench sonic "${timed[@]}" \
-      --impls moejit,sonicmoe --routing expert0 --shapes "$dup_shapes"; say "SonicMoE expert0"
-  else say "SonicMoE expert0 skipped: too little of the call left"; fi
+  dup_bench sonic sonicmoe 120
   ;;
 3)
-  left() { echo $(( 570 - $(elapsed) )); }
-  REUSE_BUILD=1 BENCH_TIMEOUT=$(( $(left) - 130 )) TAG=topk bash scripts/gpu_peers.sh bench quack "${timed[@]}" \
-    --impls moejit,quack --shapes "$shapes"; say "QuACK top-k"
-  if [ "$(left)" -gt 100 ]; then
-    REUSE_BUILD=1 BENCH_TIMEOUT=$(left) TAG=dup bash scripts/gpu_peers.sh bench quack "${timed[@]}" \
-      --impls moejit,quack --routing expert0 --shapes "$dup_shapes"; say "QuACK expert0"
-  else say "QuACK expert0 skipped: too little of the call left"; fi
+  timed_bench quack quack topk 130 $shapes_arg; say "quack top-k"
+  dup_bench quack quack 100
   ;;
 *) echo "unknown phase '$phase' (1 | 2 | 3)" >&2; exit 2 ;;
 esac

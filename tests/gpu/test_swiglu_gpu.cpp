@@ -268,15 +268,24 @@ void check_case(const Inputs &in) {
     }
 }
 
-// The fields every launcher backward case below sets alike.
-SwigluBackwardArgs launcher_backward_args(const Inputs &in, const DeviceBuffer &w_s, bool merged) {
+// A launcher backward's inputs: w_s, d(a·w) and g, u (split) or gate_up (merged: up null);
+// each case below adds its outputs.
+SwigluBackwardArgs launcher_backward_args(const Inputs &in, const DeviceBuffer &w_s, const DeviceBuffer &daw,
+                                          const DeviceBuffer &gate_or_gate_up, const DeviceBuffer *up) {
     SwigluBackwardArgs b;
     b.dtype = to_internal(in.dtype);
     b.rows = in.rows;
     b.intermediate = in.intermediate;
-    b.merged = merged;
+    b.merged = up == nullptr;
     b.limit = in.limit;
     b.w_s = w_s.as<const float>();
+    b.daw = daw.get();
+    if (b.merged) {
+        b.gate_up = gate_or_gate_up.get();
+    } else {
+        b.gate = gate_or_gate_up.get();
+        b.up = up->get();
+    }
     return b;
 }
 
@@ -375,10 +384,7 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
         DeviceBuffer gate = DeviceBuffer::from(in.g.bits), up = DeviceBuffer::from(in.u.bits);
         DeviceBuffer aw(bytes);
         aw.poison();
-        SwigluBackwardArgs b = launcher_backward_args(in, w_s, false);
-        b.gate = gate.get();
-        b.up = up.get();
-        b.daw = daw.get();
+        SwigluBackwardArgs b = launcher_backward_args(in, w_s, daw, gate, &up);
         b.d_gate = gate.get();
         b.d_up = up.get();
         b.aw = aw.get();
@@ -394,10 +400,7 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
         DeviceBuffer daw_then_aw = DeviceBuffer::from(in.daw.bits);
         DeviceBuffer dg(bytes), du(bytes), d_w_s(static_cast<std::size_t>(in.rows) * sizeof(float));
         for (DeviceBuffer *b : {&dg, &du, &d_w_s}) b->poison();
-        SwigluBackwardArgs b = launcher_backward_args(in, w_s, false);
-        b.gate = gate.get();
-        b.up = up.get();
-        b.daw = daw_then_aw.get();
+        SwigluBackwardArgs b = launcher_backward_args(in, w_s, daw_then_aw, gate, &up);
         b.aw = daw_then_aw.get();
         b.d_gate = dg.get();
         b.d_up = du.get();
@@ -414,9 +417,7 @@ BOOST_AUTO_TEST_CASE(optional_outputs_recompute_and_in_place) {
             DeviceBuffer::from(merge_gate_up(in.g.bits, in.u.bits, in.rows, in.intermediate));
         DeviceBuffer d_w_s(static_cast<std::size_t>(in.rows) * sizeof(float));
         d_w_s.poison();
-        SwigluBackwardArgs b = launcher_backward_args(in, w_s, true);
-        b.gate_up = gate_up.get();
-        b.daw = daw.get();
+        SwigluBackwardArgs b = launcher_backward_args(in, w_s, daw, gate_up, nullptr);
         b.d_gate_up = gate_up.get();
         b.d_w_s = d_w_s.as<float>();
         swiglu_backward(ctx, b);

@@ -20,6 +20,7 @@ from torch import nn  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
 from compile_steps import assert_one_graph_calling, assert_steps_equal, train_step  # noqa: E402
+from dispatch_log import DispatchLog  # noqa: E402
 
 H, I, E, K = 32, 16, 4, 2
 FULLGRAPH_MAIN_GRAD = True
@@ -220,26 +221,13 @@ def test_backward_makes_no_gradient_for_saved(merged):
     """`saved` has no gradient: autograd must not materialize one (a zero tensor of saved's
     size filled on every backward, 2-3 % of a step on the GPU). Every op of the backward is
     recorded at the dispatcher; none may create or fill a tensor of saved's shape."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Record(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.shapes = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            outs = out if isinstance(out, (tuple, list)) else (out,)
-            self.shapes += [(str(func), tuple(o.shape)) for o in outs if isinstance(o, torch.Tensor)]
-            return out
-
     x, sel, rw, weights = layer_inputs(merged=merged, requires_grad=True)
     x.requires_grad_()
     fwd = torch.ops.moejit.fused_moe_merged if merged else torch.ops.moejit.fused_moe
     out, saved = fwd(x, sel, rw, *weights, 0.75)
     assert not saved.requires_grad
-    with Record() as rec:
+    with DispatchLog() as log:
         out.backward(torch.randn_like(out))
-    made = [name for name, shape in rec.shapes if shape == tuple(saved.shape)]
+    made = [name for name, shapes in log.calls if tuple(saved.shape) in shapes]
     assert made == [], f"the backward made tensors of saved's shape {tuple(saved.shape)}: {made}"
     assert x.grad is not None and all(w.grad is not None for w in weights)

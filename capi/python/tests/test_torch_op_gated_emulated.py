@@ -17,12 +17,12 @@ except ImportError:
 import torch._dynamo  # noqa: E402
 import torch._dynamo.testing  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import moe_emulation  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
 from compile_steps import assert_one_graph_calling, assert_steps_equal, train_step  # noqa: E402
+from dispatch_log import DispatchLog  # noqa: E402
 from gated_reference import (BF16, CONFIGS, ROUTINGS, call_kwargs, gated_inputs,  # noqa: E402
                              reference_grads, rel, run_merged, unused_experts)
 
@@ -95,23 +95,13 @@ def test_the_reference_is_sensitive_to_every_option():
     assert rel(out, ref_out) > 5 * TOL, "b_down"
 
 
-class _OpNames(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def test_the_04_call_keeps_its_op_and_the_new_options_take_the_gated_op():
     x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, _ = inputs("merged_bias_swiglu", seed=2)
-    with _OpNames() as plain:
+    with DispatchLog() as plain:
         out_plain = mt.fused_moe_merged(x, sel, rw, w_gate_up, w_down, 0.75)
     assert any("moejit.fused_moe_merged" in n for n in plain.names), plain.names
     assert not any("fused_moe_gated" in n for n in plain.names)
-    with _OpNames() as gated:
+    with DispatchLog() as gated:
         out_gated = mt.fused_moe_merged(x, sel, rw, w_gate_up, w_down, 0.75, b_gate_up=b_gate_up,
                                         b_down=b_down)
     assert any("moejit.fused_moe_gated" in n for n in gated.names), gated.names
