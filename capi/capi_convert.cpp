@@ -68,7 +68,7 @@ static_assert(same_dtype_name(MOEJIT_DTYPE_BF16) && same_dtype_name(MOEJIT_DTYPE
                   same_dtype_name(MOEJIT_DTYPE_FP32) && same_dtype_name(MOEJIT_DTYPE_INT32) &&
                   same_dtype_name(MOEJIT_DTYPE_INT64) && same_dtype_name(static_cast<moejit_dtype_t>(0)),
               "moejit::api::dtype_name (include/moejit/moejit.hpp) and the library's dtype_name "
-              "(src/core/dtype.hpp) must agree");
+              "(src/base/dtype.hpp) must agree");
 
 // The context's Logger calls this with the CLogSink its handle holds.
 void forward_log(LogLevel level, const char *message, void *sink) {

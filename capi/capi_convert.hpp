@@ -6,11 +6,11 @@
 #pragma once
 
 #include "capi_handles.hpp"
-#include "core/context.hpp"
-#include "core/dtype.hpp"
-#include "core/error.hpp"
-#include "core/logger.hpp"
-#include "jit/jit_engine.hpp"
+#include "runtime/context.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
+#include "base/logger.hpp"
+#include "runtime/jit_engine.hpp"
 #include "moe/plan.hpp"
 #include "moe/plan_desc.hpp"
 #include "moejit.h"

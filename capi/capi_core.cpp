@@ -6,8 +6,9 @@
 #include "capi_guard.hpp"
 #include "capi_handles.hpp"
 #include "capi_struct.hpp"
-#include "core/context.hpp"
-#include "jit/nvrtc_compiler.hpp"
+#include "gemm/tile_config.hpp"
+#include "runtime/context.hpp"
+#include "runtime/nvrtc_compiler.hpp"
 #include "moejit.h"
 
 namespace moejit {
@@ -25,7 +26,11 @@ void StructAbi<moejit_cache_stats_t>::defaults(moejit_cache_stats_t &) {}
 
 using namespace moejit;
 
-moejit_context_s::moejit_context_s(const moejit_context_options_t &options) : impl(to_internal(options, log)) {}
+// The configuration keeps a forced tile as text; the GEMM code parses it, here once, so a bad
+// spelling fails at creation as it always has.
+moejit_context_s::moejit_context_s(const moejit_context_options_t &options) : impl(to_internal(options, log)) {
+    moejit::check_forced_tiles(impl.config());
+}
 
 extern "C" {
 

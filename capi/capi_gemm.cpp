@@ -3,7 +3,7 @@
 #include "capi_guard.hpp"
 #include "capi_handles.hpp"
 #include "capi_struct.hpp"
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "gemm/group_gemm.hpp"
 
 void moejit::StructAbi<moejit_group_gemm_nk_args_t>::defaults(moejit_group_gemm_nk_args_t &args) {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "moejit.h"
 
 namespace moejit {

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "moejit.h"
 
 namespace moejit {

@@ -9,7 +9,7 @@
 #include "capi_guard.hpp"
 #include "capi_handles.hpp"
 #include "capi_struct.hpp"
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "moe/plan.hpp"
 #include "moe/plan_describe.hpp"
 #include "moejit.h"

@@ -4,7 +4,7 @@
 #include "capi_convert.hpp"
 #include "capi_guard.hpp"
 #include "capi_handles.hpp"
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "moejit.h"
 #include "ops/routing.hpp"
 #include "ops/scatter_gather.hpp"

@@ -3,7 +3,7 @@
 #include "capi_guard.hpp"
 #include "capi_handles.hpp"
 #include "capi_struct.hpp"
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "moejit.h"
 #include "ops/swiglu.hpp"
 

@@ -23,13 +23,13 @@ fi
 meson test -C "$build" --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" --no-suite experimental "$@"
 # The Python tests run when pytest is importable; otherwise say so (and why) instead of passing
 # silently.
-if [ ! -d capi/python/tests ]; then
-    echo "Python tests: SKIPPED (capi/python/tests not found)"
+if [ ! -d tests/python ]; then
+    echo "Python tests: SKIPPED (tests/python not found)"
 elif ! command -v python3 >/dev/null; then
     echo "Python tests: SKIPPED (python3 not found)"
 elif ! python3 -c 'import pytest' 2>/dev/null; then
     echo "Python tests: SKIPPED (pytest is not installed for $(command -v python3); pip install pytest)"
 else
-    MOEJIT_LIBRARY="$PWD/$build/capi/libmoejit.so" PYTHONPATH="$PWD/capi/python" \
-        python3 -m pytest -q capi/python/tests
+    MOEJIT_LIBRARY="$PWD/$build/capi/libmoejit.so" PYTHONPATH="$PWD/python:$PWD/bench" \
+        python3 -m pytest -q tests/python
 fi

@@ -7,7 +7,7 @@
 // fp32) are void pointers; each kernel casts them to its T.
 //
 // The layout is checked twice: sizeof of each struct travels with its KernelSource and must equal
-// the parameter size the driver reports for the loaded kernel (jit/jit_engine.cpp), and a launch
+// the parameter size the driver reports for the loaded kernel (runtime/jit_engine.cpp), and a launch
 // must pass a struct of that size (Context::launch).
 #pragma once
 

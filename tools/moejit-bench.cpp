@@ -1,5 +1,5 @@
 // moejit-bench: times the whole MoE layer (forward, forward+backward) on the reference shapes of
-// python -m moejit.bench, for users without PyTorch. Uses only the public C ABI (moejit.h);
+// python -m moejit_bench, for users without PyTorch. Uses only the public C ABI (moejit.h);
 // device memory, streams and events come from the CUDA driver, dlopened like moejit itself does
 // (capi/examples/cuda_driver.h, the example's loader), so it builds without the toolkit and
 // runs without a GPU.
@@ -31,9 +31,9 @@
 
 namespace {
 
-using moejit::reference::kShapes;  // docs/DESIGN.md §6, as in capi/python/moejit/bench.py
+using moejit::reference::kShapes;  // docs/DESIGN.md §6, as in bench/moejit_bench/layer.py
 using moejit::reference::Shape;
-constexpr const char *kPeers = "peers: none without PyTorch; use python -m moejit.bench for "
+constexpr const char *kPeers = "peers: none without PyTorch; use python -m moejit_bench for "
                                "torch._grouped_mm and the eager loop";
 
 const char *kHelp = R"(usage: moejit-bench [--shapes a,b,...] [--routing topk|expert0] [--layout split|merged]

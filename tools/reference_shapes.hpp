@@ -1,6 +1,6 @@
 // The reference MoE shapes (docs/DESIGN.md §6) for the C++ tools and tests: moejit-bench times
 // them, the CPU GEMM tests check every kernel specialization they need. The Python side is
-// SHAPES in capi/python/moejit/bench.py; capi/python/tests/test_reference_shapes.py reads this
+// SHAPES in bench/moejit_bench/layer.py; tests/python/test_reference_shapes.py reads this
 // file and fails when the two disagree.
 #pragma once
 

@@ -30,7 +30,7 @@ inline void check(moejit_status_t status) {
 }
 
 // "bf16", "fp16", "fp32", "int32", "int64", or "unknown": the names the library's messages and
-// cache keys use (src/core/dtype.hpp has the library's table; capi/capi_convert.cpp asserts
+// cache keys use (src/base/dtype.hpp has the library's table; capi/capi_convert.cpp asserts
 // that the two agree, which is why this is constexpr).
 constexpr const char *dtype_name(moejit_dtype_t dtype) noexcept {
     switch (dtype) {

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "gemm/tile_schedule.hpp"
 
 namespace moejit {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "gemm/tile_config.hpp"
-#include "jit/kernel_source.hpp"
+#include "runtime/kernel_source.hpp"
 #include "gemm/group_gemm.hpp"
 
 namespace moejit {

@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "gemm/tuning.hpp"
-#include "driver/driver.hpp"
+#include "runtime/driver.hpp"
 
 namespace moejit {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "gemm/tile_config.hpp"
 
 namespace moejit {

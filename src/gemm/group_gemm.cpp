@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "gemm/tile_schedule.hpp"
 #include "gemm/gemm_common.hpp"
 #include "gemm/gemm_tuner.hpp"
@@ -246,9 +246,10 @@ void launch_from_args(Context &ctx, Spec &spec, const Args &args, const GemmTile
     spec.accumulate = args.accumulate == 1;
     validate_shape(spec, prefix);
     check_experts(args.num_experts, prefix);
+    const std::optional<ForcedTile> forced = forced_tile(ctx.config());
     spec.tile = tile ? *tile
                      : choose_tile_config(problem_of(spec, args.rows, args.num_experts), ctx.compute_capability(),
-                                          ctx.config().forced_tile());
+                                          forced ? &*forced : nullptr);
     spec.tunable = tile == nullptr;
     launch_tuned(ctx, spec, operands_of(args), prefix, what);
 }

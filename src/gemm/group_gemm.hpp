@@ -22,10 +22,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/context.hpp"
-#include "core/dtype.hpp"
+#include "runtime/context.hpp"
+#include "base/dtype.hpp"
 #include "gemm/tile_config.hpp"
-#include "jit/kernel_source.hpp"
+#include "runtime/kernel_source.hpp"
 
 namespace moejit {
 
@@ -68,7 +68,7 @@ struct GemmMnSpec {
 };
 
 // Specs with the tile config chosen for the problem (choose_tile_config: `forced`, the
-// context's forced tile (Config::forced_tile()), or the heuristic); tunable.
+// context's forced tile (forced_tile(config)), or the heuristic); tunable.
 // rows_hint: the typical S (0 = unknown); compute_capability: e.g. ctx.compute_capability().
 GemmNkSpec make_nk_spec(DType dtype, DType c_dtype, std::int64_t n,
                         std::int64_t k, bool b_transposed, bool accumulate,

@@ -8,11 +8,11 @@
 
 #include <fmt/format.h>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "gemm/tile_config.hpp"
 #include "gemm/tile_schedule.hpp"
-#include "driver/driver.hpp"
+#include "runtime/driver.hpp"
 #include "gemm/gemm_common.hpp"
 
 namespace moejit {

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "core/context.hpp"
-#include "jit/kernel_source.hpp"
+#include "runtime/context.hpp"
+#include "runtime/kernel_source.hpp"
 #include "gemm/group_gemm.hpp"
 
 namespace moejit {

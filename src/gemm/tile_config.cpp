@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace moejit {
 
@@ -309,6 +309,17 @@ GemmTileConfig heuristic_tile_config(const GemmProblem &p, int cc) {
         c.min_blocks_per_sm = 1;
     }
     return c;
+}
+
+std::optional<ForcedTile> forced_tile(const Config &config) {
+    const auto &text = config.gemm_tile.value;
+    if (!text) return std::nullopt;
+    return ForcedTile{parse_tile_config(text->text.c_str(), text->origin.c_str()), text->origin};
+}
+
+void check_forced_tiles(const Config &config) {
+    if (auto env = read_environment().gemm_tile) parse_tile_config(env->c_str(), "environment variable MOEJIT_GEMM_TILE");
+    forced_tile(config);
 }
 
 GemmTileConfig choose_tile_config(const GemmProblem &p, int cc, const ForcedTile *forced) {

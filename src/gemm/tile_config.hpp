@@ -8,7 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
+#include "runtime/config.hpp"
 
 namespace moejit {
 
@@ -99,12 +100,19 @@ void require_engine_features(const GemmTileConfig &config, const GemmProblem &pr
 bool wgmma_supports(const GemmProblem &problem, int compute_capability);
 
 // A tile forced on every grouped GEMM of a context (options->gemm_tile or MOEJIT_GEMM_TILE,
-// core/config.hpp), with its origin as messages name it ("options->gemm_tile", "environment
+// runtime/config.hpp), with its origin as messages name it ("options->gemm_tile", "environment
 // variable MOEJIT_GEMM_TILE").
 struct ForcedTile {
     GemmTileConfig tile;
     std::string origin;
 };
+
+// The configuration's forced tile (runtime/config.hpp keeps it as text), parsed: nullopt for
+// the heuristic; a bad spelling is Status::invalid_argument naming its origin.
+std::optional<ForcedTile> forced_tile(const Config &config);
+// At context creation: the context's forced tile and MOEJIT_GEMM_TILE, whether or not an
+// option overrides it (a typo in the environment fails wherever it is, as every variable does).
+void check_forced_tiles(const Config &config);
 
 // The forced tile when there is one (it must fit the problem: else Status::unsupported
 // naming its origin, the tile and the violated limit), else the heuristic.

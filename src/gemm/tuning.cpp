@@ -10,11 +10,11 @@
 
 #include <fmt/format.h>
 
-#include "core/dtype.hpp"
-#include "core/atomic_file.hpp"
-#include "jit/cache_paths.hpp"
-#include "core/error.hpp"
-#include "core/sha256.hpp"
+#include "base/dtype.hpp"
+#include "base/atomic_file.hpp"
+#include "runtime/cache_paths.hpp"
+#include "base/error.hpp"
+#include "base/sha256.hpp"
 
 namespace moejit {
 namespace {

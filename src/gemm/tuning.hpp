@@ -1,5 +1,5 @@
 // Opt-in tile tuning (options->tune or MOEJIT_TUNE=1, resolved per context: Config::tuning()
-// in core/config.hpp): the first launch of a grouped-GEMM problem times a few
+// in runtime/config.hpp): the first launch of a grouped-GEMM problem times a few
 // candidate tiles on the caller's operands and keeps the fastest; winners persist as small
 // files next to the cubin cache (<cache>/tuning/<sha256 of the key>.txt, atomic writes), so
 // later processes and machines sharing the cache reuse them without timing anything.

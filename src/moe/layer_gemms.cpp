@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/checked_math.hpp"
+#include "base/checked_math.hpp"
 #include "gemm/tile_schedule.hpp"
 
 namespace moejit {
@@ -18,7 +18,8 @@ LayerSpecs layer_specs(const PlanDesc &d, const Config &config, int cc) {
     const std::int64_t rows_hint = checked_rows(d.tokens_hint > 0 ? d.tokens_hint : 4096, d.top_k, "desc->tokens_hint");
     const DType t = d.dtype, wg = d.weight_grad_dtype;
     const bool acc = d.weight_grad_accumulate != 0;
-    const ForcedTile *forced = config.forced_tile();
+    const std::optional<ForcedTile> forced_config = forced_tile(config);
+    const ForcedTile *forced = forced_config ? &*forced_config : nullptr;
     LayerSpecs s;
     s.fc1 = make_nk_spec(t, t, fc1_n, H, !xw, false, rows_hint, E, cc, forced);
     s.fc2 = make_nk_spec(t, t, H, I, !xw, false, rows_hint, E, cc, forced);

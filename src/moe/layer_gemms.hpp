@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/context.hpp"
-#include "jit/kernel_source.hpp"
+#include "runtime/context.hpp"
+#include "runtime/kernel_source.hpp"
 #include "moe/plan_desc.hpp"
 #include "gemm/group_gemm.hpp"
 

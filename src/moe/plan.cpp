@@ -6,7 +6,7 @@
 #include <functional>
 #include <set>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "moe/layer_gemms.hpp"
 #include "ops/expert_rows.hpp"
 #include "ops/routing.hpp"

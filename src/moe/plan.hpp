@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/context.hpp"
-#include "jit/kernel_source.hpp"
+#include "runtime/context.hpp"
+#include "runtime/kernel_source.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan_desc.hpp"
 #include "moe/plan_layout.hpp"

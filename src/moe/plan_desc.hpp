@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "ops/activation.hpp"
 
 namespace moejit {

@@ -1,10 +1,10 @@
 // What a plan resolved, as moejit_plan_describe's text (capi/moejit.h, "configuration"): the
-// context's configuration (core/config.hpp) as the layer applies it, and each grouped GEMM's tile.
+// context's configuration (runtime/config.hpp) as the layer applies it, and each grouped GEMM's tile.
 #pragma once
 
 #include <string>
 
-#include "core/config.hpp"
+#include "runtime/config.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan_desc.hpp"
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/checked_math.hpp"
-#include "core/dtype.hpp"
+#include "base/checked_math.hpp"
+#include "base/dtype.hpp"
 #include "moe/layer_gemms.hpp"
 #include "ops/expert_bias.hpp"
 #include "ops/routing.hpp"

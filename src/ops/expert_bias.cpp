@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
-#include "core/checked_math.hpp"
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/checked_math.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 
 namespace moejit {
 namespace {

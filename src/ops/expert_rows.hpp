@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "core/context.hpp"
-#include "core/dtype.hpp"
-#include "jit/kernel_source.hpp"
+#include "runtime/context.hpp"
+#include "base/dtype.hpp"
+#include "runtime/kernel_source.hpp"
 
 namespace moejit {
 

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 
 namespace moejit {
 namespace {

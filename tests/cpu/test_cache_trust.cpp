@@ -22,10 +22,10 @@
 #include "compile_only.hpp"
 #include "jit_test_kernels.hpp"
 #include "print_enums.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "gemm/tuning.hpp"
-#include "jit/jit_engine.hpp"
-#include "core/sha256.hpp"
+#include "runtime/jit_engine.hpp"
+#include "base/sha256.hpp"
 
 namespace fs = std::filesystem;
 using namespace moejit;

@@ -10,8 +10,8 @@
 #include <limits>
 #include <string>
 
-#include "core/checked_math.hpp"
-#include "core/error.hpp"
+#include "base/checked_math.hpp"
+#include "base/error.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan_layout.hpp"
 #include "print_enums.hpp"

@@ -21,8 +21,8 @@
 #include "compile_only.hpp"
 #include "print_enums.hpp"
 #include "thread_cpu_time.hpp"
-#include "core/context.hpp"
-#include "core/error.hpp"
+#include "runtime/context.hpp"
+#include "base/error.hpp"
 #include "gemm/tile_config.hpp"
 #include "moejit.h"
 #include "gemm/group_gemm.hpp"
@@ -175,7 +175,7 @@ BOOST_AUTO_TEST_CASE(heuristic_is_valid_for_every_reference_shape) {
             }
 }
 
-// A forced tile (a context's options->gemm_tile or MOEJIT_GEMM_TILE, core/config.hpp) replaces
+// A forced tile (a context's options->gemm_tile or MOEJIT_GEMM_TILE, runtime/config.hpp) replaces
 // the heuristic; without one the spec gets the heuristic's, whatever the environment says (the
 // context resolved it, not the spec).
 BOOST_AUTO_TEST_CASE(forced_tile_overrides_the_heuristic) {

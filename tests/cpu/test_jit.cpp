@@ -18,14 +18,14 @@
 #include "compile_only.hpp"
 #include "jit_test_kernels.hpp"
 #include "print_enums.hpp"
-#include "core/context.hpp"
-#include "jit/cache_paths.hpp"
-#include "jit/cuda_headers.hpp"
-#include "jit/nvrtc_archs.hpp"
-#include "jit/jit_engine.hpp"
-#include "jit/nvrtc_compiler.hpp"
-#include "core/sha256.hpp"
-#include "jit/templates.hpp"
+#include "runtime/context.hpp"
+#include "runtime/cache_paths.hpp"
+#include "runtime/cuda_headers.hpp"
+#include "runtime/nvrtc_archs.hpp"
+#include "runtime/jit_engine.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+#include "base/sha256.hpp"
+#include "runtime/templates.hpp"
 
 namespace fs = std::filesystem;
 using namespace moejit;

@@ -17,9 +17,9 @@
 
 #include "compile_only.hpp"
 #include "print_enums.hpp"
-#include "core/context.hpp"
-#include "core/error.hpp"
-#include "jit/jit_engine.hpp"
+#include "runtime/context.hpp"
+#include "base/error.hpp"
+#include "runtime/jit_engine.hpp"
 
 using namespace moejit;
 using moejit::test::CompileOnlyContext;

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "compile_only.hpp"
-#include "jit/disk_cache.hpp"
-#include "jit/jit_engine.hpp"
-#include "jit/kernel_source.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/jit_engine.hpp"
+#include "runtime/kernel_source.hpp"
 #include "ops/expert_bias.hpp"
 #include "ops/expert_rows.hpp"
 #include "gemm/group_gemm.hpp"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "compile_only.hpp"
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "moejit.h"
 #include "ops/routing.hpp"
 #include "ops/scatter_gather.hpp"

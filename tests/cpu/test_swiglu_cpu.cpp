@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "compile_only.hpp"
-#include "core/context.hpp"
-#include "core/error.hpp"
+#include "runtime/context.hpp"
+#include "base/error.hpp"
 #include "moejit.h"
 #include "ops/swiglu.hpp"
 #include "print_enums.hpp"

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "compile_only.hpp"
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "gemm/tuning.hpp"
 
 using namespace moejit;

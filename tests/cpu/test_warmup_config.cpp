@@ -20,8 +20,8 @@
 
 #include "capi_convert.hpp"  // the tool's C descriptors, as the library's
 #include "compile_only.hpp"
-#include "core/context.hpp"
-#include "jit/disk_cache.hpp"
+#include "runtime/context.hpp"
+#include "runtime/disk_cache.hpp"
 #include "moe/plan.hpp"
 #include "moejit.h"
 #include "warmup/model_spec.hpp"

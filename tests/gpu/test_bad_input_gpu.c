@@ -1,5 +1,5 @@
 /* Bad input that needs a device (issue 16 item 7), from C: out-of-range expert ids on the GPU
- * (dropped routes, never memory errors: run it under compute-sanitizer, scripts/gpu_sanitize.sh),
+ * (dropped routes, never memory errors: run it under compute-sanitizer, dev/gpu/sanitize.sh),
  * a real plan's size queries and forward / backward with negative and overflowing T, buffers one
  * byte short, NULL and misaligned device pointers and struct_size rules. Each failure's status and
  * that its message names the argument. Exits 77 (skipped) without a usable GPU.

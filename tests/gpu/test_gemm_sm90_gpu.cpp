@@ -14,8 +14,8 @@
 #include <string>
 
 #include "capi_convert.hpp"  // the cases' C dtypes, as the library's
-#include "core/context.hpp"
-#include "core/dtype.hpp"
+#include "runtime/context.hpp"
+#include "base/dtype.hpp"
 #include "gemm/tile_config.hpp"
 #include "gemm/group_gemm.hpp"
 #include "ops/swiglu.hpp"

@@ -11,8 +11,8 @@
 #include <optional>
 #include <string>
 
-#include "core/context.hpp"
-#include "core/dtype.hpp"
+#include "runtime/context.hpp"
+#include "base/dtype.hpp"
 #include "gemm/tile_schedule.hpp"
 #include "gemm/group_gemm.hpp"
 #include "capi_convert.hpp"  // the cases' C arguments, as the library's

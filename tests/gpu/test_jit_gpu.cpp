@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "compile_only.hpp"
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 
 using namespace moejit;
 using namespace moejit::test;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "ops/routing.hpp"
 #include "ops/scatter_gather.hpp"
 #include "reference_routing.hpp"

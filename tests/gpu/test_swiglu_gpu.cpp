@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "capi_convert.hpp"  // the cases' C dtypes, as the library's
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "ops/swiglu.hpp"
 #include "reference_swiglu.hpp"
 

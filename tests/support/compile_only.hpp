@@ -9,7 +9,7 @@
 #include <string>
 
 #include "capi_handles.hpp"  // moejit_context_s, for the library's Context behind a handle
-#include "core/context.hpp"
+#include "runtime/context.hpp"
 #include "moejit.h"
 
 namespace moejit::test {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "capi_handles.hpp"  // moejit_context_s, for the library's Context behind a handle
-#include "core/context.hpp"
-#include "driver/driver.hpp"
+#include "runtime/context.hpp"
+#include "runtime/driver.hpp"
 #include "moejit.h"
 
 namespace moejit::test {

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "core/logger.hpp"
-#include "jit/kernel_source.hpp"
+#include "base/logger.hpp"
+#include "runtime/kernel_source.hpp"
 
 namespace moejit::test {
 

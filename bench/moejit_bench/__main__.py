@@ -1,0 +1,5 @@
+import sys
+
+from .layer import main
+
+sys.exit(main())

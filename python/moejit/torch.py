@@ -1,0 +1,460 @@
+"""PyTorch binding: fused_moe / fused_moe_merged and MoEExperts, on the torch.library custom
+ops torch.ops.moejit.* (moejit/_op.py), so torch.compile (fullgraph, dynamic shapes, CUDA
+graphs through mode="reduce-overhead") and torch.library.opcheck see an ordinary op.
+
+    import torch, moejit.torch as mt
+    experts = mt.MoEExperts(num_experts=128, hidden_size=2048, intermediate_size=768,
+                            device="cuda", dtype=torch.bfloat16)
+    weights, selected = torch.softmax(router(x), dim=-1).topk(8, dim=-1)
+    out = experts(x, selected, weights / weights.sum(-1, keepdim=True))
+
+Everything is launched on torch.cuda.current_stream(); outputs, the saved buffer and the
+workspace come from PyTorch's allocator, and nothing synchronises with the host, so a layer
+can be captured in a CUDA graph once it has run eagerly for its shape (the first call JIT
+compiles and loads kernels, which cannot happen during capture).
+
+gpt-oss and expert biases (since 0.5): fused_moe_merged takes keyword arguments for the
+experts of gpt-oss (and of any model with a gate_up weight and per-expert biases):
+
+    out = mt.fused_moe_merged(x, selected, weights, gate_up_proj, down_proj, 7.0,
+                              activation="gpt_oss", alpha=1.702, interleaved=True,
+                              weights_transposed=True, b_gate_up=gate_up_proj_bias,
+                              b_down=down_proj_bias)
+
+  activation   "swiglu" (default): h = silu(g')·u'; "gpt_oss": h = (u' + 1)·g'·sigmoid(alpha·g')
+               where g' = min(g, L), u' = clamp(u, -L, L) with L = swiglu_limit (None: no
+               limit); the limit's gradient masks are inclusive (g <= L, -L <= u <= L).
+  alpha        gpt_oss only: None means 1.702; a finite value > 0 otherwise; an error with
+               "swiglu".
+  interleaved  w_gate_up's 2I dim alternates gate and up (gate i at 2i, up i at 2i + 1, as
+               gpt-oss stores gate_up_proj); default False: gate first, then up.
+  weights_transposed
+               w_gate_up [E, H, 2I] and w_down [E, I, H] (x·W, gpt-oss's gate_up_proj and
+               down_proj); default False: [E, 2I, H] and [E, H, I]. Gradients keep the layout.
+  b_gate_up, b_down
+               [E, 2I] (in w_gate_up's gate/up order) and [E, H], x's dtype, both or neither:
+               g and u include fc1's bias and out[t] = sum_j w[t,j]·(fc2(h) + b_down[e]).
+               Differentiable like the weights.
+  main_grads   with biases, four float32 buffers (g_gate_up, g_down, g_b_gate_up, g_b_down).
+
+These calls run the custom op torch.ops.moejit.fused_moe_gated (moejit/_op.py); the 0.4 call
+(swiglu, gate first, [E, 2I, H], no biases) keeps torch.ops.moejit.fused_moe_merged. Bad
+arguments (an unknown activation, alpha with swiglu or <= 0, one bias without the other, a
+shape or dtype that does not fit the layout) raise moejit.InvalidArgumentError naming the
+argument and the expected value, before anything launches.
+
+Megatron-style main_grad: MoEExperts(..., accumulate_into_main_grad=True), or
+fused_moe(..., main_grads=(g_gate, g_up, g_down)), adds the float32 weight gradients into the
+parameters' float32 `main_grad` buffers inside the backward kernels (no bf16 rounding of the
+gradient, no extra add) and gives the weights no .grad (None; a dummy, as Megatron's own fused
+linear layers return, for a parameter that has the `grad_added_to_main_grad` attribute, which
+is then set to True).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from . import _capi, _experts_op, _op, errors  # noqa: F401  (_experts_op registers its ops)
+from ._op import (_plans, clear_caches, configure,  # noqa: F401  (_plans: tests look)
+                  saved_bytes_bound)
+from .core import ACTIVATIONS, swiglu_alpha
+
+__all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configure",
+           "saved_bytes_bound"]
+
+# Test hook: fill every output, the saved buffer and the workspace with NaN / 0xFF before a
+# launch, so a test can prove the library wrote all of it (read by moejit._op).
+_debug_poison = False
+
+_ops = torch.ops.moejit
+
+
+def _require_tensors(where: str, **tensors) -> None:
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise errors.InvalidArgumentError(
+                f"{where}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+
+
+def _limit(where: str, swiglu_limit) -> float:
+    """None -> 0.0 (the ops' "no limit"); the ops check the value itself (as float32)."""
+    if swiglu_limit is None:
+        return 0.0
+    if isinstance(swiglu_limit, bool) or not isinstance(swiglu_limit, (int, float)):
+        raise errors.InvalidArgumentError(
+            f"{where}: swiglu_limit must be None or a positive float, got {swiglu_limit!r}")
+    if not swiglu_limit > 0:  # also NaN
+        raise errors.InvalidArgumentError(
+            f"{where}: swiglu_limit must be None (no limit) or a finite value > 0, got "
+            f"{swiglu_limit!r}")
+    return float(swiglu_limit)
+
+
+def _megatron_weight_grad(weight: torch.Tensor) -> Optional[torch.Tensor]:
+    """What a weight whose gradient went into main_grad gets as .grad: None, or, for a
+    parameter with the `grad_added_to_main_grad` attribute (Megatron's DDP with overlapped
+    gradient reduction), a dummy that keeps its backward hooks on the main thread, as
+    Megatron's own fused linear layers do."""
+    if not hasattr(weight, "grad_added_to_main_grad"):
+        return None
+    weight.grad_added_to_main_grad = True
+    if getattr(weight, "zero_out_wgrad", False):
+        return torch.zeros(weight.shape, dtype=weight.dtype, device=weight.device)
+    return torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
+
+
+def __getattr__(name: str):
+    # moejit.torch.distributed: the expert-parallel layer (moejit/distributed.py), on demand
+    # (`from moejit.torch import distributed` works too; torch.py is a module, not a package).
+    if name == "distributed":
+        import importlib
+        return importlib.import_module(".distributed", __package__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _MainGradFunction(torch.autograd.Function):
+    """The layer with the weight gradients added into float32 main_grad buffers. The buffers
+    are held by ctx (not save_for_backward: with interleaved micro-batches another backward
+    adds into them between this forward and its backward). main_grads None: read each
+    weight's .main_grad when the backward runs, as Megatron's layers do."""
+
+    @staticmethod
+    def forward(ctx, x, selected_experts, routing_weights, swiglu_limit, main_grads, *weights):
+        merged = len(weights) == 2
+        op = _ops.fused_moe_merged if merged else _ops.fused_moe
+        out, saved = op(x, selected_experts, routing_weights, *weights, swiglu_limit)
+        ctx.save_for_backward(x, selected_experts, routing_weights, *weights, saved)
+        ctx.swiglu_limit = swiglu_limit
+        ctx.main_grads = main_grads
+        ctx.weights = weights
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        x, sel, rw, *weights, saved = ctx.saved_tensors
+        main_grads = ctx.main_grads
+        if main_grads is None:
+            main_grads = []
+            for name, w in zip(("w_gate_up", "w_down") if len(weights) == 2 else
+                               ("w_gate", "w_up", "w_down"), ctx.weights):
+                grad = getattr(w, "main_grad", None)
+                if grad is None:
+                    raise errors.InvalidArgumentError(
+                        f"moejit: accumulate_into_main_grad is set but the parameter {name} "
+                        f"{list(w.shape)} has no .main_grad (a float32 tensor of its shape, "
+                        "which Megatron's DDP wrapper allocates)")
+                main_grads.append(grad)
+        op = (_ops.fused_moe_merged_backward_main_grad if len(weights) == 2 else
+              _ops.fused_moe_backward_main_grad)
+        dx, drw = op(dout, x, sel, rw, *weights, saved, ctx.swiglu_limit, *main_grads)
+        needs = ctx.needs_input_grad
+        return ((dx if needs[0] else None), None, (drw if needs[2] else None), None, None,
+                *(_megatron_weight_grad(w) for w in ctx.weights))
+
+
+def _fused(where: str, x, selected_experts, routing_weights, weights: Sequence[torch.Tensor],
+           swiglu_limit, main_grads) -> torch.Tensor:
+    limit = _limit(where, swiglu_limit)
+    merged = len(weights) == 2
+    if main_grads is not None:
+        main_grads = tuple(main_grads)
+        if len(main_grads) != len(weights):
+            raise errors.InvalidArgumentError(
+                f"{where}: main_grads must hold one float32 tensor per weight "
+                f"({len(weights)}), got {len(main_grads)}")
+        _require_tensors(where, **{f"main_grads[{i}]": g for i, g in enumerate(main_grads)})
+    if main_grads is not None:
+        return _MainGradFunction.apply(x, selected_experts, routing_weights, limit, main_grads,
+                                       *weights)
+    op = _ops.fused_moe_merged if merged else _ops.fused_moe
+    out, _ = op(x, selected_experts, routing_weights, *weights, limit)
+    return out
+
+
+def fused_moe(x: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor,
+              w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+              swiglu_limit: Optional[float] = None, *,
+              main_grads: Optional[Sequence[torch.Tensor]] = None) -> torch.Tensor:
+    """The MoE expert layer with split fc1 weights.
+
+    x [..., H] bf16/fp16 (any leading shape); selected_experts [..., k] int32/int64 in [0, E);
+    routing_weights [..., k] in x's dtype or float32; w_gate, w_up [E, I, H]; w_down [E, H, I]
+    (x's dtype); all contiguous, on one CUDA device. swiglu_limit: None, or L > 0 for
+    g' = min(g, L), u' = clamp(u, -L, L). Returns out [..., H]; differentiable in x,
+    routing_weights and every weight.
+
+    main_grads: None, or float32 (g_gate, g_up, g_down) of the weights' shapes: the backward
+    adds the weight gradients into them in float32 (Megatron's main_grad) and the weights get
+    no gradient. Bad arguments raise moejit.InvalidArgumentError, before anything launches.
+    """
+    where = "moejit.torch.fused_moe"
+    _require_tensors(where, x=x, selected_experts=selected_experts,
+                     routing_weights=routing_weights, w_gate=w_gate, w_up=w_up, w_down=w_down)
+    return _fused(where, x, selected_experts, routing_weights, (w_gate, w_up, w_down),
+                  swiglu_limit, main_grads)
+
+
+class _GatedMainGradFunction(torch.autograd.Function):
+    """fused_moe_gated with the weight (and bias) gradients added into float32 main_grad
+    buffers, as _MainGradFunction does for the 0.4 layer. options: the op's (swiglu_limit,
+    activation, alpha, interleaved, weights_transposed); main_grads: (g_gate_up, g_down) or,
+    with biases, (g_gate_up, g_down, g_b_gate_up, g_b_down)."""
+
+    @staticmethod
+    def forward(ctx, x, selected_experts, routing_weights, options, main_grads, w_gate_up,
+                w_down, b_gate_up, b_down):
+        out, saved = _ops.fused_moe_gated(x, selected_experts, routing_weights, w_gate_up,
+                                          w_down, b_gate_up, b_down, *options)
+        ctx.save_for_backward(x, selected_experts, routing_weights, w_gate_up, w_down,
+                              b_gate_up, b_down, saved)
+        ctx.options = options
+        ctx.main_grads = main_grads
+        ctx.params = (w_gate_up, w_down, b_gate_up, b_down)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved = ctx.saved_tensors
+        main_grads = tuple(ctx.main_grads)
+        if len(main_grads) == 2:
+            main_grads += (None, None)
+        dx, drw = _ops.fused_moe_gated_backward_main_grad(
+            dout, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved, *ctx.options,
+            *main_grads)
+        needs = ctx.needs_input_grad
+        return ((dx if needs[0] else None), None, (drw if needs[2] else None), None, None,
+                *(None if p is None else _megatron_weight_grad(p) for p in ctx.params))
+
+
+def _alpha(where: str, activation: str, alpha) -> float:
+    """core.check_activation_alpha without ctypes (torch.compile traces this function); the
+    op checks the value again as float32."""
+    if activation == "swiglu":
+        return swiglu_alpha(alpha, f"{where}: ")
+    if alpha is None:
+        return _capi.GPT_OSS_ALPHA
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
+            not (0.0 < alpha <= 3.4e38):  # also NaN
+        raise errors.InvalidArgumentError(
+            f"{where}: alpha must be None (gpt-oss's {_capi.GPT_OSS_ALPHA}) or a finite value "
+            f"> 0, got {alpha!r}")
+    return float(alpha)
+
+
+def _flag(where: str, name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise errors.InvalidArgumentError(f"{where}: {name} must be True or False, got {value!r}")
+    return value
+
+
+def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
+                     routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                     w_down: torch.Tensor, swiglu_limit: Optional[float] = None, *,
+                     main_grads: Optional[Sequence[torch.Tensor]] = None,
+                     activation: str = "swiglu", alpha: Optional[float] = None,
+                     interleaved: bool = False, weights_transposed: bool = False,
+                     b_gate_up: Optional[torch.Tensor] = None,
+                     b_down: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """As fused_moe, with one fc1 weight w_gate_up [E, 2I, H] (gate rows first) and w_down
+    [E, H, I]; main_grads: None or float32 (g_gate_up, g_down).
+
+    Since 0.5 (gpt-oss and expert biases):
+      activation: "swiglu" (h = silu(g')·u') or "gpt_oss" (h = (u' + 1)·g'·sigmoid(alpha·g'),
+        with g' = min(g, L), u' = clamp(u, -L, L) for L = swiglu_limit, as with swiglu);
+      alpha: gpt_oss only, None for 1.702 (gpt-oss's), else a finite value > 0; an error with
+        swiglu;
+      interleaved: w_gate_up's 2I dim alternates gate and up (gate i at 2i, up i at 2i + 1, as
+        gpt-oss stores it) instead of gate first, then up;
+      weights_transposed: w_gate_up [E, H, 2I] and w_down [E, I, H] (x·W, gpt-oss's layout);
+      b_gate_up [E, 2I] (in w_gate_up's gate/up order) and b_down [E, H], both or neither, in
+        x's dtype: g, u include fc1's bias, and out[t] = sum_j w[t,j]·(fc2(h) + b_down[e]).
+    The result is differentiable in x, routing_weights, w_gate_up, w_down, b_gate_up and
+    b_down; gradients have their tensor's shape and dtype. With biases, main_grads is four
+    float32 tensors (g_gate_up, g_down, g_b_gate_up, g_b_down), and the biases, like the
+    weights, get no .grad. gpt-oss: activation="gpt_oss", swiglu_limit=7.0, interleaved=True,
+    weights_transposed=True and its biases.
+    """
+    where = "moejit.torch.fused_moe_merged"
+    _require_tensors(where, x=x, selected_experts=selected_experts,
+                     routing_weights=routing_weights, w_gate_up=w_gate_up, w_down=w_down)
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise errors.InvalidArgumentError(
+            f"{where}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got "
+            f"{activation!r}")
+    resolved_alpha = _alpha(where, activation, alpha)
+    interleaved = _flag(where, "interleaved", interleaved)
+    weights_transposed = _flag(where, "weights_transposed", weights_transposed)
+    if (b_gate_up is None) != (b_down is None):
+        given, missing = ("b_gate_up", "b_down") if b_down is None else ("b_down", "b_gate_up")
+        raise errors.InvalidArgumentError(
+            f"{where}: {given} is given but {missing} is None: pass both biases (b_gate_up "
+            "[E, 2I] and b_down [E, H]) or neither")
+    has_bias = b_gate_up is not None
+    if has_bias:
+        _require_tensors(where, b_gate_up=b_gate_up, b_down=b_down)
+    if activation == "swiglu" and not (interleaved or weights_transposed or has_bias):
+        # The 0.4 layer: its own ops, unchanged.
+        return _fused(where, x, selected_experts, routing_weights, (w_gate_up, w_down),
+                      swiglu_limit, main_grads)
+    options = (_limit(where, swiglu_limit), activation, resolved_alpha, interleaved,
+               weights_transposed)
+    if main_grads is not None:
+        main_grads = tuple(main_grads)
+        expected = 4 if has_bias else 2
+        if len(main_grads) != expected:
+            what = ("(g_gate_up, g_down, g_b_gate_up, g_b_down) with biases" if has_bias else
+                    "(g_gate_up, g_down) without biases")
+            raise errors.InvalidArgumentError(
+                f"{where}: main_grads must be {expected} float32 tensors {what}, got "
+                f"{len(main_grads)}")
+        _require_tensors(where, **{f"main_grads[{i}]": g for i, g in enumerate(main_grads)})
+        return _GatedMainGradFunction.apply(x, selected_experts, routing_weights, options,
+                                            main_grads, w_gate_up, w_down, b_gate_up, b_down)
+    out, _ = _ops.fused_moe_gated(x, selected_experts, routing_weights, w_gate_up, w_down,
+                                  b_gate_up, b_down, *options)
+    return out
+
+
+def experts(xs: torch.Tensor, expert_offsets: torch.Tensor, w_gate_up: torch.Tensor,
+            w_down: torch.Tensor, row_weights: Optional[torch.Tensor] = None,
+            swiglu_limit: Optional[float] = None, *, activation: str = "swiglu",
+            alpha: Optional[float] = None, interleaved: bool = False,
+            weights_transposed: bool = False, b_gate_up: Optional[torch.Tensor] = None,
+            b_down: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The experts on rows already grouped by expert (since 0.6; moejit.h's
+    moejit_plan_experts_*): no routing, scatter or gather. For expert parallelism (the rows a
+    rank received) and for callers that route by themselves.
+
+    xs [R, H] bf16/fp16, the rows of expert e at [expert_offsets[e], expert_offsets[e+1]);
+    expert_offsets int32 [E+1] on xs' device, expert_offsets[0] = 0, non-decreasing,
+    expert_offsets[E] = R (read on the device only: not checked); row_weights float32 [R] or
+    None (1). The weights and keywords are fused_moe_merged's. Returns ys [R, H] with
+    ys[r] = w[r]·(h(xs[r]·W1ᵀ + b1)·W2ᵀ + b2), differentiable in xs, row_weights, the weights
+    and the biases (torch.ops.moejit.experts, moejit/_experts_op.py).
+    """
+    where = "moejit.torch.experts"
+    _require_tensors(where, xs=xs, expert_offsets=expert_offsets, w_gate_up=w_gate_up,
+                     w_down=w_down)
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise errors.InvalidArgumentError(
+            f"{where}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got "
+            f"{activation!r}")
+    options = (_limit(where, swiglu_limit), activation, _alpha(where, activation, alpha),
+               _flag(where, "interleaved", interleaved),
+               _flag(where, "weights_transposed", weights_transposed))
+    ys, _ = _ops.experts(xs, expert_offsets, row_weights, w_gate_up, w_down, b_gate_up, b_down,
+                         *options)
+    return ys
+
+
+class _DirectFunction(torch.autograd.Function):
+    """The layer as a plain autograd.Function over the ops' implementations, without the
+    dispatcher (the binding before the custom ops); `python -m moejit_bench --impls
+    moejit-direct` measures what the op dispatch costs. Not traceable by torch.compile."""
+
+    @staticmethod
+    def forward(ctx, x, selected_experts, routing_weights, swiglu_limit, *weights):
+        merged = len(weights) == 2
+        fc1 = (None, None, weights[0]) if merged else (weights[0], weights[1], None)
+        out, saved = _op._forward("moejit.torch", x, selected_experts, routing_weights, *fc1,
+                                  weights[-1], swiglu_limit)
+        ctx.save_for_backward(x, selected_experts, routing_weights, *weights, saved)
+        ctx.swiglu_limit = swiglu_limit
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        x, sel, rw, *weights, saved = ctx.saved_tensors
+        merged = len(weights) == 2
+        fc1 = (None, None, weights[0]) if merged else (weights[0], weights[1], None)
+        dx, drw, grads = _op._backward("moejit.torch", dout, x, sel, rw, *fc1, weights[-1],
+                                       saved, ctx.swiglu_limit)
+        names = ("w_gate_up", "w_down") if merged else ("w_gate", "w_up", "w_down")
+        return (dx, None, drw, None, *(grads[n] for n in names))
+
+
+def _fused_direct(x, selected_experts, routing_weights, w_gate=None, w_up=None,
+                  w_gate_up=None, w_down=None, swiglu_limit=None) -> torch.Tensor:
+    weights = (w_gate_up, w_down) if w_gate_up is not None else (w_gate, w_up, w_down)
+    return _DirectFunction.apply(x, selected_experts, routing_weights,
+                                 _limit("moejit.torch", swiglu_limit), *weights)
+
+
+class MoEExperts(nn.Module):
+    """The experts of an MoE layer (SwiGLU MLPs) as one fused op. The router stays outside:
+    forward(x [..., H], selected_experts [..., k], routing_weights [..., k]) -> [..., H].
+
+    accumulate_into_main_grad=True (Megatron-style training): the backward adds float32 weight
+    gradients into each parameter's `main_grad` (a float32 tensor of its shape that the
+    training framework allocates, e.g. Megatron's DDP wrapper), read when the backward runs;
+    the parameters' .grad stays None (or Megatron's dummy when the parameter has the
+    `grad_added_to_main_grad` attribute)."""
+
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, *,
+                 merged: bool = False, swiglu_limit: Optional[float] = None,
+                 accumulate_into_main_grad: bool = False,
+                 device=None, dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__()
+        for name, value in (("num_experts", num_experts), ("hidden_size", hidden_size),
+                            ("intermediate_size", intermediate_size)):
+            if not isinstance(value, int) or value < 1:
+                raise errors.InvalidArgumentError(
+                    f"MoEExperts: {name} must be a positive int, got {value!r}")
+        factory = {"device": device, "dtype": dtype or torch.bfloat16}
+        self.num_experts = num_experts
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.merged = merged
+        self.swiglu_limit = swiglu_limit
+        self.accumulate_into_main_grad = bool(accumulate_into_main_grad)
+        E, H, I = num_experts, hidden_size, intermediate_size
+        if merged:
+            self.w_gate_up = nn.Parameter(torch.empty(E, 2 * I, H, **factory))
+        else:
+            self.w_gate = nn.Parameter(torch.empty(E, I, H, **factory))
+            self.w_up = nn.Parameter(torch.empty(E, I, H, **factory))
+        self.w_down = nn.Parameter(torch.empty(E, H, I, **factory))
+        self.reset_parameters()
+
+    def _weights(self):
+        return ((self.w_gate_up, self.w_down) if self.merged else
+                (self.w_gate, self.w_up, self.w_down))
+
+    def reset_parameters(self) -> None:
+        # nn.Linear's default range, per expert: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+        with torch.no_grad():
+            fc1_bound = 1.0 / math.sqrt(self.hidden_size)
+            for w in ((self.w_gate_up,) if self.merged else (self.w_gate, self.w_up)):
+                w.uniform_(-fc1_bound, fc1_bound)
+            down_bound = 1.0 / math.sqrt(self.intermediate_size)
+            self.w_down.uniform_(-down_bound, down_bound)
+
+    def forward(self, x: torch.Tensor, selected_experts: torch.Tensor,
+                routing_weights: torch.Tensor) -> torch.Tensor:
+        where = "MoEExperts"
+        weights = self._weights()
+        if self.accumulate_into_main_grad:
+            _require_tensors(where, x=x, selected_experts=selected_experts,
+                             routing_weights=routing_weights)
+            return _MainGradFunction.apply(x, selected_experts, routing_weights,
+                                           _limit(where, self.swiglu_limit), None, *weights)
+        if self.merged:
+            return fused_moe_merged(x, selected_experts, routing_weights, *weights,
+                                    self.swiglu_limit)
+        return fused_moe(x, selected_experts, routing_weights, *weights, self.swiglu_limit)
+
+    def extra_repr(self) -> str:
+        limit = f", swiglu_limit={self.swiglu_limit}" if self.swiglu_limit else ""
+        main = ", accumulate_into_main_grad" if self.accumulate_into_main_grad else ""
+        return (f"num_experts={self.num_experts}, hidden_size={self.hidden_size}, "
+                f"intermediate_size={self.intermediate_size}, "
+                f"{'merged' if self.merged else 'split'}{limit}{main}")

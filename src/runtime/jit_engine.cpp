@@ -1,0 +1,214 @@
+#include "runtime/jit_engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include "base/error.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/cuda_headers.hpp"  // cache-key line below (issue 16)
+#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/templates.hpp"
+#include "moejit_version.h"
+
+namespace moejit {
+
+std::optional<std::string> param_layout_mismatch(const std::string &kernel, std::size_t expected,
+                                                 const ParamLayout &found) {
+    if (!found.checked) return std::nullopt;
+    // The offset is where the driver places the parameter in the kernel's parameter space: past
+    // its fixed prefix, padded to the struct's alignment (48 for a 64-byte aligned struct on
+    // sm_90a), so only the count and the size describe the struct.
+    if (found.count == 1 && found.size == expected) return std::nullopt;
+    if (found.count != 1)
+        return fmt::format("kernel {} has {} parameters, expected exactly one (its {}-byte argument struct)", kernel,
+                           found.count >= 2 ? "two or more" : "no", expected);
+    return fmt::format("kernel {}'s parameter is {} bytes, expected {} (the argument struct of "
+                       "templates/kernel_args.h differs between host and device)",
+                       kernel, found.size, expected);
+}
+
+namespace {
+
+// The loaded kernel's parameters as the driver reports them; a driver without
+// cuFuncGetParamInfo (before CUDA 12.4) leaves the layout unchecked, said once at debug level.
+CUresult read_param_layout(CUfunction function, ParamLayout &layout, const Logger &log) {
+    const DriverApi &api = driver();
+    if (!api.cuFuncGetParamInfo) {
+        static std::once_flag said;
+        std::call_once(said, [&] {
+            log(LogLevel::debug,
+                "moejit: the CUDA driver lacks cuFuncGetParamInfo (CUDA 12.4); kernel parameter layouts are not checked");
+        });
+        return CUDA_SUCCESS;
+    }
+    layout.checked = true;
+    std::size_t offset = 0, size = 0;
+    for (std::size_t index = 0; index < 2; ++index) {
+        const CUresult r = api.cuFuncGetParamInfo(function, index, &offset, &size);
+        if (r == CUDA_ERROR_INVALID_VALUE) break;  // no parameter at this index
+        if (r != CUDA_SUCCESS) return r;
+        if (index == 0) {
+            layout.offset = offset;
+            layout.size = size;
+        }
+        layout.count = index + 1;
+    }
+    return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+JitEngine::JitEngine(JitOptions options)
+    : options_(std::move(options)), options_sorted_(default_nvrtc_options()) {
+    std::sort(options_sorted_.begin(), options_sorted_.end());
+    disk_ = std::make_unique<DiskCache>(options_.cache_dir, options_.log);
+}
+
+JitEngine::~JitEngine() {
+    if (!options_.load_modules) return;
+    for (auto &[source, slot] : slots_)
+        if (slot->module) driver().cuModuleUnload(slot->module);  // best effort at teardown
+}
+
+const std::string &JitEngine::cache_dir() const {
+    static const std::string none;
+    return disk_->usable() ? disk_->folder() : none;
+}
+
+Digest JitEngine::key(const KernelSource &source) const {
+    // Canonical, length-prefixed record (docs/DESIGN.md §4). Any field change changes the key.
+    Sha256 h;
+    h.field("moejit-kernel-key");
+    h.field(std::to_string(kCacheFormatVersion));
+    h.field(source.template_name);
+    h.field(source.entry);
+    h.field(source.source);
+    for (std::string_view header : template_include_closure(source.source)) {
+        const EmbeddedTemplate *t = find_template(header);
+        h.field(header);
+        h.field(to_hex(sha256(t->source)));
+    }
+    h.field(std::to_string(options_sorted_.size()));
+    for (const std::string &o : options_sorted_) h.field(o);
+    h.field(options_.arch);
+    h.field(std::to_string(nvrtc_version()));
+    h.field(cuda_headers_digest());  // the toolkit headers NVRTC compiles against (runtime/cuda_headers.hpp)
+    h.field(MOEJIT_VERSION_STRING);
+    return h.finish();
+}
+
+CacheCounters JitEngine::counters() const {
+    std::lock_guard lock(counters_mutex_);
+    return counters_;
+}
+
+template <class F> void JitEngine::count(F &&update) {
+    std::lock_guard lock(counters_mutex_);
+    update(counters_);
+}
+
+JitEngine::Slot &JitEngine::slot_for(const std::string &source) {
+    std::lock_guard lock(slots_mutex_);
+    std::unique_ptr<Slot> &slot = slots_[source];
+    if (!slot) slot = std::make_unique<Slot>();
+    return *slot;
+}
+
+Kernel &JitEngine::get(const KernelSource &source) {
+    Slot &slot = slot_for(source.source);
+    if (slot.ready.load(std::memory_order_acquire)) {
+        count([](CacheCounters &c) { ++c.memory_hits; });
+        return slot.kernel;
+    }
+    // Messages of the resolution reach the callback when `messages` goes out of scope, after
+    // the once-flag is released (also when it throws).
+    LogBuffer messages;
+    bool resolved_here = false;
+    std::call_once(slot.once, [&] {
+        resolve(source, slot);
+        resolved_here = true;
+    });
+    if (!resolved_here) count([](CacheCounters &c) { ++c.memory_hits; });  // another thread resolved it
+    return slot.kernel;
+}
+
+void JitEngine::resolve(const KernelSource &source, Slot &slot) {
+    Digest k = key(source);
+    CachedKernel entry;
+    auto load_start = std::chrono::steady_clock::now();
+    DiskCache::Lookup lookup = disk_->load(source.name, k, entry);
+    if (lookup == DiskCache::Lookup::hit) {
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+        count([&](CacheCounters &c) {
+            ++c.disk_hits;
+            c.disk_load_seconds += seconds;
+        });
+    } else {
+        count([&](CacheCounters &c) {
+            ++c.misses;
+            if (lookup == DiskCache::Lookup::rejected) ++c.disk_rejects;
+        });
+        if (!options_.jit_enabled)
+            fail(Status::jit_disabled,
+                 "kernel {} ({}) for {} is not in the cache{} and JIT compilation is off "
+                 "(MOEJIT_COMPILE=off or jit_mode); run moejit-warmup for this model first",
+                 source.name, to_hex(k), options_.arch,
+                 disk_->usable() ? " " + disk_->folder() : std::string(" (no disk cache)"));
+        CompiledKernel compiled;
+        try {
+            compiled = nvrtc_compile(source, options_.arch, options_sorted_);
+        } catch (const Error &) {
+            count([](CacheCounters &c) { ++c.compile_failures; });
+            throw;
+        }
+        count([&](CacheCounters &c) {
+            ++c.compiles;
+            c.compile_seconds += compiled.seconds;
+        });
+        if (!compiled.log.empty())
+            options_.log(LogLevel::debug, fmt::format("moejit: NVRTC log for {}:\n{}", source.name, compiled.log));
+        options_.log(LogLevel::info, fmt::format("moejit: compiled {} for {} in {:.3f} s",
+                                                  source.name, options_.arch, compiled.seconds));
+        entry.function = std::move(compiled.lowered_name);
+        entry.cubin = std::move(compiled.cubin);
+        disk_->store(source.name, k, entry);
+    }
+    slot.kernel.name = source.name;
+    slot.kernel.param_bytes = source.param_bytes;
+    if (options_.load_modules) {
+        MOEJIT_CU(cuModuleLoadData(&slot.module, entry.cubin.data()));
+        CUresult r = driver().cuModuleGetFunction(&slot.kernel.function, slot.module, entry.function.c_str());
+        std::optional<std::string> bad_layout;
+        if (r == CUDA_SUCCESS) {
+            ParamLayout layout;
+            r = read_param_layout(slot.kernel.function, layout, options_.log);
+            if (r == CUDA_SUCCESS) bad_layout = param_layout_mismatch(source.name, source.param_bytes, layout);
+        }
+        if (r == CUDA_SUCCESS && !bad_layout && options_.max_shared_per_block > 0) {
+            // Let launches use every byte the device offers beyond the kernel's static shared
+            // memory, set now so that a launch never writes to the kernel (launches run on any
+            // thread without a lock). The limit does not change occupancy or the carveout.
+            int static_smem = 0;
+            r = driver().cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, slot.kernel.function);
+            const int dynamic = options_.max_shared_per_block - static_smem;
+            if (r == CUDA_SUCCESS && dynamic > slot.kernel.max_dynamic_smem) {
+                r = driver().cuFuncSetAttribute(slot.kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                dynamic);
+                if (r == CUDA_SUCCESS) slot.kernel.max_dynamic_smem = dynamic;
+            }
+        }
+        if (r != CUDA_SUCCESS || bad_layout) {
+            driver().cuModuleUnload(slot.module);
+            slot.module = nullptr;
+            slot.kernel.function = nullptr;
+            if (bad_layout) fail(Status::internal, "{}", *bad_layout);
+            check_cuda(r, "loading a kernel (cuModuleGetFunction / cuFuncGetParamInfo / cuFuncGetAttribute / "
+                          "cuFuncSetAttribute)");
+        }
+    }
+    slot.ready.store(true, std::memory_order_release);
+}
+
+}  // namespace moejit
