@@ -12,6 +12,7 @@
 #include "runtime/context.hpp"
 #include "moe/plan.hpp"
 #include "moe/plan_describe.hpp"
+#include "moe/plan_layout.hpp"
 #include "moejit.h"
 
 using namespace moejit;
@@ -98,6 +99,20 @@ template <class Size> moejit_status_t size_query(moejit_plan_t plan, size_t *byt
     });
 }
 
+// An affine size bound of a validated descriptor into *per_unit and *constant.
+moejit_status_t size_terms_query(const moejit_plan_desc_t *desc, int64_t *per_unit, const char *per_unit_name,
+                                 int64_t *constant, SizeTerms (*terms)(const PlanDesc &)) {
+    return capi_guard([&] {
+        MOEJIT_REQUIRE(per_unit, "{} (the out-pointer) is NULL", per_unit_name);
+        MOEJIT_REQUIRE(constant, "constant_bytes (the out-pointer) is NULL");
+        const PlanDesc d = to_internal(read_struct(desc, "desc"));
+        validate_plan_desc(d);
+        const SizeTerms t = terms(d);
+        *per_unit = t.per_unit;
+        *constant = t.constant;
+    });
+}
+
 }  // namespace
 
 extern "C" {
@@ -108,6 +123,16 @@ MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t nu
 
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
     return size_query(plan, bytes, [&](Plan &p) { return p.layout(num_tokens).workspace_bytes; });
+}
+
+MOEJIT_API moejit_status_t moejit_saved_size_terms(const moejit_plan_desc_t *desc, int64_t *bytes_per_token,
+                                                   int64_t *constant_bytes) {
+    return size_terms_query(desc, bytes_per_token, "bytes_per_token", constant_bytes, saved_size_terms);
+}
+
+MOEJIT_API moejit_status_t moejit_experts_saved_size_terms(const moejit_plan_desc_t *desc, int64_t *bytes_per_row,
+                                                           int64_t *constant_bytes) {
+    return size_terms_query(desc, bytes_per_row, "bytes_per_row", constant_bytes, experts_saved_size_terms);
 }
 
 // The argument struct is read before the plan handle is checked, so its struct_size rules are

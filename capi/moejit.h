@@ -494,6 +494,14 @@ MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t nu
                                                   size_t *bytes);
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens,
                                                       size_t *bytes);
+/* An affine bound of moejit_plan_saved_size from the descriptor alone (no context, no device;
+ * since 0.11): for every plan of *desc and every valid T,
+ *   moejit_plan_saved_size(plan, T) <= *bytes_per_token * T + *constant_bytes.
+ * For frameworks that size `saved` symbolically (fake tensors) instead of asking a plan per T.
+ * A bad desc is MOEJIT_ERROR_INVALID_ARGUMENT naming the field, as moejit_plan_create. */
+MOEJIT_API moejit_status_t moejit_saved_size_terms(const moejit_plan_desc_t *desc,
+                                                   int64_t *bytes_per_token,
+                                                   int64_t *constant_bytes);
 MOEJIT_API moejit_status_t moejit_plan_forward(moejit_plan_t plan,
                                                const moejit_forward_args_t *args);
 MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan,
@@ -577,6 +585,11 @@ MOEJIT_API moejit_status_t moejit_experts_backward_args_init_sized(moejit_expert
  * num_rows). */
 MOEJIT_API moejit_status_t moejit_plan_experts_saved_size(moejit_plan_t plan, int64_t num_rows,
                                                           size_t *bytes);
+/* moejit_saved_size_terms for the experts entry: saved_size(R) <= *bytes_per_row * R +
+ * *constant_bytes for every plan of *desc and every valid R (since 0.11). */
+MOEJIT_API moejit_status_t moejit_experts_saved_size_terms(const moejit_plan_desc_t *desc,
+                                                           int64_t *bytes_per_row,
+                                                           int64_t *constant_bytes);
 MOEJIT_API moejit_status_t moejit_plan_experts_workspace_size(moejit_plan_t plan, int64_t num_rows,
                                                               size_t *bytes);
 MOEJIT_API moejit_status_t moejit_plan_experts_forward(moejit_plan_t plan,

@@ -16,7 +16,7 @@ from ctypes import (CFUNCTYPE, POINTER, c_char, c_char_p, c_double, c_float, c_i
                     c_int64, c_size_t, c_uint64, c_void_p)
 from typing import Dict, List, Optional, Tuple, Type
 
-from . import _cuda_pip, errors
+from . import _cuda_pip, _header, errors
 from ._version import __version__ as package_version
 from ._version import cuda_major
 
@@ -113,207 +113,59 @@ class _Struct(ctypes.Structure):
         return f"{type(self).__name__}({fields})"
 
 
+# Every struct's fields come from moejit.h itself (_header.py): the header is their one
+# description. tests/python/test_structs.py holds them to a C compiler's offsets.
+_LAYOUTS = _header.struct_layouts({"moejit_log_fn": moejit_log_fn})
+
+
 class ContextOptions(_Struct):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("cache_dir", c_char_p),
-        ("arch", c_char_p),
-        ("device_ordinal", c_int),
-        ("jit_mode", c_int),
-        ("compile_only", c_int),
-        ("log_fn", moejit_log_fn),
-        ("log_user_data", c_void_p),
-        # since 0.6: the configuration switches (moejit_switch_t) and the forced tile
-        ("tune", c_int32),
-        ("gather", c_int32),
-        ("fuse_swiglu", c_int32),
-        ("gemm_tile", c_char_p),
-    ]
+    """moejit_context_options_t."""
+    _fields_ = _LAYOUTS["moejit_context_options_t"]
 
 
 class CacheStats(_Struct):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("memory_hits", c_uint64),
-        ("disk_hits", c_uint64),
-        ("misses", c_uint64),
-        ("compiles", c_uint64),
-        ("compile_failures", c_uint64),
-        ("disk_rejects", c_uint64),
-        ("compile_seconds", c_double),
-        ("disk_load_seconds", c_double),
-    ]
-
-
-# The two grouped GEMMs' structs: the same head (dtypes, rows) and tail (accumulate, operands,
-# offsets, stream) around their own sizes.
-_GROUP_GEMM_HEAD = [("struct_size", c_size_t), ("dtype", c_int), ("c_dtype", c_int),
-                    ("rows", c_int64)]
-_GROUP_GEMM_TAIL = [("accumulate", c_int32), ("a", c_void_p), ("b", c_void_p), ("c", c_void_p),
-                    ("offsets", c_void_p), ("stream", c_void_p)]
+    """moejit_cache_stats_t."""
+    _fields_ = _LAYOUTS["moejit_cache_stats_t"]
 
 
 class GroupGemmNkArgs(_Struct):
-    _fields_ = _GROUP_GEMM_HEAD + [
-        ("n", c_int64),
-        ("k", c_int64),
-        ("num_experts", c_int32),
-        ("b_transposed", c_int32),
-    ] + _GROUP_GEMM_TAIL
+    """moejit_group_gemm_nk_args_t."""
+    _fields_ = _LAYOUTS["moejit_group_gemm_nk_args_t"]
 
 
 class GroupGemmMnArgs(_Struct):
-    _fields_ = _GROUP_GEMM_HEAD + [
-        ("m", c_int64),
-        ("n", c_int64),
-        ("num_experts", c_int32),
-    ] + _GROUP_GEMM_TAIL
+    """moejit_group_gemm_mn_args_t."""
+    _fields_ = _LAYOUTS["moejit_group_gemm_mn_args_t"]
 
 
 class SwigluArgs(_Struct):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("dtype", c_int),
-        ("rows", c_int64),
-        ("intermediate", c_int64),
-        ("merged", c_int32),
-        ("limit", c_float),
-        ("gate", c_void_p),
-        ("up", c_void_p),
-        ("gate_up", c_void_p),
-        ("w_s", c_void_p),
-        ("a", c_void_p),
-        ("aw", c_void_p),
-        ("daw", c_void_p),
-        ("d_gate", c_void_p),
-        ("d_up", c_void_p),
-        ("d_gate_up", c_void_p),
-        ("d_w_s", c_void_p),
-        ("stream", c_void_p),
-    ]
+    """moejit_swiglu_args_t."""
+    _fields_ = _LAYOUTS["moejit_swiglu_args_t"]
 
 
 class PlanDesc(_Struct):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("dtype", c_int),
-        ("hidden_size", c_int64),
-        ("intermediate_size", c_int64),
-        ("num_experts", c_int32),
-        ("top_k", c_int32),
-        ("fc1_layout", c_int),
-        ("activation", c_int),
-        ("swiglu_limit", c_float),
-        ("weight_grad_dtype", c_int),
-        ("weight_grad_accumulate", c_int32),
-        ("index_dtype", c_int),
-        ("routing_dtype", c_int),
-        ("tokens_hint", c_int64),
-        # since 0.5 (zero: the 0.4 behaviour)
-        ("activation_alpha", c_float),
-        ("weights_transposed", c_int32),
-        ("has_bias", c_int32),
-    ]
+    """moejit_plan_desc_t."""
+    _fields_ = _LAYOUTS["moejit_plan_desc_t"]
 
 
 class ForwardArgs(_Struct):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("num_tokens", c_int64),
-        ("x", c_void_p),
-        ("selected_experts", c_void_p),
-        ("routing_weights", c_void_p),
-        ("w_gate", c_void_p),
-        ("w_up", c_void_p),
-        ("w_gate_up", c_void_p),
-        ("w_down", c_void_p),
-        ("out", c_void_p),
-        ("saved", c_void_p),
-        ("saved_size", c_size_t),
-        ("workspace", c_void_p),
-        ("workspace_size", c_size_t),
-        ("stream", c_void_p),
-        # since 0.5 (has_bias)
-        ("b_gate_up", c_void_p),
-        ("b_down", c_void_p),
-    ]
+    """moejit_forward_args_t."""
+    _fields_ = _LAYOUTS["moejit_forward_args_t"]
 
 
 class BackwardArgs(_Struct):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("num_tokens", c_int64),
-        ("dout", c_void_p),
-        ("routing_weights", c_void_p),
-        ("w_gate", c_void_p),
-        ("w_up", c_void_p),
-        ("w_gate_up", c_void_p),
-        ("w_down", c_void_p),
-        ("saved", c_void_p),
-        ("saved_size", c_size_t),
-        ("dx", c_void_p),
-        ("d_routing_weights", c_void_p),
-        ("dw_gate", c_void_p),
-        ("dw_up", c_void_p),
-        ("dw_gate_up", c_void_p),
-        ("dw_down", c_void_p),
-        ("workspace", c_void_p),
-        ("workspace_size", c_size_t),
-        ("stream", c_void_p),
-        ("x", c_void_p),
-        # since 0.5 (has_bias)
-        ("b_down", c_void_p),
-        ("db_gate_up", c_void_p),
-        ("db_down", c_void_p),
-    ]
-
-
-# What both experts structs start with: the grouped rows, their offsets and weights.
-_EXPERTS_ROWS = [("struct_size", c_size_t), ("num_rows", c_int64), ("xs", c_void_p),
-                 ("expert_offsets", c_void_p), ("row_weights", c_void_p)]
+    """moejit_backward_args_t."""
+    _fields_ = _LAYOUTS["moejit_backward_args_t"]
 
 
 class ExpertsForwardArgs(_Struct):
     """moejit_experts_forward_args_t (since 0.6)."""
-    _fields_ = _EXPERTS_ROWS + [
-        ("w_gate", c_void_p),
-        ("w_up", c_void_p),
-        ("w_gate_up", c_void_p),
-        ("w_down", c_void_p),
-        ("b_gate_up", c_void_p),
-        ("b_down", c_void_p),
-        ("ys", c_void_p),
-        ("saved", c_void_p),
-        ("saved_size", c_size_t),
-        ("workspace", c_void_p),
-        ("workspace_size", c_size_t),
-        ("stream", c_void_p),
-    ]
+    _fields_ = _LAYOUTS["moejit_experts_forward_args_t"]
 
 
 class ExpertsBackwardArgs(_Struct):
     """moejit_experts_backward_args_t (since 0.6)."""
-    _fields_ = _EXPERTS_ROWS + [
-        ("dys", c_void_p),
-        ("w_gate", c_void_p),
-        ("w_up", c_void_p),
-        ("w_gate_up", c_void_p),
-        ("w_down", c_void_p),
-        ("b_down", c_void_p),
-        ("saved", c_void_p),
-        ("saved_size", c_size_t),
-        ("dxs", c_void_p),
-        ("d_row_weights", c_void_p),
-        ("dw_gate", c_void_p),
-        ("dw_up", c_void_p),
-        ("dw_gate_up", c_void_p),
-        ("dw_down", c_void_p),
-        ("db_gate_up", c_void_p),
-        ("db_down", c_void_p),
-        ("workspace", c_void_p),
-        ("workspace_size", c_size_t),
-        ("stream", c_void_p),
-    ]
+    _fields_ = _LAYOUTS["moejit_experts_backward_args_t"]
 
 
 # Each struct, its C name and the function that initialises it.
@@ -399,6 +251,9 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
     "moejit_experts_forward_args_init_sized": (status_t, [_P(ExpertsForwardArgs), c_size_t]),
     "moejit_experts_backward_args_init_sized": (status_t, [_P(ExpertsBackwardArgs), c_size_t]),
     "moejit_plan_experts_saved_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
+    # since 0.11
+    "moejit_saved_size_terms": (status_t, [_P(PlanDesc), _P(c_int64), _P(c_int64)]),
+    "moejit_experts_saved_size_terms": (status_t, [_P(PlanDesc), _P(c_int64), _P(c_int64)]),
     "moejit_plan_experts_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
     "moejit_plan_experts_forward": (status_t, [c_void_p, _P(ExpertsForwardArgs)]),
     "moejit_plan_experts_backward": (status_t, [c_void_p, _P(ExpertsBackwardArgs)]),

@@ -32,11 +32,12 @@ _W = "torch.ops.moejit."
 
 
 def experts_saved_bytes_bound(num_rows, intermediate_size: int, element_size: int = 2):
-    """Bytes of `saved` for R rows: an upper bound of moejit_plan_experts_saved_size, affine in
-    R (works on SymInts): w_s [R] fp32 and gate_up [R, 2I] in the layer dtype (a·w is
-    recomputed by the backward), each on a 256-byte boundary (a full 256 bytes of padding
-    counted for each)."""
-    return num_rows * (4 + 2 * intermediate_size * element_size) + 2 * _op._REGION_ALIGNMENT
+    """Bytes of `saved` for R rows: the library's upper bound of moejit_plan_experts_saved_size,
+    affine in R (works on SymInts; moejit_experts_saved_size_terms)."""
+    # The experts entry's saved regions depend on I and the dtype only: any valid H, E, k.
+    per_row, constant = _op.saved_size_terms(8, intermediate_size, 1, 1, element_size,
+                                             experts_entry=True)
+    return num_rows * per_row + constant
 
 
 def check(where: str, xs, expert_offsets, row_weights, w_gate_up, w_down, swiglu_limit, *,

@@ -56,13 +56,15 @@ torch.cuda.current_stream(); outputs, saved and the workspace come from PyTorch'
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import sys
 import threading
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
-from . import errors
+from . import _capi, errors
 from ._validate import LayerSpec, TensorInfo, check_layer
 from .core import Context, Plan, _switch
 
@@ -79,9 +81,6 @@ _retired: list = []
 
 # The library reads x and the weights with 16-byte vector loads.
 _ALIGNMENT = 16
-# moejit's saved buffer aligns every region to 256 bytes (src/moe/plan_layout.hpp).
-_REGION_ALIGNMENT = 256
-_SAVED_REGIONS = 5
 
 _ELEMENT_SIZE = {"bfloat16": 2, "float16": 2}
 
@@ -99,17 +98,33 @@ def _debug_poison() -> bool:
     return bool(getattr(module, "_debug_poison", False))
 
 
+@functools.lru_cache(maxsize=None)
+def saved_size_terms(hidden_size: int, intermediate_size: int, num_experts: int, top_k: int,
+                     element_size: int = 2, experts_entry: bool = False):
+    """(bytes per token, constant bytes) of the library's own affine bound of `saved`
+    (moejit_saved_size_terms, or moejit_experts_saved_size_terms per row): the layout lives in
+    the library alone (src/moe/plan_layout.*), this only asks it."""
+    from . import core  # plan_desc: the one place Python fills a moejit_plan_desc_t
+    if element_size != 2:
+        raise errors.InvalidArgumentError(
+            f"element_size must be 2 (bfloat16 or float16 layers), got {element_size}")
+    desc = core.plan_desc(dtype="bfloat16",
+                          hidden_size=hidden_size, intermediate_size=intermediate_size,
+                          num_experts=num_experts, top_k=top_k)
+    per_unit, constant = ctypes.c_int64(), ctypes.c_int64()
+    query = (_capi.lib().moejit_experts_saved_size_terms if experts_entry
+             else _capi.lib().moejit_saved_size_terms)
+    _capi.check(query(ctypes.byref(desc), ctypes.byref(per_unit), ctypes.byref(constant)))
+    return per_unit.value, constant.value
+
+
 def saved_bytes_bound(num_tokens, hidden_size: int, intermediate_size: int, num_experts: int,
                       top_k: int, element_size: int = 2):
-    """Bytes of the `saved` tensor for T tokens: an upper bound of moejit_plan_saved_size, affine
-    in T (works on SymInts). The saved regions are: offsets [E+1] int32, scatter_index [S]
-    int32, row_token [S] int32 (gathered plans only; always counted here), w_s [S] fp32,
-    g and u [S, 2I] in the layer dtype (S = T·k; a·w is recomputed by the backward), each
-    starting on a 256-byte boundary; the bound adds a full 256 bytes of padding for each."""
-    del hidden_size  # x's rows are not saved (the backward re-reads x)
-    per_row = 3 * 4 + 2 * intermediate_size * element_size
-    head = -(-(num_experts + 1) * 4 // _REGION_ALIGNMENT) * _REGION_ALIGNMENT
-    return num_tokens * top_k * per_row + head + _SAVED_REGIONS * _REGION_ALIGNMENT
+    """Bytes of the `saved` tensor for T tokens: the library's upper bound of
+    moejit_plan_saved_size, affine in T (works on SymInts)."""
+    per_token, constant = saved_size_terms(hidden_size, intermediate_size, num_experts, top_k,
+                                           element_size)
+    return num_tokens * per_token + constant
 
 
 # ------------------------------------------------------------------ plan cache

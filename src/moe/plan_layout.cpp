@@ -15,13 +15,27 @@ namespace {
 struct Allocator {
     const char *arg;  // the argument an overflow is blamed on
     std::size_t end = 0;
+    std::size_t payload = 0;  // the regions' bytes without their alignment padding
+    std::size_t regions = 0;
     Region take(std::size_t bytes) {
         const std::size_t start = checked_add(end, kRegionAlignment - 1, arg) / kRegionAlignment * kRegionAlignment;
         Region r{start, bytes};
         end = checked_add(start, bytes, arg);
+        payload += bytes;
+        ++regions;
         return r;
     }
 };
+
+// Each region's bytes are linear in T (or R) with the constant of the T-independent regions,
+// and each start pads by less than the alignment: size(n) <= payload(n) + regions·alignment,
+// with payload(n) = payload(0) + n·(payload(1) - payload(0)) exactly.
+template <class Layout> SizeTerms size_terms(const Layout &zero, const Layout &one) {
+    SizeTerms t;
+    t.per_unit = static_cast<std::int64_t>(one.saved_payload - zero.saved_payload);
+    t.constant = static_cast<std::int64_t>(zero.saved_payload + zero.saved_regions * kRegionAlignment);
+    return t;
+}
 
 }  // namespace
 
@@ -42,6 +56,8 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     w_s = saved.take(bytes({S, 4}));
     gate_up = saved.take(bytes({S, 2, I, el}));
     saved_bytes = saved.end;
+    saved_payload = saved.payload;
+    saved_regions = saved.regions;
 
     Allocator fwd{arg}, bwd{arg};
     xs = bwd.take(bytes({S, H, el}));
@@ -79,6 +95,8 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
     w_s = saved.take(bytes({R, 4}));
     gate_up = saved.take(bytes({R, 2, I, el}));
     saved_bytes = saved.end;
+    saved_payload = saved.payload;
+    saved_regions = saved.regions;
 
     Allocator fwd{rows_arg}, bwd{rows_arg};
     if (gathered) row_token = fwd.take(bytes({R, 4}));
@@ -89,6 +107,15 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
     wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, R));
     if (desc.has_bias) bias_partial = bwd.take(bias_grad_workspace_bytes(R, desc.num_experts, std::max(2 * I, H)));
     workspace_bytes = std::max(fwd.end, bwd.end);
+}
+
+SizeTerms saved_size_terms(const PlanDesc &desc) {
+    // Gathered plans keep row_token too: the bound covers every plan of `desc`.
+    return size_terms(PlanLayout(desc, 0, true), PlanLayout(desc, 1, true));
+}
+
+SizeTerms experts_saved_size_terms(const PlanDesc &desc) {
+    return size_terms(ExpertsLayout(desc, 0, true), ExpertsLayout(desc, 1, true));
 }
 
 }  // namespace moejit

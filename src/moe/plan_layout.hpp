@@ -44,6 +44,7 @@ struct PlanLayout {
     Region w_s;            // [S] fp32 routing weight per scattered row
     Region gate_up;        // split: g [S,I] then u [S,I]; merged: [S,2I]
     std::size_t saved_bytes = 0;
+    std::size_t saved_payload = 0, saved_regions = 0;  // saved's bytes without padding; its region count
     // workspace of backward, and of forward when not gathered
     Region xs;             // [S,H] scattered x (backward: dy's rows, then x's, then dxs)
     // forward workspace
@@ -75,6 +76,7 @@ struct ExpertsLayout {
     Region w_s;        // [R] fp32: the row weights (1 without)
     Region gate_up;    // as PlanLayout's
     std::size_t saved_bytes = 0;
+    std::size_t saved_payload = 0, saved_regions = 0;
     // forward workspace
     Region row_token;  // [R] int32 identity, when fc1 gathers
     Region aw;         // [R,I], as PlanLayout's
@@ -84,5 +86,16 @@ struct ExpertsLayout {
     Region wgrad_split, bias_partial;
     std::size_t workspace_bytes = 0;
 };
+
+// An affine bound of the saved buffer's size, for callers that size it symbolically (a
+// framework's fake tensors): saved_bytes(n) <= per_unit·n + constant for every valid n, n = T
+// for the layer (PlanLayout), R for the experts entry (ExpertsLayout), any plan of `desc`
+// (gathered or not). moejit_saved_size_terms / moejit_experts_saved_size_terms.
+struct SizeTerms {
+    std::int64_t per_unit = 0;
+    std::int64_t constant = 0;
+};
+SizeTerms saved_size_terms(const PlanDesc &desc);          // desc validated by the caller
+SizeTerms experts_saved_size_terms(const PlanDesc &desc);
 
 }  // namespace moejit

@@ -423,3 +423,51 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
     d.num_experts = 4096;
     BOOST_TEST(moejit::PlanLayout(moejit::to_internal(d), 0, true).offsets.bytes == 4097u * 4u);
 }
+
+// moejit_saved_size_terms / moejit_experts_saved_size_terms: an affine bound from the
+// descriptor alone that every plan's saved size stays under (gathered or not, any T or R), and
+// tight (within the alignment padding of each region); bad input names the argument.
+BOOST_AUTO_TEST_CASE(saved_size_terms_bound_every_layout) {
+    std::uint64_t state = 0x5eed5eedULL ^ static_cast<std::uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    auto draw = [&](std::int64_t lo, std::int64_t hi) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        return lo + static_cast<std::int64_t>((state >> 33) % static_cast<std::uint64_t>(hi - lo + 1));
+    };
+    for (int trial = 0; trial < 200; ++trial) {
+        moejit_plan_desc_t d = small_desc(trial % 2 ? MOEJIT_FC1_MERGED : MOEJIT_FC1_SPLIT);
+        d.hidden_size = 8 * draw(1, 1024);
+        d.intermediate_size = 8 * draw(1, 512);
+        d.num_experts = static_cast<std::int32_t>(draw(1, 512));
+        d.top_k = static_cast<std::int32_t>(draw(1, 16));
+        if (trial % 3 == 0) d.dtype = d.weight_grad_dtype = MOEJIT_DTYPE_FP16;
+        std::int64_t per_token = -1, constant = -1, per_row = -1, experts_constant = -1;
+        BOOST_REQUIRE_MESSAGE(moejit_saved_size_terms(&d, &per_token, &constant) == MOEJIT_SUCCESS,
+                              moejit_last_error());
+        BOOST_REQUIRE(moejit_experts_saved_size_terms(&d, &per_row, &experts_constant) == MOEJIT_SUCCESS);
+        const moejit::PlanDesc desc = moejit::to_internal(d);
+        for (std::int64_t T : {std::int64_t{0}, std::int64_t{1}, draw(2, 5000), draw(5000, 100000)}) {
+            for (bool gathered : {false, true}) {
+                const moejit::PlanLayout L(desc, T, gathered);
+                const std::int64_t bound = per_token * T + constant;
+                BOOST_TEST_CONTEXT("trial " << trial << " T=" << T << " gathered=" << gathered) {
+                    BOOST_TEST(static_cast<std::int64_t>(L.saved_bytes) <= bound);
+                    BOOST_TEST(bound - static_cast<std::int64_t>(L.saved_bytes) <=
+                               static_cast<std::int64_t>(6 * moejit::kRegionAlignment + 4 * T * d.top_k));
+                }
+                const moejit::ExpertsLayout X(desc, T, gathered);
+                BOOST_TEST(static_cast<std::int64_t>(X.saved_bytes) <= per_row * T + experts_constant);
+            }
+        }
+    }
+    moejit_plan_desc_t d = small_desc();
+    std::int64_t a = 0, b = 0;
+    BOOST_TEST(moejit_saved_size_terms(&d, nullptr, &b) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(message_names("bytes_per_token"));
+    BOOST_TEST(moejit_experts_saved_size_terms(&d, &a, nullptr) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(message_names("constant_bytes"));
+    d.top_k = 0;
+    BOOST_TEST(moejit_saved_size_terms(&d, &a, &b) == MOEJIT_ERROR_INVALID_ARGUMENT);
+    BOOST_TEST(message_names("desc->top_k"));
+    BOOST_TEST(moejit_saved_size_terms(nullptr, &a, &b) == MOEJIT_ERROR_INVALID_ARGUMENT);
+}
