@@ -2,7 +2,7 @@
 // in exactly one function, and the library's results become C values. The C enums and the
 // library's enums have the same values (capi_convert.cpp asserts every one), so an enum converts
 // by value: a caller's out-of-range value reaches the library's validation unchanged, which
-// rejects it naming the C field. Nothing under src/ includes moejit.h (docs/DESIGN.md §1.2).
+// rejects it naming the C field. Nothing under src/ includes moejit.h (docs/DESIGN.md §1.3).
 #pragma once
 
 #include "capi_handles.hpp"

@@ -1,4 +1,4 @@
-// Per-row steps of the pre-dispatched experts entry (docs/DESIGN.md §2.5): rows already grouped
+// Per-row steps of the pre-dispatched experts entry (docs/DESIGN.md §2.6): rows already grouped
 // by expert, so there is no routing index, scatter or gather; what the layer's scatter and
 // gather did per row is done here in place.
 #pragma once

@@ -303,7 +303,7 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
                                r.bias_partial, r.bias_partial_bytes, r.stream},
                   kernels_.bias_grad);
     }
-    // dy is dead from here: x's rows may take its place (the layer's workspace, §2.5), and
+    // dy is dead from here: x's rows may take its place (the layer's workspace, DESIGN.md §2.7), and
     // fc1's weight gradients read them before its dgrad writes dxs there.
     const void *xs = r.xs;
     if (r.late_x.x) xs = scatter_rows(r.late_x.index, r.late_x.tokens, r.late_x.x, r.late_x.xs, r.stream);

@@ -142,7 +142,7 @@ public:
 protected:
     // How many rows the backward's grouped GEMMs are launched for: the launch bound S, the
     // scattered tensors' rows (docs/DESIGN.md §3). Virtual so that the regression suite can
-    // substitute the historical bug (T) and prove that its checks catch it (§3.5).
+    // substitute the historical bug (T) and prove that its checks catch it (DESIGN.md §3.6).
     virtual std::int64_t backward_gemm_bound(const PlanLayout &L, std::int64_t /*num_tokens*/) const {
         return L.rows;
     }

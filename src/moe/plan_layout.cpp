@@ -66,12 +66,12 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     y = fwd.take(bytes({S, H, el}));
     // a·w is not kept for the backward: its SwiGLU backward recomputes it from g and u into daw
-    // (S·I elements fewer kept between the calls, DESIGN.md §2.5).
+    // (S·I elements fewer kept between the calls, DESIGN.md §2.7).
     aw = fwd.take(bytes({S, I, el}));
 
     // Backward: one [S,H] region holds dy's rows (fc2's dgrad and weight gradient), then x's
     // rows (fc1's weight gradient), then dxs (fc1's dgrad, last): 2·S·H elements fewer than
-    // three regions (DESIGN.md §2.5).
+    // three regions (DESIGN.md §2.7).
     dy = xs;
     dxs = xs;
     daw = bwd.take(bytes({S, I, el}));

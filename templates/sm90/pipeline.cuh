@@ -19,7 +19,7 @@ constexpr int kGatherThreads = 128;  // the producer warpgroup copies gathered r
 // TMA stores it asynchronously, so the next tile's wgmmas overlap the store.
 // PINGPONG: each consumer warpgroup owns whole 128 x BN tiles (two m64 row blocks, BN <= 128),
 // the two taking turns at the tensor cores: one warpgroup's epilogue runs under the other's
-// mainloop (docs/DESIGN.md §3.4a). Otherwise (cooperative) both share every tile, 64 rows each.
+// mainloop (docs/DESIGN.md §3.5). Otherwise (cooperative) both share every tile, 64 rows each.
 // PINGPONG_ 2 issues one row block's k-slice, then the other's (1 interleaves them per k16).
 template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false, int PINGPONG_ = 0>
 struct Config {

@@ -723,7 +723,7 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     const std::vector<float> aw_forward = R.halves(res.workspace_after_forward, R.L.aw, 0, S * I);
     check_close(r, "aw", aw_forward, ref.aw, tol);
     check_close(r, "y", R.halves(res.workspace_after_forward, R.L.y, 0, S * H), ref.y, tol);
-    // backward scratch. dy's rows, then x's, then dxs share one region (DESIGN.md §2.5), so
+    // backward scratch. dy's rows, then x's, then dxs share one region (DESIGN.md §2.7), so
     // only dxs is left to read; dy and x's rows are checked through what they feed: d(a·w)
     // and dw_down (dy), dw_gate / dw_up (x's rows). d(a·w)'s region ends holding a·w, recomputed
     // by the SwiGLU backward for fc2's weight gradient: bitwise the forward's (which is not

@@ -1,4 +1,4 @@
-// The historical launch-bound bug, on purpose (docs/DESIGN.md §3.5): a Plan whose backward
+// The historical launch-bound bug, on purpose (docs/DESIGN.md §3.6): a Plan whose backward
 // grouped GEMMs are bounded by T instead of S, so that with duplicate routes the rows past T are
 // never written. The regression suite runs it through the C API, as any plan, and requires its
 // checks to fail: a check that cannot fail proves nothing.
