@@ -37,7 +37,7 @@ namespace fp8 {
 // (two cooperative consumer warpgroups of 64 rows), BK = 128 e4m3 (one 128-byte swizzle row,
 // one scale block), BN = 128 (one scale block of B's rows; the promoted and the temporary
 // accumulators take 2 x 64 registers per thread). Host mirror: fp8_gemm_smem_bytes
-// (src/fp8/fp8_gemm.cpp).
+// (src/fp8/fp8_render.cpp).
 template <class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_, bool PROMOTE_>
 struct Config {
     using T = unsigned char;  // e4m3
