@@ -40,7 +40,7 @@ struct Fp8GemmSpec {
     std::int64_t n = 0;  // a multiple of 128 (B's scale blocks)
     std::int64_t k = 0;  // a multiple of 128
     DType c_dtype = DType::bf16;  // bf16, or fp32 (register epilogue; tests of accumulation)
-    int block_n = 128;            // the only width (one B scale block per tile)
+    int block_n = 128;            // 128 or 256 (whole B scale blocks; n a multiple of it)
     int stages = 6;               // the operand ring; fp8_gemm_max_stages gives the deepest that fits
     int group_m = 8;              // row blocks walked together (L2 reuse of B)
     bool tma_store = true;        // bf16 C through TMA for full 64-row halves (needs a 16-byte aligned C)
@@ -50,8 +50,10 @@ struct Fp8GemmSpec {
     bool promote = true;
 };
 
-// The spec for (n, k, c_dtype) with the deepest ring that fits `num_experts` on sm_90a.
-Fp8GemmSpec make_fp8_gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, std::int32_t num_experts);
+// The spec for (n, k, c_dtype, block_n) with the deepest ring that fits `num_experts` on sm_90a
+// (TMA stores for a bf16 C).
+Fp8GemmSpec make_fp8_gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, std::int32_t num_experts,
+                               int block_n = 128);
 // Dynamic shared memory of a launch (host mirror of sm90/pipeline.cuh's carve_smem with the FP8
 // config), and the deepest ring (<= 6 stages) that fits sm_90a with `num_experts`.
 std::size_t fp8_gemm_smem_bytes(const Fp8GemmSpec &spec, std::int32_t num_experts);

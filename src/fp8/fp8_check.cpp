@@ -88,8 +88,11 @@ std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8GemmSp
                       what, spec.k);
     if (spec.c_dtype != DType::bf16 && spec.c_dtype != DType::fp32)
         return refuse(Status::unsupported, "{}: c_dtype = {}: expected bf16 or fp32", what, dtype_name(spec.c_dtype));
-    if (spec.block_n != 128)
-        return refuse(Status::unsupported, "{}: block_n = {}: the FP8 GEMM supports 128", what, spec.block_n);
+    if (spec.block_n != 128 && spec.block_n != 256)
+        return refuse(Status::unsupported, "{}: block_n = {}: the FP8 GEMM supports 128 and 256", what, spec.block_n);
+    if (spec.n % spec.block_n != 0)
+        return refuse(Status::unsupported, "{}: n = {}: with block_n = {} n must be a multiple of {} (use block_n 128)",
+                      what, spec.n, spec.block_n, spec.block_n);
     if (spec.stages < 2 || spec.stages > 8)
         return refuse(Status::unsupported, "{}: stages = {}: expected 2..8", what, spec.stages);
     if (spec.group_m < 1 || spec.group_m > 64)

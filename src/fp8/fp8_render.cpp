@@ -36,8 +36,10 @@ int fp8_gemm_max_stages(const Fp8GemmSpec &spec, std::int32_t num_experts) {
     return s.stages;
 }
 
-Fp8GemmSpec make_fp8_gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, std::int32_t num_experts) {
+Fp8GemmSpec make_fp8_gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, std::int32_t num_experts,
+                               int block_n) {
     Fp8GemmSpec s;
+    s.block_n = block_n;
     s.n = n;
     s.k = k;
     s.c_dtype = c_dtype;

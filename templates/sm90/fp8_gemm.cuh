@@ -35,8 +35,10 @@ namespace fp8 {
 // The tile configuration, with the member names sm90/pipeline.cuh and sm90/epilogue.cuh read
 // (Smem, carve_smem, init_ring, RingPos, producer_wait, store_tile, store_tile_tma). BM = 128
 // (two cooperative consumer warpgroups of 64 rows), BK = 128 e4m3 (one 128-byte swizzle row,
-// one scale block), BN = 128 (one scale block of B's rows; the promoted and the temporary
-// accumulators take 2 x 64 registers per thread). Host mirror: fp8_gemm_smem_bytes
+// one scale block), BN = 128 or 256: HALVES = BN / 128 scale blocks of B's rows, each one
+// m64n128k32 wgmma chain into the 64-register temporary accumulator, promoted in turn (BN = 256
+// holds 128 promoted + 64 temporary registers per thread; it halves A's reloads per column, at
+// the price of a second wait per k block). Host mirror: fp8_gemm_smem_bytes
 // (src/fp8/fp8_render.cpp).
 template <class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_, bool PROMOTE_>
 struct Config {
@@ -49,9 +51,9 @@ struct Config {
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     static constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
     static constexpr int CHUNK_BYTES = 64 * 128;  // one consumer's 64 rows of A
-    static constexpr int ACC = BN / 2;
+    static constexpr int ACC = BN / 2, HALVES = BN / 128;
     static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-    static_assert(BN == 128, "BN must be 128 (one scale block of B)");
+    static_assert(BN == 128 || BN == 256, "BN must be 128 or 256 (whole scale blocks of B)");
     static_assert(STAGES >= 2, "at least double buffering");
     static_assert(!EPI_TMA || sizeof(CT) == 2, "the TMA-store epilogue stages 16-bit C");
 };
@@ -78,22 +80,31 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], unsigned long lo
 #undef MJF_D32
 
 // A consumer thread's scales for one k block: its two rows' a_scale (0 for rows past the
-// expert's end, never stored) and the tile's b_scale.
-struct KScales {
-    float a0, a1, b;
+// expert's end, never stored) and the tile's b_scale of each 128-row half of B.
+template <int HALVES> struct KScales {
+    float a0, a1, b[HALVES];
 };
 
-__device__ __forceinline__ KScales load_scales(const float *__restrict__ a_row0, const float *__restrict__ a_row1,
-                                               bool valid0, bool valid1, const float *__restrict__ b_blk, int kb) {
-    KScales s;
+// b_blk: the tile's first B scale block; its next one (HALVES = 2) is k_blocks floats on.
+template <int HALVES>
+__device__ __forceinline__ KScales<HALVES> load_scales(const float *__restrict__ a_row0,
+                                                       const float *__restrict__ a_row1, bool valid0, bool valid1,
+                                                       const float *__restrict__ b_blk, int k_blocks, int kb) {
+    KScales<HALVES> s;
     s.a0 = valid0 ? __ldg(a_row0 + kb) : 0.0f;
     s.a1 = valid1 ? __ldg(a_row1 + kb) : 0.0f;
-    s.b = __ldg(b_blk + kb);
+#pragma unroll
+    for (int h = 0; h < HALVES; ++h) s.b[h] = __ldg(b_blk + h * k_blocks + kb);
     return s;
 }
 
+// The 64 accumulators of 128-column half h (the n128 wgmma's layout, 64 registers on).
+template <int ACC> __device__ __forceinline__ float (&half_of(float (&acc)[ACC], int h))[64] {
+    return *reinterpret_cast<float(*)[64]>(acc + 64 * h);
+}
+
 // tma_a: A [S, K] e4m3, 2D dims {K, S}, box {128, 128} (rows >= S zero-filled).
-// tma_b: B [E, N, K] e4m3, 3D dims {K, N, E}, box {128, BN, 1}.
+// tma_b: B [E, N, K] e4m3, 3D dims {K, N, E}, box {128, BN, 1} (N a multiple of BN).
 // tma_c (EPI_TMA): C [S, N], 2D dims {N, S}, box {64, 64}.
 // m_tile_bound: the host's ceil(S / BM) + min(E, S) bound on the M-tile count.
 template <class Cfg, int N, int K>
@@ -103,8 +114,8 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
                                               int rows, int num_experts, int m_tile_bound) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, THREADS = Cfg::THREADS;
     constexpr int N_TILES = N / BN, K_TILES = K / BK;  // K_TILES: also the scales' k blocks
-    constexpr int NB = N / 128;                         // b_scale's row blocks per expert
-    static_assert(N % 128 == 0 && K % 128 == 0, "N and K must be multiples of 128 (the scale blocks)");
+    constexpr int NB = N / 128, HALVES = Cfg::HALVES;  // b_scale's row blocks per expert, per tile
+    static_assert(N % BN == 0 && K % 128 == 0, "N a multiple of BN, K of 128 (whole scale blocks)");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const Smem<Cfg> m = carve_smem<Cfg>(smem_raw);
@@ -148,9 +159,9 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
     const int cw = wg - 1;
     const int r_base = cw * 64 + (warp & 3) * 16 + (lane >> 2);  // this thread's rows: r_base, r_base + 8
     RingPos<Cfg::STAGES> pos;
-    float part[Cfg::ACC];  // the temporary accumulator of one k block (PROMOTE)
+    float part[64];  // the temporary accumulator of one k block and half (PROMOTE)
 #pragma unroll
-    for (int i = 0; i < Cfg::ACC; ++i) part[i] = 0.0f;
+    for (int i = 0; i < 64; ++i) part[i] = 0.0f;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
         const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
         const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
@@ -165,36 +176,45 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
         float acc[Cfg::ACC];
 #pragma unroll
         for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
-        KScales sc = load_scales(a_row0, a_row1, valid0, valid1, b_blk, 0);
+        KScales<HALVES> sc = load_scales<HALVES>(a_row0, a_row1, valid0, valid1, b_blk, K_TILES, 0);
         for (int kb = 0; kb < K_TILES; ++kb, ++pos.it) {
             // The next k block's scales load while this block's wgmmas run.
-            const KScales next = Cfg::PROMOTE && kb + 1 < K_TILES
-                                     ? load_scales(a_row0, a_row1, valid0, valid1, b_blk, kb + 1)
-                                     : sc;
+            const KScales<HALVES> next = Cfg::PROMOTE && kb + 1 < K_TILES
+                                             ? load_scales<HALVES>(a_row0, a_row1, valid0, valid1, b_blk, K_TILES, kb + 1)
+                                             : sc;
             const int s = pos.stage();
             mbar_wait(m.full(s), pos.phase());
             const unsigned stage = m.stage(s);
             const unsigned long long da = desc_kmajor_sw128(stage + cw * Cfg::CHUNK_BYTES);
-            const unsigned long long db = desc_kmajor_sw128(stage + Cfg::A_BYTES);
             if constexpr (Cfg::PROMOTE) {
-                fence_operands(part);
-                wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < BK / 32; ++kk) wgmma_e4m3_n128(part, da + 2 * kk, db + 2 * kk, kk > 0);
-                wgmma_commit();
-                fence_operands(part);
-                wgmma_wait<0>();
-                fence_operands(part);
-                mbar_arrive(m.empty(s));  // the stage is read: the producer may refill it
-                const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
+                for (int h = 0; h < HALVES; ++h) {
+                    // B's rows 128 h.. (K-major, 128 bytes each) are 16 KiB h into the B tile.
+                    const unsigned long long db = desc_kmajor_sw128(stage + Cfg::A_BYTES + h * 128 * 128);
+                    fence_operands(part);
+                    wgmma_fence();
 #pragma unroll
-                for (int i = 0; i < Cfg::ACC; ++i) acc[i] = fmaf(part[i], (i & 2) ? s1 : s0, acc[i]);
+                    for (int kk = 0; kk < BK / 32; ++kk) wgmma_e4m3_n128(part, da + 2 * kk, db + 2 * kk, kk > 0);
+                    wgmma_commit();
+                    fence_operands(part);
+                    wgmma_wait<0>();
+                    fence_operands(part);
+                    if (h == HALVES - 1) mbar_arrive(m.empty(s));  // the stage is read: the producer may refill it
+                    const float s0 = sc.a0 * sc.b[h], s1 = sc.a1 * sc.b[h];
+                    float(&acc_h)[64] = half_of(acc, h);
+#pragma unroll
+                    for (int i = 0; i < 64; ++i) acc_h[i] = fmaf(part[i], (i & 2) ? s1 : s0, acc_h[i]);
+                }
             } else {
                 fence_operands(acc);
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < BK / 32; ++kk)
-                    wgmma_e4m3_n128(acc, da + 2 * kk, db + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
+                for (int h = 0; h < HALVES; ++h) {
+                    const unsigned long long db = desc_kmajor_sw128(stage + Cfg::A_BYTES + h * 128 * 128);
+#pragma unroll
+                    for (int kk = 0; kk < BK / 32; ++kk)
+                        wgmma_e4m3_n128(half_of(acc, h), da + 2 * kk, db + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
+                }
                 wgmma_commit();
                 fence_operands(acc);
                 wgmma_wait<0>();
@@ -204,9 +224,8 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
             sc = next;  // !PROMOTE keeps k block 0's
         }
         if constexpr (!Cfg::PROMOTE) {
-            const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
 #pragma unroll
-            for (int i = 0; i < Cfg::ACC; ++i) acc[i] *= (i & 2) ? s1 : s0;
+            for (int i = 0; i < Cfg::ACC; ++i) acc[i] *= ((i & 2) ? sc.a1 : sc.a0) * sc.b[i / 64];
         }
         // A TMA box may not reach into the next expert's rows: TMA only for a full 64-row half.
         if constexpr (Cfg::EPI_TMA) {

@@ -65,8 +65,9 @@ std::string ptx_for_sm90a(const KernelSource &ks) {
     return ptx;
 }
 
-Fp8GemmSpec gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, bool promote, std::int32_t experts) {
-    Fp8GemmSpec s = make_fp8_gemm_spec(n, k, c_dtype, experts);
+Fp8GemmSpec gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, bool promote, std::int32_t experts,
+                      int block_n = 128) {
+    Fp8GemmSpec s = make_fp8_gemm_spec(n, k, c_dtype, experts, block_n);
     s.promote = promote;
     return s;
 }
@@ -104,17 +105,23 @@ BOOST_AUTO_TEST_CASE(every_fp8_kernel_compiles_for_sm90a) {
         DType c;
         bool promote;
         std::int32_t experts;
+        int block_n = 128;
     };
     // qwen3-30b-a3b and deepseek-v3 fc1 and fc2, the long-K test pair, the smallest shape.
     for (const G &g : {G{1536, 2048, DType::bf16, true, 128}, G{2048, 768, DType::bf16, true, 128},
                        G{4096, 7168, DType::bf16, true, 256}, G{7168, 2048, DType::bf16, true, 256},
                        G{256, 7168, DType::fp32, true, 8}, G{256, 7168, DType::fp32, false, 8},
-                       G{128, 128, DType::bf16, true, 1}}) {
-        Fp8GemmSpec s = gemm_spec(g.n, g.k, g.c, g.promote, g.experts);
+                       G{128, 128, DType::bf16, true, 1},
+                       // block_n 256: TMA stores (3 stages) and registers (4), fp32 C without promotion
+                       G{1536, 2048, DType::bf16, true, 128, 256}, G{4096, 7168, DType::bf16, true, 256, 256},
+                       G{256, 7168, DType::fp32, false, 8, 256}}) {
+        Fp8GemmSpec s = gemm_spec(g.n, g.k, g.c, g.promote, g.experts, g.block_n);
         BOOST_TEST(!can_implement("sm_90a", s).has_value());
         sources.emplace(render_fp8_group_gemm_nk(s).name, render_fp8_group_gemm_nk(s));
-        if (g.n == 128) {  // the register epilogue of a bf16 C (an unaligned C at launch)
+        if (g.n == 128 || (g.block_n == 256 && g.c == DType::bf16 && g.n == 1536)) {
+            // the register epilogue of a bf16 C (an unaligned C at launch; block_n 256's deeper ring)
             s.tma_store = false;
+            s.stages = fp8_gemm_max_stages(s, g.experts);
             sources.emplace(render_fp8_group_gemm_nk(s).name, render_fp8_group_gemm_nk(s));
         }
     }
@@ -132,9 +139,10 @@ BOOST_AUTO_TEST_CASE(every_fp8_kernel_compiles_for_sm90a) {
 }
 
 BOOST_AUTO_TEST_CASE(ptx_uses_e4m3_wgmma_tma_and_satfinite_cvt) {
-    for (bool promote : {true, false}) {
-        const std::string ptx = ptx_for_sm90a(render_fp8_group_gemm_nk(gemm_spec(1536, 2048, DType::bf16, promote, 128)));
-        BOOST_TEST_CONTEXT("promote " << promote) {
+    for (auto [promote, block_n] : {std::pair{true, 128}, {false, 128}, {true, 256}}) {
+        const std::string ptx =
+            ptx_for_sm90a(render_fp8_group_gemm_nk(gemm_spec(1536, 2048, DType::bf16, promote, 128, block_n)));
+        BOOST_TEST_CONTEXT("promote " << promote << " block_n " << block_n) {
             BOOST_TEST(contains(ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
             BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.2d"));
             BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.3d"));
@@ -163,8 +171,14 @@ BOOST_AUTO_TEST_CASE(validator_refuses_what_the_family_does_not_run) {
     expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
                    {"c_dtype = fp16", "bf16 or fp32"});
     s = good;
+    s.block_n = 192;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"block_n = 192", "128 and 256"});
+    s = good;
+    s.n = 1664;  // 13 x 128
     s.block_n = 256;
-    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported, {"block_n = 256"});
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"n = 1664", "multiple of 256"});
     s = good;
     s.stages = 8;  // 8 x 32 KiB do not fit
     expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported, {"shared memory"});

@@ -5,11 +5,11 @@
 //   owning every row, T = 1 and a long ring: C NaN-poisoned first with poisoned guard rows past S
 //   (never stored), every row written; against a float64 reference of the dequantized operands
 //   (~1e-3: the bf16 rounding of C) and of the bf16 inputs (~3e-2: the quantization); bitwise
-//   the same on a second run; NaN / inf rows stay in their rows;
+//   the same on a second run; NaN / inf rows stay in their rows; block_n 128 and 256;
 // - K = 7168 with and without promotion (fp32 C, scales constant along K so both variants
 //   compute the same sum): promotion must be measurably better; both errors are printed.
 // A disabled case, `benchmark` (run it with --run_test=benchmark), prints the GEMM's TFLOP/s on
-// qwen3-30b-a3b's and deepseek-v3's fc1 with balanced routing.
+// qwen3-30b-a3b's and deepseek-v3's fc1 with balanced routing, for each tile variant.
 #include "gpu_main.hpp"
 
 #include <algorithm>
@@ -166,6 +166,7 @@ struct RoutingCase {
     std::string name;
     std::vector<int> counts;
     std::int64_t n = 256, k = 512;
+    int block_n = 128;
 };
 
 // Quantize random bf16 x [S, K] and W [E, N, K] on the GPU, run the GEMM, compare.
@@ -180,14 +181,14 @@ void run_case(const RoutingCase &tc) {
         DeviceBuffer qa, sa, qb, sb;
         const fp8::Quantized hx = quantize_rows_checked(x.bits, std::max<std::int64_t>(rows, 1), k, qa, sa);
         const fp8::Quantized hw = quantize_blocks_checked(w.bits, experts, n, k, qb, sb);
-        const Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::bf16, experts);
+        const Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::bf16, experts, tc.block_n);
         const std::vector<double> c = run_gemm(spec, qa, sa, qb, sb, offsets);
         BOOST_TEST(non_finite(c) == 0, "unwritten (NaN) or non-finite outputs among " << c.size());
         const std::vector<double> ref_q = reference(dequant_rows(hx, rows, k), dequant_blocks(hw, experts, n, k), offsets, n, k);
         const std::vector<double> ref_x = reference(x.values, w.values, offsets, n, k);
         const double err_q = relative_error(c, ref_q), err_x = relative_error(c, ref_x);
-        std::printf("fp8 %s: S=%lld N=%lld K=%lld E=%d: rel. error vs dequantized %.2e, vs bf16 inputs %.2e\n",
-                    tc.name.c_str(), (long long)rows, (long long)n, (long long)k, experts, err_q, err_x);
+        std::printf("fp8 %s (block_n %d): S=%lld N=%lld K=%lld E=%d: rel. error vs dequantized %.2e, vs bf16 inputs %.2e\n",
+                    tc.name.c_str(), tc.block_n, (long long)rows, (long long)n, (long long)k, experts, err_q, err_x);
         BOOST_TEST(err_q < 4e-3, "vs the dequantized operands: " << err_q);
         BOOST_TEST(err_x < 6e-2, "vs the bf16 inputs: " << err_x);
     }
@@ -253,6 +254,16 @@ BOOST_AUTO_TEST_CASE(many_tiles_per_cta_ring_wraps) {
     run_case({"ring_wraps", random_counts(1024, 4, 8, rng), 1024, 512});  // ~2.4 tiles per CTA
 }
 
+// block_n 256: two B scale blocks per tile, each half promoted in turn; TMA stores (3 stages)
+// and, for an fp32 C, the register epilogue.
+BOOST_AUTO_TEST_CASE(block_n_256) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("bn256");
+    run_case({"bn256_random_top4", random_counts(300, 4, 8, rng), 512, 512, 256});
+    run_case({"bn256_all_to_one", all_to_expert(700, 4, 2), 256, 1024, 256});
+    run_case({"bn256_empty_experts", {0, 0, 129, 0, 1, 0}, 512, 256, 256});
+}
+
 BOOST_AUTO_TEST_CASE(non_finite_rows_stay_in_their_rows) {
     if (!hopper()) return;
     std::mt19937_64 rng = case_rng("non_finite");
@@ -304,15 +315,17 @@ BOOST_AUTO_TEST_CASE(promotion_on_long_k) {
     const std::vector<double> ref = reference(dequant_rows(ha, rows, k), dequant_blocks(hb, experts, n, k), offsets, n, k);
     DeviceBuffer da = DeviceBuffer::from(a), db = DeviceBuffer::from(b);
     DeviceBuffer das = DeviceBuffer::from(a_scale), dbs = DeviceBuffer::from(b_scale);
-    Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::fp32, experts);
-    spec.promote = true;
-    const double err_on = relative_error(run_gemm(spec, da, das, db, dbs, offsets), ref);
-    spec.promote = false;
-    const double err_off = relative_error(run_gemm(spec, da, das, db, dbs, offsets), ref);
-    std::printf("fp8 promotion, K=%lld, fp32 C: rel. error with promotion %.3e, without %.3e (%.1fx)\n",
-                (long long)k, err_on, err_off, err_off / err_on);
-    BOOST_TEST(err_on < 1e-3, "with promotion: " << err_on);
-    BOOST_TEST(err_on * 2 < err_off, "promotion must be measurably better: " << err_on << " vs " << err_off);
+    for (int block_n : {128, 256}) {
+        Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::fp32, experts, block_n);
+        spec.promote = true;
+        const double err_on = relative_error(run_gemm(spec, da, das, db, dbs, offsets), ref);
+        spec.promote = false;
+        const double err_off = relative_error(run_gemm(spec, da, das, db, dbs, offsets), ref);
+        std::printf("fp8 promotion, K=%lld, fp32 C, block_n %d: rel. error with promotion %.3e, without %.3e (%.1fx)\n",
+                    (long long)k, block_n, err_on, err_off, err_off / err_on);
+        BOOST_TEST(err_on < 1e-3, "with promotion: " << err_on);
+        BOOST_TEST(err_on * 2 < err_off, "promotion must be measurably better: " << err_on << " vs " << err_off);
+    }
 }
 
 // TFLOP/s of the FP8 GEMM on the fc1 of two reference models, balanced routing (S / E rows per
@@ -338,9 +351,16 @@ BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
         MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(b.get()), 0xB43A3C38u, b.bytes() / 4, nullptr));
         MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(as.get()), 0x3F800000u, as.bytes() / 4, nullptr));
         MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(bs.get()), 0x3F800000u, bs.bytes() / 4, nullptr));
-        for (bool promote : {true, false}) {
-            Fp8GemmSpec spec = make_fp8_gemm_spec(s.n, s.k, DType::bf16, s.experts);
-            spec.promote = promote;
+        struct Variant {
+            int block_n;
+            bool tma_store, promote;
+        };
+        for (const Variant &v : {Variant{128, true, true}, Variant{256, true, true}, Variant{256, false, true},
+                                 Variant{128, true, false}}) {
+            Fp8GemmSpec spec = make_fp8_gemm_spec(s.n, s.k, DType::bf16, s.experts, v.block_n);
+            spec.tma_store = v.tma_store;
+            spec.stages = fp8_gemm_max_stages(spec, s.experts);
+            spec.promote = v.promote;
             const Fp8GemmOperands ops{a.get(), as.as<float>(), b.get(), bs.as<float>(), c.get(),
                                       doff.as<std::int32_t>(), s.rows, s.experts, nullptr};
             for (int i = 0; i < 3; ++i) fp8_group_gemm_nk(internal_ctx(), spec, ops);  // compile, warm up
@@ -358,10 +378,11 @@ BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
             MOEJIT_CU(cuEventDestroy(stop));
             const double sec = ms / 1e3 / kIters;
             const double tflops = 2.0 * s.rows * s.n * s.k / sec / 1e12;
-            std::printf("fp8 benchmark %s%s: S=%lld E=%d N=%lld K=%lld stages=%d: %.3f ms, %.0f TFLOP/s (%.0f%% of "
-                        "the 1240 TFLOP/s FP8 dense ceiling)\n",
-                        s.name, promote ? "" : " (no promotion)", (long long)s.rows, s.experts, (long long)s.n,
-                        (long long)s.k, spec.stages, sec * 1e3, tflops, 100.0 * tflops / 1240.0);
+            std::printf("fp8 benchmark %s: S=%lld E=%d N=%lld K=%lld block_n=%d stages=%d %s%s: %.3f ms, %.0f TFLOP/s "
+                        "(%.0f%% of the 1240 TFLOP/s FP8 dense ceiling)\n",
+                        s.name, (long long)s.rows, s.experts, (long long)s.n, (long long)s.k, spec.block_n,
+                        spec.stages, spec.tma_store ? "tma-store" : "register-store",
+                        spec.promote ? "" : " NO PROMOTION (test mode)", sec * 1e3, tflops, 100.0 * tflops / 1240.0);
         }
     }
 }
