@@ -48,6 +48,9 @@ struct Fp8GemmSpec {
     // a test mode (all of K in the wgmma accumulator, k block 0's scales applied at the end:
     // exact only for operands whose scales do not change along K).
     bool promote = true;
+    // With promotion and block_n 128: two temporary accumulators, so the next k block's wgmmas
+    // run while this one is promoted (templates/sm90/fp8_gemm.cuh, OVERLAP).
+    bool overlap = false;
 };
 
 // The spec for (n, k, c_dtype, block_n) with the deepest ring that fits `num_experts` on sm_90a

@@ -97,6 +97,9 @@ std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8GemmSp
         return refuse(Status::unsupported, "{}: stages = {}: expected 2..8", what, spec.stages);
     if (spec.group_m < 1 || spec.group_m > 64)
         return refuse(Status::unsupported, "{}: group_m = {}: expected 1..64", what, spec.group_m);
+    if (spec.overlap && (!spec.promote || spec.block_n != 128))
+        return refuse(Status::unsupported, "{}: overlap needs promote and block_n = 128 (got promote = {}, block_n = {})",
+                      what, spec.promote, spec.block_n);
     if (spec.tma_store && spec.c_dtype != DType::bf16)
         return refuse(Status::unsupported, "{}: tma_store needs a bf16 C (got {})", what, dtype_name(spec.c_dtype));
     const std::int32_t experts = ops ? ops->num_experts : 1;

@@ -67,14 +67,16 @@ KernelSource render_fp8_quant_blocks(const Fp8QuantBlocksSpec &spec) {
 KernelSource render_fp8_group_gemm_nk(const Fp8GemmSpec &s) {
     if (auto r = can_implement("sm_90a", s)) throw_refusal(*r);
     const std::string name =
-        fmt::format("fp8_gemm_nk_e4m3_c{}_n{}_k{}_bn{}_s{}_g{}{}{}", dtype_name(s.c_dtype), s.n, s.k, s.block_n,
-                    s.stages, s.group_m, s.tma_store ? "_tma" : "", s.promote ? "" : "_nopromote");
+        fmt::format("fp8_gemm_nk_e4m3_c{}_n{}_k{}_bn{}_s{}_g{}{}{}{}", dtype_name(s.c_dtype), s.n, s.k, s.block_n,
+                    s.stages, s.group_m, s.tma_store ? "_tma" : "", s.promote ? "" : "_nopromote",
+                    s.overlap ? "_overlap" : "");
     GemmUnit u = gemm_unit("nk", name, fmt::format("{}, {}", s.n, s.k));
     u.title = ", sm_90a FP8 e4m3 block-scaled";
     u.template_name = "sm90/fp8_gemm.cuh";
     u.ns = "moejit::sm90::fp8";
-    u.cfg = fmt::format("moejit::sm90::fp8::Config<{}, {}, {}, {}, {}, {}>", dtype_cuda_type(s.c_dtype), s.block_n,
-                        s.stages, s.group_m, bool_text(s.tma_store), bool_text(s.promote));
+    u.cfg = fmt::format("moejit::sm90::fp8::Config<{}, {}, {}, {}, {}, {}, {}>", dtype_cuda_type(s.c_dtype),
+                        s.block_n, s.stages, s.group_m, bool_text(s.tma_store), bool_text(s.promote),
+                        bool_text(s.overlap));
     u.bounds = "384";  // a producer and two consumer warpgroups
     return render_gemm_unit<kargs::Sm90Fp8NkArgs>(u);
 }

@@ -40,12 +40,16 @@ namespace fp8 {
 // holds 128 promoted + 64 temporary registers per thread; it halves A's reloads per column, at
 // the price of a second wait per k block). Host mirror: fp8_gemm_smem_bytes
 // (src/fp8/fp8_render.cpp).
-template <class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_, bool PROMOTE_>
+// OVERLAP (PROMOTE, BN = 128): two temporary accumulators, so a consumer issues k block kb+1's
+// wgmmas before it promotes kb's and the tensor cores need not wait for the promotion (both
+// consumers read the same stage and would otherwise promote at the same time).
+template <class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_, bool PROMOTE_, bool OVERLAP_ = false>
 struct Config {
     using T = unsigned char;  // e4m3
     using CT = CT_;
     static constexpr int BM = 128, BK = 128, BN = BN_, STAGES = STAGES_, GROUP_M = GROUP_M_;
-    static constexpr bool EPI_TMA = EPI_TMA_, PROMOTE = PROMOTE_, PINGPONG = false, BLOCKED_ISSUE = false;
+    static constexpr bool EPI_TMA = EPI_TMA_, PROMOTE = PROMOTE_, OVERLAP = OVERLAP_, PINGPONG = false,
+                          BLOCKED_ISSUE = false;
     static constexpr int C_STAGE_BYTES = EPI_TMA ? BM * BN * 2 : 0;
     static constexpr int CONSUMERS = 2, ROW_BLOCKS = 1, RELEASERS = 128 * CONSUMERS, TURN_BYTES = 0;
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -54,6 +58,7 @@ struct Config {
     static constexpr int ACC = BN / 2, HALVES = BN / 128;
     static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(BN == 128 || BN == 256, "BN must be 128 or 256 (whole scale blocks of B)");
+    static_assert(!OVERLAP || (PROMOTE && BN == 128), "the overlapped promotion holds 3 x 64 accumulators: BN = 128");
     static_assert(STAGES >= 2, "at least double buffering");
     static_assert(!EPI_TMA || sizeof(CT) == 2, "the TMA-store epilogue stages 16-bit C");
 };
@@ -101,6 +106,58 @@ __device__ __forceinline__ KScales<HALVES> load_scales(const float *__restrict__
 // The 64 accumulators of 128-column half h (the n128 wgmma's layout, 64 registers on).
 template <int ACC> __device__ __forceinline__ float (&half_of(float (&acc)[ACC], int h))[64] {
     return *reinterpret_cast<float(*)[64]>(acc + 64 * h);
+}
+
+// Waits for the stage of k block `pos` and issues its four wgmmas into `p` (B's first 128 rows;
+// scale-d 0 first) as one committed group; returns the stage index.
+template <class Cfg>
+__device__ __forceinline__ int issue_kblock(const Smem<Cfg> &m, const RingPos<Cfg::STAGES> &pos, int consumer,
+                                            float (&p)[64]) {
+    const int s = pos.stage();
+    mbar_wait(m.full(s), pos.phase());
+    const unsigned stage = m.stage(s);
+    const unsigned long long da = desc_kmajor_sw128(stage + consumer * Cfg::CHUNK_BYTES);
+    const unsigned long long db = desc_kmajor_sw128(stage + Cfg::A_BYTES);
+    fence_operands(p);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 32; ++kk) wgmma_e4m3_n128(p, da + 2 * kk, db + 2 * kk, kk > 0);
+    wgmma_commit();
+    fence_operands(p);
+    return s;
+}
+
+// acc += p * (row scale s0 or s1), the promotion of one k block (BN = 128 layout).
+__device__ __forceinline__ void promote(float (&acc)[64], const float (&p)[64], float s0, float s1) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = fmaf(p[i], (i & 2) ? s1 : s0, acc[i]);
+}
+
+// OVERLAP: k blocks kb0 .. kb0 + C - 1 of a tile, no group in flight at entry or exit; k block j
+// goes to temporary j % 2 (p0, p1) and is promoted after block j + 1 was issued.
+template <class Cfg, int C, int K_TILES>
+__device__ __forceinline__ void overlap_chunk(const Smem<Cfg> &m, int base, int kb0, int consumer, float (&acc)[64],
+                                              float (&p0)[64], float (&p1)[64], const float *a_row0,
+                                              const float *a_row1, bool valid0, bool valid1, const float *b_blk) {
+    int stage[C];
+    KScales<1> sc[C];
+    RingPos<Cfg::STAGES> at;
+#pragma unroll
+    for (int j = 0; j < C; ++j) sc[j] = load_scales<1>(a_row0, a_row1, valid0, valid1, b_blk, K_TILES, kb0 + j);
+    at.it = base + kb0;
+    stage[0] = issue_kblock<Cfg>(m, at, consumer, p0);
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+        if (j + 1 < C) {
+            at.it = base + kb0 + j + 1;
+            stage[j + 1] = issue_kblock<Cfg>(m, at, consumer, (j & 1) ? p0 : p1);
+            wgmma_wait<1>();
+        } else {
+            wgmma_wait<0>();
+        }
+        mbar_arrive(m.empty(stage[j]));
+        promote(acc, (j & 1) ? p1 : p0, sc[j].a0 * sc[j].b[0], sc[j].a1 * sc[j].b[0]);
+    }
 }
 
 // tma_a: A [S, K] e4m3, 2D dims {K, S}, box {128, 128} (rows >= S zero-filled).
@@ -160,8 +217,11 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
     const int r_base = cw * 64 + (warp & 3) * 16 + (lane >> 2);  // this thread's rows: r_base, r_base + 8
     RingPos<Cfg::STAGES> pos;
     float part[64];  // the temporary accumulator of one k block and half (PROMOTE)
+    float part2[Cfg::OVERLAP ? 64 : 1];  // the other k block's (OVERLAP)
 #pragma unroll
     for (int i = 0; i < 64; ++i) part[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (Cfg::OVERLAP ? 64 : 1); ++i) part2[i] = 0.0f;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
         const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
         const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
@@ -177,6 +237,23 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
 #pragma unroll
         for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
         KScales<HALVES> sc = load_scales<HALVES>(a_row0, a_row1, valid0, valid1, b_blk, K_TILES, 0);
+        if constexpr (Cfg::OVERLAP) {
+            // Chunks of CHUNK k blocks, unrolled: inside a chunk, k block kb+1's group is issued
+            // into one temporary before kb's (in the other) is waited for (wait<1>), released and
+            // promoted; a chunk starts and ends with no group in flight (ptxas serializes the
+            // wgmmas when a group stays in flight across a loop's back edge).
+            float(&acc64)[64] = half_of(acc, 0);
+            const int base = pos.it;
+            constexpr int CHUNK = K_TILES >= 4 ? 4 : K_TILES;
+            constexpr int FULL = K_TILES / CHUNK * CHUNK;
+            for (int kb0 = 0; kb0 < FULL; kb0 += CHUNK)
+                overlap_chunk<Cfg, CHUNK, K_TILES>(m, base, kb0, cw, acc64, part, part2, a_row0, a_row1, valid0,
+                                                   valid1, b_blk);
+            if constexpr (FULL < K_TILES)
+                overlap_chunk<Cfg, K_TILES - FULL, K_TILES>(m, base, FULL, cw, acc64, part, part2, a_row0, a_row1,
+                                                            valid0, valid1, b_blk);
+            pos.it = base + K_TILES;
+        } else
         for (int kb = 0; kb < K_TILES; ++kb, ++pos.it) {
             // The next k block's scales load while this block's wgmmas run.
             const KScales<HALVES> next = Cfg::PROMOTE && kb + 1 < K_TILES

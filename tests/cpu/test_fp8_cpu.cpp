@@ -118,6 +118,12 @@ BOOST_AUTO_TEST_CASE(every_fp8_kernel_compiles_for_sm90a) {
         Fp8GemmSpec s = gemm_spec(g.n, g.k, g.c, g.promote, g.experts, g.block_n);
         BOOST_TEST(!can_implement("sm_90a", s).has_value());
         sources.emplace(render_fp8_group_gemm_nk(s).name, render_fp8_group_gemm_nk(s));
+        if (g.block_n == 128 && g.promote) {  // the overlapped promotion
+            Fp8GemmSpec o = s;
+            o.overlap = true;
+            BOOST_TEST(!can_implement("sm_90a", o).has_value());
+            sources.emplace(render_fp8_group_gemm_nk(o).name, render_fp8_group_gemm_nk(o));
+        }
         if (g.n == 128 || (g.block_n == 256 && g.c == DType::bf16 && g.n == 1536)) {
             // the register epilogue of a bf16 C (an unaligned C at launch; block_n 256's deeper ring)
             s.tma_store = false;
@@ -139,10 +145,12 @@ BOOST_AUTO_TEST_CASE(every_fp8_kernel_compiles_for_sm90a) {
 }
 
 BOOST_AUTO_TEST_CASE(ptx_uses_e4m3_wgmma_tma_and_satfinite_cvt) {
-    for (auto [promote, block_n] : {std::pair{true, 128}, {false, 128}, {true, 256}}) {
-        const std::string ptx =
-            ptx_for_sm90a(render_fp8_group_gemm_nk(gemm_spec(1536, 2048, DType::bf16, promote, 128, block_n)));
-        BOOST_TEST_CONTEXT("promote " << promote << " block_n " << block_n) {
+    for (auto [promote, block_n, overlap] : {std::tuple{true, 128, false}, {false, 128, false}, {true, 256, false},
+                                             {true, 128, true}}) {
+        Fp8GemmSpec spec = gemm_spec(1536, 2048, DType::bf16, promote, 128, block_n);
+        spec.overlap = overlap;
+        const std::string ptx = ptx_for_sm90a(render_fp8_group_gemm_nk(spec));
+        BOOST_TEST_CONTEXT("promote " << promote << " block_n " << block_n << " overlap " << overlap) {
             BOOST_TEST(contains(ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
             BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.2d"));
             BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.3d"));
@@ -179,6 +187,15 @@ BOOST_AUTO_TEST_CASE(validator_refuses_what_the_family_does_not_run) {
     s.block_n = 256;
     expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
                    {"n = 1664", "multiple of 256"});
+    s = good;
+    s.overlap = true;
+    s.promote = false;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"overlap needs promote and block_n = 128"});
+    s = gemm_spec(1536, 2048, DType::bf16, true, 128, 256);
+    s.overlap = true;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"overlap needs promote and block_n = 128", "block_n = 256"});
     s = good;
     s.stages = 8;  // 8 x 32 KiB do not fit
     expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported, {"shared memory"});

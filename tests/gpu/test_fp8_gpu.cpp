@@ -5,7 +5,8 @@
 //   owning every row, T = 1 and a long ring: C NaN-poisoned first with poisoned guard rows past S
 //   (never stored), every row written; against a float64 reference of the dequantized operands
 //   (~1e-3: the bf16 rounding of C) and of the bf16 inputs (~3e-2: the quantization); bitwise
-//   the same on a second run; NaN / inf rows stay in their rows; block_n 128 and 256;
+//   the same on a second run; NaN / inf rows stay in their rows; block_n 128 and 256, and the
+//   overlapped promotion;
 // - K = 7168 with and without promotion (fp32 C, scales constant along K so both variants
 //   compute the same sum): promotion must be measurably better; both errors are printed.
 // A disabled case, `benchmark` (run it with --run_test=benchmark), prints the GEMM's TFLOP/s on
@@ -167,6 +168,7 @@ struct RoutingCase {
     std::vector<int> counts;
     std::int64_t n = 256, k = 512;
     int block_n = 128;
+    bool overlap = false;
 };
 
 // Quantize random bf16 x [S, K] and W [E, N, K] on the GPU, run the GEMM, compare.
@@ -181,14 +183,15 @@ void run_case(const RoutingCase &tc) {
         DeviceBuffer qa, sa, qb, sb;
         const fp8::Quantized hx = quantize_rows_checked(x.bits, std::max<std::int64_t>(rows, 1), k, qa, sa);
         const fp8::Quantized hw = quantize_blocks_checked(w.bits, experts, n, k, qb, sb);
-        const Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::bf16, experts, tc.block_n);
+        Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::bf16, experts, tc.block_n);
+        spec.overlap = tc.overlap;
         const std::vector<double> c = run_gemm(spec, qa, sa, qb, sb, offsets);
         BOOST_TEST(non_finite(c) == 0, "unwritten (NaN) or non-finite outputs among " << c.size());
         const std::vector<double> ref_q = reference(dequant_rows(hx, rows, k), dequant_blocks(hw, experts, n, k), offsets, n, k);
         const std::vector<double> ref_x = reference(x.values, w.values, offsets, n, k);
         const double err_q = relative_error(c, ref_q), err_x = relative_error(c, ref_x);
-        std::printf("fp8 %s (block_n %d): S=%lld N=%lld K=%lld E=%d: rel. error vs dequantized %.2e, vs bf16 inputs %.2e\n",
-                    tc.name.c_str(), tc.block_n, (long long)rows, (long long)n, (long long)k, experts, err_q, err_x);
+        std::printf("fp8 %s (block_n %d%s): S=%lld N=%lld K=%lld E=%d: rel. error vs dequantized %.2e, vs bf16 inputs %.2e\n",
+                    tc.name.c_str(), tc.block_n, tc.overlap ? ", overlapped promotion" : "", (long long)rows, (long long)n, (long long)k, experts, err_q, err_x);
         BOOST_TEST(err_q < 4e-3, "vs the dequantized operands: " << err_q);
         BOOST_TEST(err_x < 6e-2, "vs the bf16 inputs: " << err_x);
     }
@@ -264,6 +267,16 @@ BOOST_AUTO_TEST_CASE(block_n_256) {
     run_case({"bn256_empty_experts", {0, 0, 129, 0, 1, 0}, 512, 256, 256});
 }
 
+// The overlapped promotion (two temporaries; chunks of 4 k blocks and a tail: K = 768 has 6).
+BOOST_AUTO_TEST_CASE(overlapped_promotion) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("overlap");
+    run_case({"overlap_random_top4", random_counts(300, 4, 8, rng), 256, 768, 128, true});
+    run_case({"overlap_all_to_one_k2048", all_to_expert(500, 4, 1), 256, 2048, 128, true});
+    run_case({"overlap_k384_empty", {0, 200, 0, 3}, 384, 384, 128, true});
+    run_case({"overlap_k128", {70, 0, 130}, 128, 128, 128, true});
+}
+
 BOOST_AUTO_TEST_CASE(non_finite_rows_stay_in_their_rows) {
     if (!hopper()) return;
     std::mt19937_64 rng = case_rng("non_finite");
@@ -315,14 +328,17 @@ BOOST_AUTO_TEST_CASE(promotion_on_long_k) {
     const std::vector<double> ref = reference(dequant_rows(ha, rows, k), dequant_blocks(hb, experts, n, k), offsets, n, k);
     DeviceBuffer da = DeviceBuffer::from(a), db = DeviceBuffer::from(b);
     DeviceBuffer das = DeviceBuffer::from(a_scale), dbs = DeviceBuffer::from(b_scale);
-    for (int block_n : {128, 256}) {
+    for (auto [block_n, overlap] : {std::pair{128, false}, {256, false}, {128, true}}) {
         Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::fp32, experts, block_n);
         spec.promote = true;
+        spec.overlap = overlap;
         const double err_on = relative_error(run_gemm(spec, da, das, db, dbs, offsets), ref);
         spec.promote = false;
+        spec.overlap = false;
         const double err_off = relative_error(run_gemm(spec, da, das, db, dbs, offsets), ref);
-        std::printf("fp8 promotion, K=%lld, fp32 C, block_n %d: rel. error with promotion %.3e, without %.3e (%.1fx)\n",
-                    (long long)k, block_n, err_on, err_off, err_off / err_on);
+        std::printf("fp8 promotion, K=%lld, fp32 C, block_n %d%s: rel. error with promotion %.3e, without %.3e "
+                    "(%.1fx)\n",
+                    (long long)k, block_n, overlap ? " (overlapped)" : "", err_on, err_off, err_off / err_on);
         BOOST_TEST(err_on < 1e-3, "with promotion: " << err_on);
         BOOST_TEST(err_on * 2 < err_off, "promotion must be measurably better: " << err_on << " vs " << err_off);
     }
@@ -353,14 +369,16 @@ BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
         MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(bs.get()), 0x3F800000u, bs.bytes() / 4, nullptr));
         struct Variant {
             int block_n;
-            bool tma_store, promote;
+            bool tma_store, promote, overlap;
         };
-        for (const Variant &v : {Variant{128, true, true}, Variant{256, true, true}, Variant{256, false, true},
-                                 Variant{128, true, false}}) {
+        for (const Variant &v : {Variant{128, true, true, false}, Variant{128, true, true, true},
+                                 Variant{256, true, true, false}, Variant{256, false, true, false},
+                                 Variant{128, true, false, false}}) {
             Fp8GemmSpec spec = make_fp8_gemm_spec(s.n, s.k, DType::bf16, s.experts, v.block_n);
             spec.tma_store = v.tma_store;
             spec.stages = fp8_gemm_max_stages(spec, s.experts);
             spec.promote = v.promote;
+            spec.overlap = v.overlap;
             const Fp8GemmOperands ops{a.get(), as.as<float>(), b.get(), bs.as<float>(), c.get(),
                                       doff.as<std::int32_t>(), s.rows, s.experts, nullptr};
             for (int i = 0; i < 3; ++i) fp8_group_gemm_nk(internal_ctx(), spec, ops);  // compile, warm up
@@ -381,7 +399,8 @@ BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
             std::printf("fp8 benchmark %s: S=%lld E=%d N=%lld K=%lld block_n=%d stages=%d %s%s: %.3f ms, %.0f TFLOP/s "
                         "(%.0f%% of the 1240 TFLOP/s FP8 dense ceiling)\n",
                         s.name, (long long)s.rows, s.experts, (long long)s.n, (long long)s.k, spec.block_n,
-                        spec.stages, spec.tma_store ? "tma-store" : "register-store",
+                        spec.stages, spec.tma_store ? (spec.overlap ? "tma-store overlapped" : "tma-store")
+                                                    : "register-store",
                         spec.promote ? "" : " NO PROMOTION (test mode)", sec * 1e3, tflops, 100.0 * tflops / 1240.0);
         }
     }
