@@ -232,5 +232,35 @@ struct SplitReduceArgs {
     const float *partials;
 };
 
+// ------------------------------------------------------------- FP8 block-scaled family (fp8_quant.cuh, sm90/fp8_gemm.cuh)
+
+// bf16 [rows, K] -> e4m3 [rows, K] + fp32 scales [rows, ceil(K/128)] (one per 1 x 128 tile).
+struct Fp8QuantRowsArgs {
+    const void *x;   // [rows, K] bf16
+    void *q;         // [rows, K] e4m3
+    float *scales;   // [rows, ceil(K/128)]
+    long long rows;
+};
+
+// bf16 [E, N, K] -> e4m3 [E, N, K] + fp32 scales [E, ceil(N/128), ceil(K/128)] (128 x 128 blocks).
+struct Fp8QuantBlocksArgs {
+    const void *w;   // [E, N, K] bf16
+    void *q;         // [E, N, K] e4m3
+    float *scales;   // [E, ceil(N/128), ceil(K/128)]
+    int num_experts;
+};
+
+// FP8 same_nk: C[rows of e] = A[rows of e] · B_eᵀ with block scales (sm90/fp8_gemm.cuh).
+struct Sm90Fp8NkArgs {
+    TmaDesc tma_a, tma_b, tma_c;  // A [S, K] e4m3, B [E, N, K] e4m3, C [S, N] (EPI_TMA)
+    void *c;                      // [S, N] CT
+    const float *a_scale;         // [S, K/128]
+    const float *b_scale;         // [E, N/128, K/128]
+    const int *offsets;
+    int rows;
+    int num_experts;
+    int m_tile_bound;
+};
+
 }  // namespace kargs
 }  // namespace moejit

@@ -35,35 +35,10 @@ CUtensorMapDataType tma_type(DType dtype) {
                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
-// Row-major tensor of 16-bit elements, dims innermost first (dims[0] contiguous), boxes of
-// box[] elements with 128-byte swizzle (box[0] = 64 elements = 128 bytes); out-of-bounds
-// elements read as 0. row_elems > 0: dims[1]'s stride in elements, when rows are wider than
-// dims[0] (a column range of a wider matrix).
+// Row-major tensor of 16-bit elements (encode_tma_map's 128-byte-swizzled boxes).
 kargs::TmaDesc encode_map(DType dtype, const void *ptr, std::initializer_list<std::int64_t> dims,
                        std::initializer_list<cuuint32_t> box, std::int64_t row_elems = 0) {
-    cuuint64_t d[3], strides[2];
-    cuuint32_t b[3];
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    const auto rank = static_cast<cuuint32_t>(dims.size());
-    std::uint64_t stride = 2;
-    int i = 0;
-    for (std::int64_t v : dims) {
-        d[i] = static_cast<cuuint64_t>(v);
-        if (i > 0) strides[i - 1] = stride;
-        stride *= static_cast<std::uint64_t>(v);
-        ++i;
-    }
-    if (row_elems > 0) strides[0] = static_cast<cuuint64_t>(row_elems) * 2;
-    i = 0;
-    for (cuuint32_t v : box) b[i++] = v;
-    CUtensorMap map;
-    MOEJIT_CU(cuTensorMapEncodeTiled(&map, tma_type(dtype), rank, const_cast<void *>(ptr), d, strides, b,
-                                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-    kargs::TmaDesc desc;
-    std::memcpy(&desc, &map, sizeof desc);
-    return desc;
+    return encode_tma_map(tma_type(dtype), 2, ptr, dims, box, row_elems);
 }
 
 void require_wgmma(const Context &ctx, const GemmTileConfig &tile, const char *fn) {
@@ -97,6 +72,38 @@ std::string glu_policy(const GemmNkSpec &s) {
 }
 
 }  // namespace
+
+// Row-major tensor, dims innermost first (dims[0] contiguous), boxes of box[] elements with
+// 128-byte swizzle (box[0] * elem_bytes = 128 bytes); out-of-bounds elements read as 0.
+// row_elems > 0: dims[1]'s stride in elements, when rows are wider than dims[0] (a column range
+// of a wider matrix).
+kargs::TmaDesc encode_tma_map(CUtensorMapDataType type, std::size_t elem_bytes, const void *ptr,
+                              std::initializer_list<std::int64_t> dims, std::initializer_list<cuuint32_t> box,
+                              std::int64_t row_elems) {
+    cuuint64_t d[3], strides[2];
+    cuuint32_t b[3];
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const auto rank = static_cast<cuuint32_t>(dims.size());
+    std::uint64_t stride = elem_bytes;
+    int i = 0;
+    for (std::int64_t v : dims) {
+        d[i] = static_cast<cuuint64_t>(v);
+        if (i > 0) strides[i - 1] = stride;
+        stride *= static_cast<std::uint64_t>(v);
+        ++i;
+    }
+    if (row_elems > 0) strides[0] = static_cast<cuuint64_t>(row_elems) * elem_bytes;
+    i = 0;
+    for (cuuint32_t v : box) b[i++] = v;
+    CUtensorMap map;
+    MOEJIT_CU(cuTensorMapEncodeTiled(&map, type, rank, const_cast<void *>(ptr), d, strides, b,
+                                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    kargs::TmaDesc desc;
+    std::memcpy(&desc, &map, sizeof desc);
+    return desc;
+}
 
 KernelSource render_group_gemm_nk_sm90(const GemmNkSpec &s) {
     MOEJIT_REQUIRE(s.tile.engine == GemmEngine::wgmma, "render_group_gemm_nk_sm90: tile {} is not a wgmma config",

@@ -5,7 +5,9 @@
 // forwards a spec whose tile.engine is GemmEngine::wgmma here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "runtime/context.hpp"
 #include "runtime/kernel_source.hpp"
@@ -27,6 +29,13 @@ KernelSource render_split_reduce_sm90(const GemmMnSpec &spec);
 // ops.workspace large enough for mn_split(S, M, N), long reductions are split and reduced in a
 // second, deterministic launch.
 // `bound` (GemmKernels of `spec`, or null): used when the launch runs exactly the spec's variant.
+// A TMA descriptor over a row-major tensor of `elem_bytes`-byte elements (dims innermost first,
+// at most 3), 128-byte swizzled boxes, out-of-bounds elements zero; row_elems > 0: dims[1]'s
+// stride in elements. Shared with the FP8 family (src/fp8/), whose operands are bytes.
+kargs::TmaDesc encode_tma_map(CUtensorMapDataType type, std::size_t elem_bytes, const void *ptr,
+                              std::initializer_list<std::int64_t> dims, std::initializer_list<cuuint32_t> box,
+                              std::int64_t row_elems = 0);
+
 void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &spec, const GemmOperands &ops,
                                std::int64_t tiles, std::int64_t m_tile_bound, const GemmKernels *bound);
 void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &spec, const GemmOperands &ops,

@@ -24,6 +24,7 @@
 #include "ops/routing.hpp"
 #include "ops/scatter_gather.hpp"
 #include "ops/swiglu.hpp"
+#include "fp8/fp8.hpp"
 
 using namespace moejit;
 namespace fs = std::filesystem;
@@ -71,6 +72,10 @@ std::vector<Rendered> every_family() {
         render_group_gemm_nk(make_nk_spec(DType::bf16, DType::bf16, 768, 2048, true, false, 0, 128, kHopper))));
     out.push_back(typed<moejit::kargs::Sm90MnArgs>(render_group_gemm_mn(mn90)));
     out.push_back(typed<moejit::kargs::SplitReduceArgs>(render_split_reduce_sm90(mn90)));
+    out.push_back(typed<moejit::kargs::Fp8QuantRowsArgs>(render_fp8_quant_rows({2048})));
+    out.push_back(typed<moejit::kargs::Fp8QuantBlocksArgs>(render_fp8_quant_blocks({1536, 2048})));
+    out.push_back(typed<moejit::kargs::Sm90Fp8NkArgs>(
+        render_fp8_group_gemm_nk(make_fp8_gemm_spec(1536, 2048, DType::bf16, 128))));
     return out;
 }
 

@@ -1,0 +1,127 @@
+// The FP8 block-scaled kernel family (issue 31, first pieces), in one home: the quantizers
+// (templates/fp8_quant.cuh) and the FP8 grouped GEMM, same_nk forward form
+// (templates/sm90/fp8_gemm.cuh). Here: their specs, the one validator (can_implement), the pure
+// render functions and the launchers. Internal entry points (no C ABI yet).
+//
+// Layouts (row-major, contiguous):
+//   activations  x bf16 [S, K]    -> q e4m3 [S, K],    scales fp32 [S, ceil(K/128)]     (1 x 128)
+//   weights      w bf16 [E, N, K] -> q e4m3 [E, N, K], scales fp32 [E, ceil(N/128), ceil(K/128)]
+//                                                                                  (128 x 128)
+//   GEMM: C[rows of e] = A[rows of e] · B_eᵀ, A e4m3 [S, K] + a_scale, B e4m3 [E, N, K] + b_scale,
+//         C bf16 (or fp32) [S, N]; offsets int32 [E+1] on the device, offsets[E] = S = rows.
+// The rounding rules of the quantizers, and what a NaN or an inf does to its tile, are written
+// in templates/fp8_quant.cuh; src/fp8/e4m3.hpp is their host mirror.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "base/dtype.hpp"
+#include "base/error.hpp"
+#include "runtime/context.hpp"
+#include "runtime/kernel_source.hpp"
+
+namespace moejit {
+
+// ------------------------------------------------------------------ specs (compile-time parts)
+
+struct Fp8QuantRowsSpec {
+    std::int64_t k = 0;  // a multiple of 16
+};
+
+struct Fp8QuantBlocksSpec {
+    std::int64_t n = 0;  // >= 1
+    std::int64_t k = 0;  // a multiple of 16
+};
+
+struct Fp8GemmSpec {
+    std::int64_t n = 0;  // a multiple of 128 (B's scale blocks)
+    std::int64_t k = 0;  // a multiple of 128
+    DType c_dtype = DType::bf16;  // bf16, or fp32 (register epilogue; tests of accumulation)
+    int block_n = 128;            // 128 or 256 (whole B scale blocks; n a multiple of it)
+    int stages = 6;               // the operand ring; fp8_gemm_max_stages gives the deepest that fits
+    int group_m = 8;              // row blocks walked together (L2 reuse of B)
+    bool tma_store = true;        // bf16 C through TMA for full 64-row halves (needs a 16-byte aligned C)
+    // Promotion: every 128-wide k block's wgmma partial sum is scaled into fp32 registers. false is
+    // a test mode (all of K in the wgmma accumulator, k block 0's scales applied at the end:
+    // exact only for operands whose scales do not change along K).
+    bool promote = true;
+    // With promotion and block_n 128: two temporary accumulators, so the next k block's wgmmas
+    // run while this one is promoted (templates/sm90/fp8_gemm.cuh, OVERLAP).
+    bool overlap = false;
+};
+
+// The spec for (n, k, c_dtype, block_n) with the deepest ring that fits `num_experts` on sm_90a
+// (TMA stores for a bf16 C).
+Fp8GemmSpec make_fp8_gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, std::int32_t num_experts,
+                               int block_n = 128);
+// Dynamic shared memory of a launch (host mirror of sm90/pipeline.cuh's carve_smem with the FP8
+// config), and the deepest ring (<= 6 stages) that fits sm_90a with `num_experts`.
+std::size_t fp8_gemm_smem_bytes(const Fp8GemmSpec &spec, std::int32_t num_experts);
+int fp8_gemm_max_stages(const Fp8GemmSpec &spec, std::int32_t num_experts);
+
+// ------------------------------------------------------------------ operands (device pointers)
+
+struct Fp8QuantRowsOperands {
+    const void *x = nullptr;  // [rows, K] bf16, 8-byte aligned
+    void *q = nullptr;        // [rows, K] e4m3, 4-byte aligned
+    float *scales = nullptr;  // [rows, ceil(K/128)]
+    std::int64_t rows = 0;    // >= 0; 0 launches nothing
+    void *stream = nullptr;
+};
+
+struct Fp8QuantBlocksOperands {
+    const void *w = nullptr;  // [E, N, K] bf16, 16-byte aligned
+    void *q = nullptr;        // [E, N, K] e4m3, 8-byte aligned
+    float *scales = nullptr;  // [E, ceil(N/128), ceil(K/128)]
+    std::int32_t num_experts = 0;  // >= 1
+    void *stream = nullptr;
+};
+
+struct Fp8GemmOperands {
+    const void *a = nullptr;          // [S, K] e4m3, 16-byte aligned
+    const float *a_scale = nullptr;   // [S, K/128]
+    const void *b = nullptr;          // [E, N, K] e4m3, 16-byte aligned
+    const float *b_scale = nullptr;   // [E, N/128, K/128]
+    void *c = nullptr;                // [S, N] c_dtype, 4-byte aligned (16 for TMA stores)
+    const std::int32_t *offsets = nullptr;  // [E+1]
+    std::int64_t rows = 0;            // S >= 0; 0 launches nothing
+    std::int32_t num_experts = 0;     // E >= 1
+    void *stream = nullptr;
+};
+
+// ------------------------------------------------------------------ the validator
+
+// Why a launch of `spec` on a context of `arch` (with `ops`, when given) cannot run, or nothing
+// when it can. The one check of the family's arguments: the launchers call it first and throw
+// its refusal (Status::invalid_argument for bad values, Status::unsupported for shapes, dtypes
+// and arches this family does not run), naming the field and what is supported.
+struct Fp8Refusal {
+    Status status;
+    std::string message;
+};
+std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8QuantRowsSpec &spec,
+                                        const Fp8QuantRowsOperands *ops = nullptr);
+std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8QuantBlocksSpec &spec,
+                                        const Fp8QuantBlocksOperands *ops = nullptr);
+// Without ops the shared-memory check assumes one expert.
+std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8GemmSpec &spec,
+                                        const Fp8GemmOperands *ops = nullptr);
+
+// ------------------------------------------------------------------ render (pure) and launch
+
+KernelSource render_fp8_quant_rows(const Fp8QuantRowsSpec &spec);
+KernelSource render_fp8_quant_blocks(const Fp8QuantBlocksSpec &spec);
+KernelSource render_fp8_group_gemm_nk(const Fp8GemmSpec &spec);
+
+// Validate (can_implement), then compile/load and launch on ops.stream: no host sync, graph
+// capturable. The GEMM's grid and tile bound come from S (ceil(S/128) + min(E, S) M-tiles), a
+// device scheduler maps tiles to experts from `offsets`. A spec with tma_store and a C that is
+// not 16-byte aligned runs its register-epilogue variant.
+void fp8_quantize_rows(Context &ctx, const Fp8QuantRowsSpec &spec, const Fp8QuantRowsOperands &ops);
+void fp8_quantize_blocks(Context &ctx, const Fp8QuantBlocksSpec &spec, const Fp8QuantBlocksOperands &ops);
+void fp8_group_gemm_nk(Context &ctx, const Fp8GemmSpec &spec, const Fp8GemmOperands &ops);
+
+}  // namespace moejit

@@ -1,0 +1,384 @@
+// The FP8 family without a GPU: the quantizers and the block-scaled grouped GEMM render and
+// compile for sm_90a with NVRTC (several shapes, promotion on and off, both C dtypes and
+// epilogues), their PTX really uses e4m3 wgmma, TMA and cvt.satfinite.e4m3x2; the one validator
+// refuses what the family does not run, naming the field and what is supported; the host mirror
+// of the quantizers (src/fp8/e4m3.hpp, which the GPU test holds the kernels to) follows the
+// documented rounding and non-finite rules.
+#define BOOST_TEST_MODULE fp8_cpu
+#include <boost/test/unit_test.hpp>
+
+#include <nvrtc.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compile_only.hpp"
+#include "thread_cpu_time.hpp"
+#include "fp8/e4m3.hpp"
+#include "fp8/fp8.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/templates.hpp"
+
+using namespace moejit;
+
+namespace {
+
+bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+// PTX of a rendered kernel for compute_90a, with the engine's options and embedded headers (the
+// compile-only context makes cubins; the PTX shows which instructions the kernel uses).
+std::string ptx_for_sm90a(const KernelSource &ks) {
+    std::vector<const char *> sources, names;
+    std::vector<std::string> keep;
+    keep.reserve(2 * embedded_templates().size());
+    for (const EmbeddedTemplate &t : embedded_templates()) {
+        keep.emplace_back(t.source);
+        sources.push_back(keep.back().c_str());
+        keep.emplace_back(t.name);
+        names.push_back(keep.back().c_str());
+    }
+    nvrtcProgram program = nullptr;
+    BOOST_REQUIRE(nvrtcCreateProgram(&program, ks.source.c_str(), (ks.name + ".cu").c_str(),
+                                     static_cast<int>(sources.size()), sources.data(), names.data()) == NVRTC_SUCCESS);
+    std::vector<std::string> options = default_nvrtc_options();
+    options.push_back("--gpu-architecture=compute_90a");
+    options.push_back("-I" + cuda_include_dir());
+    std::vector<const char *> argv;
+    for (const std::string &o : options) argv.push_back(o.c_str());
+    const nvrtcResult r = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
+    std::size_t log_size = 0;
+    std::string log;
+    if (nvrtcGetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+        log.resize(log_size);
+        nvrtcGetProgramLog(program, log.data());
+    }
+    BOOST_REQUIRE_MESSAGE(r == NVRTC_SUCCESS, "NVRTC: " << nvrtcGetErrorString(r) << "\n" << log);
+    std::size_t size = 0;
+    BOOST_REQUIRE(nvrtcGetPTXSize(program, &size) == NVRTC_SUCCESS);
+    std::string ptx(size, '\0');
+    BOOST_REQUIRE(nvrtcGetPTX(program, ptx.data()) == NVRTC_SUCCESS);
+    nvrtcDestroyProgram(&program);
+    return ptx;
+}
+
+Fp8GemmSpec gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, bool promote, std::int32_t experts,
+                      int block_n = 128) {
+    Fp8GemmSpec s = make_fp8_gemm_spec(n, k, c_dtype, experts, block_n);
+    s.promote = promote;
+    return s;
+}
+
+// The refusal of `spec` (with `ops`, when given) on `arch`: its status and message fragments.
+template <class Spec, class Ops>
+void expect_refusal(const std::string &arch, const Spec &spec, const Ops *ops, Status status,
+                    std::initializer_list<const char *> fragments) {
+    const auto r = can_implement(arch, spec, ops);
+    BOOST_REQUIRE_MESSAGE(r.has_value(), "expected a refusal");
+    BOOST_TEST_CONTEXT("message: " << r->message) {
+        BOOST_TEST((r->status == status));
+        for (const char *f : fragments) BOOST_TEST(contains(r->message, f), "missing '" << f << "'");
+    }
+}
+
+std::uint16_t bf16_bits(float f) {  // exact for the values the tests use (bf16-representable)
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return static_cast<std::uint16_t>(u >> 16);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_fp8_kernel_compiles_for_sm90a) {
+    std::map<std::string, KernelSource> sources;
+    for (std::int64_t k : {2048, 7168, 1040})  // 1040: a ragged last tile of 16 columns
+        sources.emplace(render_fp8_quant_rows({k}).name, render_fp8_quant_rows({k}));
+    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{1536, 2048}, {4096, 7168}, {200, 1040}}) {
+        const KernelSource ks = render_fp8_quant_blocks({n, k});
+        sources.emplace(ks.name, ks);
+    }
+    struct G {
+        std::int64_t n, k;
+        DType c;
+        bool promote;
+        std::int32_t experts;
+        int block_n = 128;
+    };
+    // qwen3-30b-a3b and deepseek-v3 fc1 and fc2, the long-K test pair, the smallest shape.
+    for (const G &g : {G{1536, 2048, DType::bf16, true, 128}, G{2048, 768, DType::bf16, true, 128},
+                       G{4096, 7168, DType::bf16, true, 256}, G{7168, 2048, DType::bf16, true, 256},
+                       G{256, 7168, DType::fp32, true, 8}, G{256, 7168, DType::fp32, false, 8},
+                       G{128, 128, DType::bf16, true, 1},
+                       // block_n 256: TMA stores (3 stages) and registers (4), fp32 C without promotion
+                       G{1536, 2048, DType::bf16, true, 128, 256}, G{4096, 7168, DType::bf16, true, 256, 256},
+                       G{256, 7168, DType::fp32, false, 8, 256}}) {
+        Fp8GemmSpec s = gemm_spec(g.n, g.k, g.c, g.promote, g.experts, g.block_n);
+        BOOST_TEST(!can_implement("sm_90a", s).has_value());
+        sources.emplace(render_fp8_group_gemm_nk(s).name, render_fp8_group_gemm_nk(s));
+        if (g.block_n == 128 && g.promote) {  // the overlapped promotion
+            Fp8GemmSpec o = s;
+            o.overlap = true;
+            BOOST_TEST(!can_implement("sm_90a", o).has_value());
+            sources.emplace(render_fp8_group_gemm_nk(o).name, render_fp8_group_gemm_nk(o));
+        }
+        if (g.n == 128 || (g.block_n == 256 && g.c == DType::bf16 && g.n == 1536)) {
+            // the register epilogue of a bf16 C (an unaligned C at launch; block_n 256's deeper ring)
+            s.tma_store = false;
+            s.stages = fp8_gemm_max_stages(s, g.experts);
+            sources.emplace(render_fp8_group_gemm_nk(s).name, render_fp8_group_gemm_nk(s));
+        }
+    }
+    moejit::test::CompileOnlyContext context("sm_90a", moejit::test::CompileOnlyContext::Cache::memory_only);
+    double worst = 0;
+    for (auto &[name, ks] : sources) {
+        const double start = moejit::test::thread_cpu_seconds();  // immune to a loaded machine
+        BOOST_TEST_CONTEXT(name) {
+            try {
+                context.impl().kernel(ks);
+            } catch (const std::exception &e) {
+                BOOST_TEST(false, e.what());
+            }
+            const double sec = moejit::test::thread_cpu_seconds() - start;
+            BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s of CPU (the cold-start budget is 2 s)");
+            worst = std::max(worst, sec);
+        }
+    }
+    std::printf("fp8: %zu kernels compiled for sm_90a, worst NVRTC %.2f s\n", sources.size(), worst);
+}
+
+BOOST_AUTO_TEST_CASE(ptx_uses_e4m3_wgmma_tma_and_satfinite_cvt) {
+    for (auto [promote, block_n, overlap] : {std::tuple{true, 128, false}, {false, 128, false}, {true, 256, false},
+                                             {true, 128, true}}) {
+        Fp8GemmSpec spec = gemm_spec(1536, 2048, DType::bf16, promote, 128, block_n);
+        spec.overlap = overlap;
+        const std::string ptx = ptx_for_sm90a(render_fp8_group_gemm_nk(spec));
+        BOOST_TEST_CONTEXT("promote " << promote << " block_n " << block_n << " overlap " << overlap) {
+            BOOST_TEST(contains(ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
+            BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.2d"));
+            BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.3d"));
+            BOOST_TEST(contains(ptx, "mbarrier.try_wait.parity"));
+            BOOST_TEST(contains(ptx, "setmaxnreg.inc"));
+            BOOST_TEST(!contains(ptx, "mma.sync"), "no mma.sync fallback");
+        }
+    }
+    for (const KernelSource &ks : {render_fp8_quant_rows({2048}), render_fp8_quant_blocks({1536, 2048})})
+        BOOST_TEST(contains(ptx_for_sm90a(ks), "cvt.rn.satfinite.e4m3x2.f32"), ks.name);
+}
+
+BOOST_AUTO_TEST_CASE(validator_refuses_what_the_family_does_not_run) {
+    const Fp8GemmSpec good = gemm_spec(1536, 2048, DType::bf16, true, 128);
+    BOOST_TEST(!can_implement("sm_90a", good).has_value());
+    Fp8GemmSpec s = good;
+    s.k = 2000;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"k = 2000", "multiple of 128"});
+    s = good;
+    s.n = 1000;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"n = 1000", "multiple of 128"});
+    s = good;
+    s.c_dtype = DType::fp16;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"c_dtype = fp16", "bf16 or fp32"});
+    s = good;
+    s.block_n = 192;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"block_n = 192", "128 and 256"});
+    s = good;
+    s.n = 1664;  // 13 x 128
+    s.block_n = 256;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"n = 1664", "multiple of 256"});
+    s = good;
+    s.overlap = true;
+    s.promote = false;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"overlap needs promote and block_n = 128"});
+    s = gemm_spec(1536, 2048, DType::bf16, true, 128, 256);
+    s.overlap = true;
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"overlap needs promote and block_n = 128", "block_n = 256"});
+    s = good;
+    s.stages = 8;  // 8 x 32 KiB do not fit
+    expect_refusal("sm_90a", s, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported, {"shared memory"});
+    // No silent bf16 fallback elsewhere: the arch is named.
+    expect_refusal("sm_80", good, static_cast<const Fp8GemmOperands *>(nullptr), Status::unsupported,
+                   {"sm_90a", "sm_80"});
+    expect_refusal("sm_100a", Fp8QuantRowsSpec{2048}, static_cast<const Fp8QuantRowsOperands *>(nullptr),
+                   Status::unsupported, {"sm_100a"});
+
+    // Operands (host addresses stand in: the validator only looks at them).
+    alignas(16) static unsigned char buf[64];
+    Fp8GemmOperands ops;
+    ops.a = ops.b = buf;
+    ops.a_scale = ops.b_scale = reinterpret_cast<const float *>(buf);
+    ops.c = buf;
+    ops.offsets = reinterpret_cast<const std::int32_t *>(buf);
+    ops.rows = 100;
+    ops.num_experts = 8;
+    BOOST_TEST(!can_implement("sm_90a", good, &ops).has_value());
+    Fp8GemmOperands bad = ops;
+    bad.num_experts = 0;
+    expect_refusal("sm_90a", good, &bad, Status::invalid_argument, {"num_experts = 0"});
+    bad = ops;
+    bad.rows = -1;
+    expect_refusal("sm_90a", good, &bad, Status::invalid_argument, {"rows = -1"});
+    bad = ops;
+    bad.a = buf + 8;
+    expect_refusal("sm_90a", good, &bad, Status::invalid_argument, {"a must be", "16-byte aligned"});
+    bad = ops;
+    bad.b_scale = nullptr;
+    expect_refusal("sm_90a", good, &bad, Status::invalid_argument, {"b_scale"});
+    bad = ops;
+    bad.offsets = nullptr;
+    expect_refusal("sm_90a", good, &bad, Status::invalid_argument, {"offsets"});
+    bad = ops;
+    bad.rows = 0;  // nothing to run: null tensors are fine
+    bad.a = bad.b = nullptr;
+    BOOST_TEST(!can_implement("sm_90a", good, &bad).has_value());
+    bad = ops;
+    bad.num_experts = 100000;  // cum[E+1] no longer fits next to the ring
+    expect_refusal("sm_90a", good, &bad, Status::unsupported, {"100000 experts", "shared memory"});
+
+    expect_refusal("sm_90a", Fp8QuantRowsSpec{1000}, static_cast<const Fp8QuantRowsOperands *>(nullptr),
+                   Status::unsupported, {"k = 1000", "multiple of 16"});
+    expect_refusal("sm_90a", Fp8QuantBlocksSpec{0, 2048}, static_cast<const Fp8QuantBlocksOperands *>(nullptr),
+                   Status::unsupported, {"n = 0"});
+    Fp8QuantRowsOperands qops;
+    qops.x = buf + 2;
+    qops.q = buf;
+    qops.scales = reinterpret_cast<float *>(buf);
+    qops.rows = 4;
+    expect_refusal("sm_90a", Fp8QuantRowsSpec{2048}, &qops, Status::invalid_argument, {"x must be", "8-byte"});
+
+    // The launchers throw the refusal before anything else; a valid call on a compile-only
+    // context is refused for want of a device.
+    moejit::test::CompileOnlyContext context("sm_90a", moejit::test::CompileOnlyContext::Cache::memory_only);
+    s = good;
+    s.k = 2000;
+    try {
+        fp8_group_gemm_nk(context.impl(), s, ops);
+        BOOST_TEST(false, "expected an error");
+    } catch (const Error &e) {
+        BOOST_TEST((e.status() == Status::unsupported));
+        BOOST_TEST(contains(e.what(), "multiple of 128"));
+    }
+    try {
+        fp8_group_gemm_nk(context.impl(), good, ops);
+        BOOST_TEST(false, "expected an error");
+    } catch (const Error &e) {
+        BOOST_TEST((e.status() == Status::invalid_argument));
+        BOOST_TEST(contains(e.what(), "compile-only"));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(e4m3_rounding_rules) {
+    using fp8::float_to_e4m3;
+    const float inf = std::numeric_limits<float>::infinity();
+    struct Case {
+        float x;
+        std::uint8_t code;
+    };
+    for (const Case &c : {Case{0.0f, 0x00}, Case{-0.0f, 0x80}, Case{1.0f, 0x38}, Case{-1.0f, 0xB8},
+                          Case{448.0f, 0x7E}, Case{-448.0f, 0xFE},
+                          Case{449.0f, 0x7E}, Case{470.0f, 0x7E}, Case{1e30f, 0x7E}, Case{inf, 0x7E}, Case{-inf, 0xFE},
+                          Case{std::ldexp(1.0f, -6), 0x08},        // smallest normal
+                          Case{std::ldexp(1.0f, -9), 0x01},        // smallest subnormal
+                          Case{std::ldexp(1.0f, -10), 0x00},       // half of it: tie to even (0)
+                          Case{std::ldexp(3.0f, -10), 0x02},       // 1.5 steps: tie to even (2)
+                          Case{std::ldexp(1.0f, -11), 0x00},       // below half: 0
+                          Case{1.0625f, 0x38},                     // between 1 and 1.125: tie to even (1)
+                          Case{1.1875f, 0x3A},                     // between 1.125 and 1.25: tie to even (1.25)
+                          Case{1.07f, 0x39},                       // above the tie: up
+                          Case{240.0f, 0x77}, Case{0.1f, 0x1D}}) {
+        BOOST_TEST_CONTEXT("x = " << c.x) { BOOST_TEST(int(float_to_e4m3(c.x)) == int(c.code)); }
+    }
+    BOOST_TEST(fp8::e4m3_is_nan(float_to_e4m3(std::nanf(""))));
+    BOOST_TEST(std::isnan(fp8::e4m3_to_float(0x7F)));
+    BOOST_TEST(std::isnan(fp8::e4m3_to_float(0xFF)));
+    // Every finite code decodes and encodes back to itself; decoding is monotone.
+    float previous = -1.0f;
+    for (int code = 0; code < 0x7F; ++code) {
+        const float v = fp8::e4m3_to_float(static_cast<std::uint8_t>(code));
+        BOOST_TEST_CONTEXT("code " << code) {
+            BOOST_TEST(int(float_to_e4m3(v)) == code);
+            BOOST_TEST(int(float_to_e4m3(-v)) == (code | 0x80));
+            BOOST_TEST(v > previous);
+        }
+        previous = v;
+    }
+    BOOST_TEST(fp8::e4m3_to_float(0x7E) == 448.0f);
+}
+
+BOOST_AUTO_TEST_CASE(quantizer_tile_rules_and_non_finite_values) {
+    const std::int64_t rows = 4, k = 272;  // tiles of 128, 128 and 16 columns
+    std::vector<float> x(rows * k);
+    for (std::int64_t i = 0; i < rows * k; ++i) x[i] = std::ldexp(static_cast<float>((i * 37) % 29) - 14.0f, -3);
+    // Row 0: tile 1 all zeros. Row 1: a NaN in tile 0. Row 2: an inf in tile 2. Row 3: -inf and a
+    // large value in tile 1.
+    for (std::int64_t c = 128; c < 256; ++c) x[c] = 0.0f;
+    x[1 * k + 5] = std::nanf("");
+    x[2 * k + 260] = std::numeric_limits<float>::infinity();
+    x[3 * k + 130] = -std::numeric_limits<float>::infinity();
+    x[3 * k + 200] = 1e4f;
+    std::vector<std::uint16_t> bits(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) bits[i] = bf16_bits(x[i]);
+    const fp8::Quantized q = fp8::quantize_rows(bits, rows, k);
+    auto scale = [&](std::int64_t r, int kb) { return q.scales[r * 3 + kb]; };
+    auto code = [&](std::int64_t r, std::int64_t c) { return q.q[r * k + c]; };
+    // A tile of zeros: scale 1 and zeros.
+    BOOST_TEST(scale(0, 1) == 1.0f);
+    for (std::int64_t c = 128; c < 256; ++c) BOOST_TEST(int(code(0, c)) == 0);
+    // Finite tiles: scale = amax / 448, the amax element quantizes to +-448 exactly, and every
+    // element dequantizes within half an e4m3 step (2^-4 relative) or the subnormal step.
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (int kb = 0; kb < 3; ++kb) {
+            const std::int64_t c0 = kb * 128, c1 = std::min<std::int64_t>(k, c0 + 128);
+            float amax = 0.0f;
+            bool finite = true;
+            for (std::int64_t c = c0; c < c1; ++c) {
+                if (!std::isfinite(x[r * k + c])) finite = std::isnan(x[r * k + c]) ? finite : false;
+                else amax = std::max(amax, std::fabs(x[r * k + c]));
+            }
+            if (!finite || amax == 0.0f) continue;
+            BOOST_TEST_CONTEXT("row " << r << " tile " << kb) {
+                BOOST_TEST(scale(r, kb) == amax / 448.0f);
+                int at_max = 0;
+                for (std::int64_t c = c0; c < c1; ++c) {
+                    const float v = x[r * k + c];
+                    if (std::isnan(v)) continue;
+                    const float d = fp8::e4m3_to_float(code(r, c)) * scale(r, kb);
+                    BOOST_TEST(std::fabs(d - v) <= std::max(std::fabs(v) / 16.0f, std::ldexp(scale(r, kb), -10)) * 1.0001f);
+                    at_max += (code(r, c) & 0x7F) == 0x7E;
+                }
+                BOOST_TEST(at_max >= 1);
+            }
+        }
+    // NaN: stays NaN in its place, the tile's scale ignores it, the other tiles are untouched.
+    BOOST_TEST(fp8::e4m3_is_nan(code(1, 5)));
+    BOOST_TEST(std::isfinite(scale(1, 0)));
+    // inf: its tile's scale is +inf, its finite elements quantize to zero and the inf to NaN, so
+    // every dequantized element of the tile is NaN; the row's other tiles keep finite scales.
+    BOOST_TEST(std::isinf(scale(2, 2)));
+    BOOST_TEST(fp8::e4m3_is_nan(code(2, 260)));
+    for (std::int64_t c = 256; c < k; ++c)
+        if (c != 260) BOOST_TEST((code(2, c) & 0x7F) == 0);
+    BOOST_TEST(std::isfinite(scale(2, 0)));
+    BOOST_TEST(std::isfinite(scale(2, 1)));
+    BOOST_TEST(std::isinf(scale(3, 1)));
+    BOOST_TEST(std::isfinite(scale(3, 0)));
+    BOOST_TEST(std::isfinite(scale(3, 2)));
+
+    // Weight blocks: one outlier changes only its own 128 x 128 block's scale.
+    const std::int64_t experts = 2, n = 256, kw = 256;
+    std::vector<std::uint16_t> w(experts * n * kw, bf16_bits(0.5f));
+    w[(1 * n + 130) * kw + 3] = bf16_bits(1e4f);  // expert 1, row block 1, column block 0
+    const fp8::Quantized qw = fp8::quantize_blocks(w, experts, n, kw);
+    BOOST_REQUIRE(qw.scales.size() == 8u);
+    for (std::size_t b = 0; b < qw.scales.size(); ++b)
+        BOOST_TEST(qw.scales[b] == (b == 6 ? fp8::bf16_to_float(bf16_bits(1e4f)) / 448.0f : 0.5f / 448.0f), "block " << b);
+}

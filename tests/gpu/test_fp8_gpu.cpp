@@ -1,0 +1,407 @@
+// The FP8 family on a real Hopper device (skips elsewhere, with a message):
+// - the quantizers' bytes and scales equal the host mirror (src/fp8/e4m3.hpp) bit for bit, with
+//   ragged tiles, NaN and inf; twice the same (deterministic);
+// - the block-scaled grouped GEMM on routings with duplicate routes, empty experts, one expert
+//   owning every row, T = 1 and a long ring: C NaN-poisoned first with poisoned guard rows past S
+//   (never stored), every row written; against a float64 reference of the dequantized operands
+//   (~1e-3: the bf16 rounding of C) and of the bf16 inputs (~3e-2: the quantization); bitwise
+//   the same on a second run; NaN / inf rows stay in their rows; block_n 128 and 256, and the
+//   overlapped promotion;
+// - K = 7168 with and without promotion (fp32 C, scales constant along K so both variants
+//   compute the same sum): promotion must be measurably better; both errors are printed.
+// A disabled case, `benchmark` (run it with --run_test=benchmark), prints the GEMM's TFLOP/s on
+// qwen3-30b-a3b's and deepseek-v3's fc1 with balanced routing, for each tile variant.
+#include "gpu_main.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "fp8/e4m3.hpp"
+#include "fp8/fp8.hpp"
+#include "runtime/context.hpp"
+#include "runtime/driver.hpp"
+#include "expert_counts.hpp"
+
+MOEJIT_GPU_TEST_MAIN("fp8_gpu")
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+
+bool hopper() {
+    if (internal_ctx().arch() == "sm_90a") return true;
+    BOOST_TEST_MESSAGE("skipping: the context is " << internal_ctx().arch() << ", the FP8 kernels need sm_90a");
+    return false;
+}
+
+constexpr std::int64_t kGuardRows = 130;  // > BLOCK_M: a whole stray tile past S would show
+
+// The GPU's quantization of bf16 bits, checked against the host mirror; returns the host's.
+fp8::Quantized quantize_rows_checked(const std::vector<std::uint16_t> &x, std::int64_t rows, std::int64_t k,
+                                     DeviceBuffer &q, DeviceBuffer &scales) {
+    const std::int64_t kb = (k + 127) / 128;
+    DeviceBuffer dx = DeviceBuffer::from(x);
+    q = DeviceBuffer(static_cast<std::size_t>(rows * k));
+    scales = DeviceBuffer(static_cast<std::size_t>(rows * kb) * sizeof(float));
+    q.poison();
+    scales.poison();
+    fp8_quantize_rows(internal_ctx(), {k}, {dx.get(), q.get(), scales.as<float>(), rows, nullptr});
+    const fp8::Quantized host = fp8::quantize_rows(x, rows, k);
+    const auto gq = q.download<std::uint8_t>();
+    const auto gs = scales.download<float>();
+    std::int64_t bad_q = 0, bad_s = 0;
+    for (std::size_t i = 0; i < gq.size(); ++i)
+        bad_q += !(gq[i] == host.q[i] || (fp8::e4m3_is_nan(gq[i]) && fp8::e4m3_is_nan(host.q[i])));
+    for (std::size_t i = 0; i < gs.size(); ++i) bad_s += std::memcmp(&gs[i], &host.scales[i], sizeof(float)) != 0;
+    BOOST_TEST(bad_q == 0, "quantize_rows k=" << k << ": " << bad_q << " bytes differ from the host mirror");
+    BOOST_TEST(bad_s == 0, "quantize_rows k=" << k << ": " << bad_s << " scales differ from the host mirror");
+    // Deterministic: a second run gives the same bytes.
+    fp8_quantize_rows(internal_ctx(), {k}, {dx.get(), q.get(), scales.as<float>(), rows, nullptr});
+    BOOST_TEST((q.download<std::uint8_t>() == gq), "quantize_rows is not deterministic");
+    return host;
+}
+
+fp8::Quantized quantize_blocks_checked(const std::vector<std::uint16_t> &w, std::int32_t experts, std::int64_t n,
+                                       std::int64_t k, DeviceBuffer &q, DeviceBuffer &scales) {
+    const std::int64_t blocks = experts * ((n + 127) / 128) * ((k + 127) / 128);
+    DeviceBuffer dw = DeviceBuffer::from(w);
+    q = DeviceBuffer(static_cast<std::size_t>(experts * n * k));
+    scales = DeviceBuffer(static_cast<std::size_t>(blocks) * sizeof(float));
+    q.poison();
+    scales.poison();
+    fp8_quantize_blocks(internal_ctx(), {n, k}, {dw.get(), q.get(), scales.as<float>(), experts, nullptr});
+    const fp8::Quantized host = fp8::quantize_blocks(w, experts, n, k);
+    const auto gq = q.download<std::uint8_t>();
+    const auto gs = scales.download<float>();
+    std::int64_t bad_q = 0, bad_s = 0;
+    for (std::size_t i = 0; i < gq.size(); ++i)
+        bad_q += !(gq[i] == host.q[i] || (fp8::e4m3_is_nan(gq[i]) && fp8::e4m3_is_nan(host.q[i])));
+    for (std::size_t i = 0; i < gs.size(); ++i) bad_s += std::memcmp(&gs[i], &host.scales[i], sizeof(float)) != 0;
+    BOOST_TEST(bad_q == 0, "quantize_blocks n=" << n << " k=" << k << ": " << bad_q << " bytes differ");
+    BOOST_TEST(bad_s == 0, "quantize_blocks n=" << n << " k=" << k << ": " << bad_s << " scales differ");
+    return host;
+}
+
+// Dequantized values, exact in double (e4m3 x fp32).
+std::vector<double> dequant_rows(const fp8::Quantized &q, std::int64_t rows, std::int64_t k) {
+    const std::int64_t kb = (k + 127) / 128;
+    std::vector<double> out(static_cast<std::size_t>(rows * k));
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < k; ++c)
+            out[r * k + c] = double(fp8::e4m3_to_float(q.q[r * k + c])) * q.scales[r * kb + c / 128];
+    return out;
+}
+std::vector<double> dequant_blocks(const fp8::Quantized &q, std::int64_t experts, std::int64_t n, std::int64_t k) {
+    const std::int64_t nb = (n + 127) / 128, kb = (k + 127) / 128;
+    std::vector<double> out(static_cast<std::size_t>(experts * n * k));
+    for (std::int64_t e = 0; e < experts; ++e)
+        for (std::int64_t r = 0; r < n; ++r)
+            for (std::int64_t c = 0; c < k; ++c)
+                out[(e * n + r) * k + c] =
+                    double(fp8::e4m3_to_float(q.q[(e * n + r) * k + c])) * q.scales[(e * nb + r / 128) * kb + c / 128];
+    return out;
+}
+
+// C[rows of e] = A[rows of e] · B_eᵀ in float64.
+std::vector<double> reference(const std::vector<double> &a, const std::vector<double> &b,
+                              const std::vector<std::int32_t> &offsets, std::int64_t n, std::int64_t k) {
+    const std::int64_t rows = offsets.back();
+    std::vector<double> c(static_cast<std::size_t>(rows * n), 0.0);
+    for (std::size_t e = 0; e + 1 < offsets.size(); ++e)
+        for (std::int64_t r = offsets[e]; r < offsets[e + 1]; ++r)
+            for (std::int64_t j = 0; j < n; ++j) {
+                const double *ar = &a[r * k], *bj = &b[(e * n + j) * k];
+                double s = 0;
+                for (std::int64_t i = 0; i < k; ++i) s += ar[i] * bj[i];
+                c[r * n + j] = s;
+            }
+    return c;
+}
+
+// Runs the GEMM into a NaN-poisoned C with poisoned guard rows past S; checks the guard rows
+// stayed untouched and, run twice, the results are bitwise the same. Returns C [S, N] as doubles.
+std::vector<double> run_gemm(const Fp8GemmSpec &spec, const DeviceBuffer &a, const DeviceBuffer &as,
+                             const DeviceBuffer &b, const DeviceBuffer &bs, const std::vector<std::int32_t> &offsets,
+                             bool twice = true) {
+    const std::int64_t rows = offsets.back(), n = spec.n;
+    const auto experts = static_cast<std::int32_t>(offsets.size() - 1);
+    const std::size_t elem = spec.c_dtype == DType::fp32 ? 4 : 2;
+    DeviceBuffer c(static_cast<std::size_t>((rows + kGuardRows) * n) * elem);
+    DeviceBuffer doff = DeviceBuffer::from(offsets);
+    c.poison();
+    Fp8GemmOperands ops{a.get(), as.as<float>(), b.get(), bs.as<float>(), c.get(), doff.as<std::int32_t>(),
+                        rows, experts, nullptr};
+    fp8_group_gemm_nk(internal_ctx(), spec, ops);
+    const auto raw = c.download<std::uint8_t>();
+    // Rows past S: never stored.
+    std::int64_t touched = 0;
+    for (std::size_t i = static_cast<std::size_t>(rows * n) * elem; i < raw.size(); ++i) touched += raw[i] != 0xFF;
+    BOOST_TEST(touched == 0, touched << " bytes past S were written");
+    if (twice) {
+        fp8_group_gemm_nk(internal_ctx(), spec, ops);
+        BOOST_TEST((c.download<std::uint8_t>() == raw), "a second run differs (not deterministic)");
+    }
+    std::vector<double> out(static_cast<std::size_t>(rows * n));
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        if (elem == 4) {
+            float f;
+            std::memcpy(&f, &raw[i * 4], 4);
+            out[i] = f;
+        } else {
+            std::uint16_t h;
+            std::memcpy(&h, &raw[i * 2], 2);
+            out[i] = fp8::bf16_to_float(h);
+        }
+    }
+    return out;
+}
+
+std::int64_t non_finite(const std::vector<double> &v) {
+    return std::count_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); });
+}
+
+struct RoutingCase {
+    std::string name;
+    std::vector<int> counts;
+    std::int64_t n = 256, k = 512;
+    int block_n = 128;
+    bool overlap = false;
+};
+
+// Quantize random bf16 x [S, K] and W [E, N, K] on the GPU, run the GEMM, compare.
+void run_case(const RoutingCase &tc) {
+    BOOST_TEST_CONTEXT(tc.name) {
+        std::mt19937_64 rng = case_rng(tc.name);
+        const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
+        const std::int64_t rows = offsets.back(), n = tc.n, k = tc.k;
+        const auto experts = static_cast<std::int32_t>(tc.counts.size());
+        const HalfTensor x = random_half(static_cast<std::size_t>(std::max<std::int64_t>(rows, 1) * k), MOEJIT_DTYPE_BF16, rng);
+        const HalfTensor w = random_half(static_cast<std::size_t>(experts * n * k), MOEJIT_DTYPE_BF16, rng, 0.05f);
+        DeviceBuffer qa, sa, qb, sb;
+        const fp8::Quantized hx = quantize_rows_checked(x.bits, std::max<std::int64_t>(rows, 1), k, qa, sa);
+        const fp8::Quantized hw = quantize_blocks_checked(w.bits, experts, n, k, qb, sb);
+        Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::bf16, experts, tc.block_n);
+        spec.overlap = tc.overlap;
+        const std::vector<double> c = run_gemm(spec, qa, sa, qb, sb, offsets);
+        BOOST_TEST(non_finite(c) == 0, "unwritten (NaN) or non-finite outputs among " << c.size());
+        const std::vector<double> ref_q = reference(dequant_rows(hx, rows, k), dequant_blocks(hw, experts, n, k), offsets, n, k);
+        const std::vector<double> ref_x = reference(x.values, w.values, offsets, n, k);
+        const double err_q = relative_error(c, ref_q), err_x = relative_error(c, ref_x);
+        std::printf("fp8 %s (block_n %d%s): S=%lld N=%lld K=%lld E=%d: rel. error vs dequantized %.2e, vs bf16 inputs %.2e\n",
+                    tc.name.c_str(), tc.block_n, tc.overlap ? ", overlapped promotion" : "", (long long)rows, (long long)n, (long long)k, experts, err_q, err_x);
+        BOOST_TEST(err_q < 4e-3, "vs the dequantized operands: " << err_q);
+        BOOST_TEST(err_x < 6e-2, "vs the bf16 inputs: " << err_x);
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(quantizers_match_the_host_mirror) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("quantizers");
+    for (std::int64_t k : {2048, 1040, 16}) {  // 1040 and 16: ragged last tiles
+        const std::int64_t rows = 37;
+        HalfTensor x = random_half(static_cast<std::size_t>(rows * k), MOEJIT_DTYPE_BF16, rng, 3.0f);
+        // Non-finite values and a tile of zeros, each in its own tile.
+        x.bits[5] = 0x7FC0;                      // NaN
+        x.bits[3 * k + k - 1] = 0x7F80;          // +inf in row 3's last tile
+        x.bits[7 * k] = 0xFF80;                  // -inf in row 7's first tile
+        for (std::int64_t c = 0; c < std::min<std::int64_t>(k, 128); ++c) x.bits[11 * k + c] = 0;
+        DeviceBuffer q, s;
+        quantize_rows_checked(x.bits, rows, k, q, s);
+    }
+    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{256, 512}, {200, 1040}}) {
+        HalfTensor w = random_half(static_cast<std::size_t>(3 * n * k), MOEJIT_DTYPE_BF16, rng, 0.02f);
+        w.bits[n * k + 7] = 0x7FC0;  // NaN in expert 1
+        DeviceBuffer q, s;
+        quantize_blocks_checked(w.bits, 3, n, k, q, s);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(random_routing_with_duplicate_routes) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("counts");
+    run_case({"random_top4", random_counts(300, 4, 8, rng)});
+}
+
+BOOST_AUTO_TEST_CASE(empty_experts) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("empty");
+    run_case({"empty_experts", random_counts(200, 2, 16, rng, {1, 5, 6, 13})});
+    run_case({"empty_first_and_last", {0, 0, 300, 0, 129, 0}});
+}
+
+BOOST_AUTO_TEST_CASE(one_expert_owns_every_row) {
+    if (!hopper()) return;
+    run_case({"all_to_one", all_to_expert(1000, 8, 3), 384, 1024});
+}
+
+BOOST_AUTO_TEST_CASE(tiny_batches) {
+    if (!hopper()) return;
+    run_case({"T1_k1", {0, 1, 0, 0}});
+    run_case({"T1_k4_duplicates", {0, 4, 0, 0}});
+    run_case({"E1", {77}, 128, 128});
+    // T = 0: S = 0 launches nothing, null tensors accepted.
+    Fp8GemmOperands empty;
+    empty.num_experts = 4;
+    BOOST_CHECK_NO_THROW(fp8_group_gemm_nk(internal_ctx(), make_fp8_gemm_spec(256, 512, DType::bf16, 4), empty));
+    BOOST_CHECK_NO_THROW(fp8_quantize_rows(internal_ctx(), {512}, Fp8QuantRowsOperands{}));
+}
+
+BOOST_AUTO_TEST_CASE(many_tiles_per_cta_ring_wraps) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("ring");
+    run_case({"ring_wraps", random_counts(1024, 4, 8, rng), 1024, 512});  // ~2.4 tiles per CTA
+}
+
+// block_n 256: two B scale blocks per tile, each half promoted in turn; TMA stores (3 stages)
+// and, for an fp32 C, the register epilogue.
+BOOST_AUTO_TEST_CASE(block_n_256) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("bn256");
+    run_case({"bn256_random_top4", random_counts(300, 4, 8, rng), 512, 512, 256});
+    run_case({"bn256_all_to_one", all_to_expert(700, 4, 2), 256, 1024, 256});
+    run_case({"bn256_empty_experts", {0, 0, 129, 0, 1, 0}, 512, 256, 256});
+}
+
+// The overlapped promotion (two temporaries; chunks of 4 k blocks and a tail: K = 768 has 6).
+BOOST_AUTO_TEST_CASE(overlapped_promotion) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("overlap");
+    run_case({"overlap_random_top4", random_counts(300, 4, 8, rng), 256, 768, 128, true});
+    run_case({"overlap_all_to_one_k2048", all_to_expert(500, 4, 1), 256, 2048, 128, true});
+    run_case({"overlap_k384_empty", {0, 200, 0, 3}, 384, 384, 128, true});
+    run_case({"overlap_k128", {70, 0, 130}, 128, 128, 128, true});
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_rows_stay_in_their_rows) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("non_finite");
+    const std::vector<std::int32_t> offsets = offsets_from_counts({100, 60, 96});
+    const std::int64_t rows = offsets.back(), n = 256, k = 512;
+    const std::int32_t experts = 3;
+    HalfTensor x = random_half(static_cast<std::size_t>(rows * k), MOEJIT_DTYPE_BF16, rng);
+    const HalfTensor w = random_half(static_cast<std::size_t>(experts * n * k), MOEJIT_DTYPE_BF16, rng, 0.05f);
+    const std::int64_t nan_row = 17, inf_row = 130;
+    x.bits[nan_row * k + 300] = 0x7FC0;
+    x.bits[inf_row * k + 3] = 0x7F80;
+    DeviceBuffer qa, sa, qb, sb;
+    const fp8::Quantized hx = quantize_rows_checked(x.bits, rows, k, qa, sa);
+    const fp8::Quantized hw = quantize_blocks_checked(w.bits, experts, n, k, qb, sb);
+    const std::vector<double> c = run_gemm(make_fp8_gemm_spec(n, k, DType::bf16, experts), qa, sa, qb, sb, offsets);
+    const std::vector<double> ref = reference(dequant_rows(hx, rows, k), dequant_blocks(hw, experts, n, k), offsets, n, k);
+    std::vector<double> c_rest, ref_rest;
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t j = 0; j < n; ++j) {
+            const double v = c[r * n + j];
+            if (r == nan_row || r == inf_row) {
+                BOOST_TEST(std::isnan(v), "row " << r << " column " << j << " should be NaN, is " << v);
+            } else {
+                c_rest.push_back(v);
+                ref_rest.push_back(ref[r * n + j]);
+            }
+        }
+    BOOST_TEST(non_finite(c_rest) == 0);
+    BOOST_TEST(relative_error(c_rest, ref_rest) < 4e-3);
+}
+
+BOOST_AUTO_TEST_CASE(promotion_on_long_k) {
+    if (!hopper()) return;
+    // Scales constant along K (per row of A, per 128-row block of B), so the promoted and the
+    // unpromoted kernels compute the same sum; positive operands, so the accumulator's lost
+    // low bits add up instead of cancelling (the worst case of real training data).
+    std::mt19937_64 rng = case_rng("promotion");
+    const std::vector<std::int32_t> offsets = offsets_from_counts({192, 0, 320});
+    const std::int64_t rows = offsets.back(), n = 256, k = 7168, kb = k / 128, nb = n / 128;
+    const std::int32_t experts = 3;
+    std::uniform_real_distribution<float> val(0.25f, 448.0f), scale(0.5f, 2.0f);
+    std::vector<std::uint8_t> a(static_cast<std::size_t>(rows * k)), b(static_cast<std::size_t>(experts * n * k));
+    for (auto &v : a) v = fp8::float_to_e4m3(val(rng));
+    for (auto &v : b) v = fp8::float_to_e4m3(val(rng));
+    std::vector<float> a_scale(static_cast<std::size_t>(rows * kb)), b_scale(static_cast<std::size_t>(experts * nb * kb));
+    for (std::int64_t r = 0; r < rows; ++r) std::fill_n(&a_scale[r * kb], kb, scale(rng) / 448.0f);
+    for (std::int64_t i = 0; i < experts * nb; ++i) std::fill_n(&b_scale[i * kb], kb, scale(rng) / 448.0f);
+    const fp8::Quantized ha{a, a_scale}, hb{b, b_scale};
+    const std::vector<double> ref = reference(dequant_rows(ha, rows, k), dequant_blocks(hb, experts, n, k), offsets, n, k);
+    DeviceBuffer da = DeviceBuffer::from(a), db = DeviceBuffer::from(b);
+    DeviceBuffer das = DeviceBuffer::from(a_scale), dbs = DeviceBuffer::from(b_scale);
+    for (auto [block_n, overlap] : {std::pair{128, false}, {256, false}, {128, true}}) {
+        Fp8GemmSpec spec = make_fp8_gemm_spec(n, k, DType::fp32, experts, block_n);
+        spec.promote = true;
+        spec.overlap = overlap;
+        const double err_on = relative_error(run_gemm(spec, da, das, db, dbs, offsets), ref);
+        spec.promote = false;
+        spec.overlap = false;
+        const double err_off = relative_error(run_gemm(spec, da, das, db, dbs, offsets), ref);
+        std::printf("fp8 promotion, K=%lld, fp32 C, block_n %d%s: rel. error with promotion %.3e, without %.3e "
+                    "(%.1fx)\n",
+                    (long long)k, block_n, overlap ? " (overlapped)" : "", err_on, err_off, err_off / err_on);
+        BOOST_TEST(err_on < 1e-3, "with promotion: " << err_on);
+        BOOST_TEST(err_on * 2 < err_off, "promotion must be measurably better: " << err_on << " vs " << err_off);
+    }
+}
+
+// TFLOP/s of the FP8 GEMM on the fc1 of two reference models, balanced routing (S / E rows per
+// expert), operands filled with constant e4m3 patterns and unit scales (the values do not change
+// the work). Not a timed test: run it with --run_test=benchmark.
+BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
+    if (!hopper()) return;
+    struct Shape {
+        const char *name;
+        std::int64_t rows;
+        std::int32_t experts;
+        std::int64_t n, k;
+    };
+    for (const Shape &s : {Shape{"qwen3-30b-a3b fc1", 131072, 128, 1536, 2048},
+                           Shape{"deepseek-v3 fc1", 65536, 256, 4096, 7168}}) {
+        std::vector<int> counts(static_cast<std::size_t>(s.experts), static_cast<int>(s.rows / s.experts));
+        const std::vector<std::int32_t> offsets = offsets_from_counts(counts);
+        const std::int64_t kb = s.k / 128, nb = s.n / 128;
+        DeviceBuffer a(static_cast<std::size_t>(s.rows * s.k)), b(static_cast<std::size_t>(s.experts * s.n * s.k));
+        DeviceBuffer as(static_cast<std::size_t>(s.rows * kb) * 4), bs(static_cast<std::size_t>(s.experts * nb * kb) * 4);
+        DeviceBuffer c(static_cast<std::size_t>(s.rows * s.n) * 2), doff = DeviceBuffer::from(offsets);
+        MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(a.get()), 0x3C3A3834u, a.bytes() / 4, nullptr));
+        MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(b.get()), 0xB43A3C38u, b.bytes() / 4, nullptr));
+        MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(as.get()), 0x3F800000u, as.bytes() / 4, nullptr));
+        MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(bs.get()), 0x3F800000u, bs.bytes() / 4, nullptr));
+        struct Variant {
+            int block_n;
+            bool tma_store, promote, overlap;
+        };
+        for (const Variant &v : {Variant{128, true, true, false}, Variant{128, true, true, true},
+                                 Variant{256, true, true, false}, Variant{256, false, true, false},
+                                 Variant{128, true, false, false}}) {
+            Fp8GemmSpec spec = make_fp8_gemm_spec(s.n, s.k, DType::bf16, s.experts, v.block_n);
+            spec.tma_store = v.tma_store;
+            spec.stages = fp8_gemm_max_stages(spec, s.experts);
+            spec.promote = v.promote;
+            spec.overlap = v.overlap;
+            const Fp8GemmOperands ops{a.get(), as.as<float>(), b.get(), bs.as<float>(), c.get(),
+                                      doff.as<std::int32_t>(), s.rows, s.experts, nullptr};
+            for (int i = 0; i < 3; ++i) fp8_group_gemm_nk(internal_ctx(), spec, ops);  // compile, warm up
+            CUevent start, stop;
+            MOEJIT_CU(cuEventCreate(&start, 0));
+            MOEJIT_CU(cuEventCreate(&stop, 0));
+            constexpr int kIters = 20;
+            MOEJIT_CU(cuEventRecord(start, nullptr));
+            for (int i = 0; i < kIters; ++i) fp8_group_gemm_nk(internal_ctx(), spec, ops);
+            MOEJIT_CU(cuEventRecord(stop, nullptr));
+            MOEJIT_CU(cuEventSynchronize(stop));
+            float ms = 0;
+            MOEJIT_CU(cuEventElapsedTime(&ms, start, stop));
+            MOEJIT_CU(cuEventDestroy(start));
+            MOEJIT_CU(cuEventDestroy(stop));
+            const double sec = ms / 1e3 / kIters;
+            const double tflops = 2.0 * s.rows * s.n * s.k / sec / 1e12;
+            std::printf("fp8 benchmark %s: S=%lld E=%d N=%lld K=%lld block_n=%d stages=%d %s%s: %.3f ms, %.0f TFLOP/s "
+                        "(%.0f%% of the 1240 TFLOP/s FP8 dense ceiling)\n",
+                        s.name, (long long)s.rows, s.experts, (long long)s.n, (long long)s.k, spec.block_n,
+                        spec.stages, spec.tma_store ? (spec.overlap ? "tma-store overlapped" : "tma-store")
+                                                    : "register-store",
+                        spec.promote ? "" : " NO PROMOTION (test mode)", sec * 1e3, tflops, 100.0 * tflops / 1240.0);
+        }
+    }
+}
