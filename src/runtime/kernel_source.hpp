@@ -32,7 +32,8 @@ template <class Args> inline constexpr const char *kernel_args_type = nullptr;
     X(RoutingHistogramArgs) X(RoutingRowScanArgs) X(RoutingRankArgs) X(ScatterArgs) X(GatherArgs)   \
     X(ScatterWeightsArgs) X(GatherWeightsArgs) X(GatedForwardArgs) X(GatedBackwardArgs)             \
     X(BiasPartialArgs) X(BiasReduceArgs) X(BiasRowDotArgs) X(PrepareRowsArgs) X(AddRowBiasArgs)     \
-    X(GemmNkArgs) X(GemmMnArgs) X(Sm90NkArgs) X(Sm90MnArgs) X(SplitReduceArgs)
+    X(GemmNkArgs) X(GemmMnArgs) X(Sm90NkArgs) X(Sm90MnArgs) X(SplitReduceArgs) X(CheckOffsetsArgs)     \
+    X(ZeroUnassignedRowsArgs)
 #define MOEJIT_KERNEL_ARGS_TYPE(T) \
     template <> inline constexpr const char *kernel_args_type<kargs::T> = "moejit::kargs::" #T;
 MOEJIT_KERNEL_ARGS(MOEJIT_KERNEL_ARGS_TYPE)

@@ -92,6 +92,21 @@ static void test_inits(void) {
     CHECK_INIT(moejit_plan_desc_t, moejit_plan_desc_init, "desc");
     CHECK_INIT(moejit_forward_args_t, moejit_forward_args_init, "args");
     CHECK_INIT(moejit_backward_args_t, moejit_backward_args_init, "args");
+    /* A current binary gets the full init through the macro (CHECK_INIT); the exported unsized
+     * function, which 0.1-0.3 binaries call without saying their size, writes 0.1's 152 bytes
+     * only (issue 29 item 4: it wrote 160, past a 0.1 caller's struct) and marks struct_size. */
+    {
+        moejit_backward_args_t b;
+        unsigned char *bytes = (unsigned char *)(void *)&b;
+        memset(&b, GUARD, sizeof b);
+        CHECK_STATUS((moejit_backward_args_init)(&b), OK, NULL);
+        CHECK(b.struct_size == 153);
+        CHECK(all_bytes(bytes + offsetof(moejit_backward_args_t, x),
+                        sizeof b - offsetof(moejit_backward_args_t, x), GUARD));
+        CHECK(b.num_tokens == 0 && b.workspace == NULL && b.stream == NULL);
+        b.x = NULL; /* T = 0 needs no x; then the plan handle is checked */
+        CHECK_STATUS(moejit_plan_backward(NULL, &b), INV, "plan is NULL");
+    }
     /* moejit_backward_args_t's 0.1 size (before x) is a released size: exactly it is written. */
     {
         unsigned char buf[sizeof(moejit_backward_args_t) + 64];
