@@ -88,6 +88,7 @@ for f in "$logs"/*.res; do
         log=${f%.res}.log
         echo "== $(basename "$log")"
         grep -E '=========|error|FAILED|failure|Error' "$log" | head -25
+        echo "-- its last lines:"; tail -5 "$log"
     fi
 done
 echo

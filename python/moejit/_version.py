@@ -10,8 +10,8 @@ from typing import Optional
 
 
 def _from_meson_build() -> str:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
+    # python/moejit/_version.py -> the repository root
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         with open(os.path.join(root, "meson.build")) as f:
             m = re.search(r"^project\([^)]*?version\s*:\s*'([^']+)'", f.read(), re.S | re.M)

@@ -565,6 +565,17 @@ static void test_configuration(moejit_context_t c) {
     CHECK_STATUS(moejit_plan_describe_desc(c, &d, NULL, 0, NULL), OK, NULL);
 }
 
+/* ------------------------------------------------------------ device error word (since 0.11) */
+static void test_device_errors(moejit_context_t c) {
+    uint32_t errors = 0xdeadu;
+    CHECK_STATUS(moejit_context_device_errors(NULL, 1, &errors), INV, "context");
+    CHECK_STATUS(moejit_context_device_errors(c, 0, NULL), INV, "errors");
+    /* A compile-only context has no device word: none, without a driver. */
+    CHECK_STATUS(moejit_context_device_errors(c, 1, &errors), OK, NULL);
+    CHECK(errors == 0);
+    CHECK(MOEJIT_DEVICE_ERROR_EXPERT_OFFSETS == 1);
+}
+
 int main(void) {
     moejit_context_t c;
     test_status_and_version();
@@ -576,6 +587,7 @@ int main(void) {
     test_swiglu(c);
     test_plan(c);
     test_configuration(c);
+    test_device_errors(c);
     moejit_context_destroy(c);
     return c_check_result("bad_input");
 }
