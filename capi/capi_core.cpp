@@ -9,6 +9,7 @@
 #include "gemm/tile_config.hpp"
 #include "runtime/context.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "templates/kernel_args.h"
 #include "moejit.h"
 
 namespace moejit {
@@ -115,6 +116,16 @@ MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
         Context &ctx = require_handle(context, "context").impl;
         MOEJIT_REQUIRE(stats, "stats is NULL");
         write_struct(stats, to_c(ctx.jit().counters()), "stats");
+    });
+}
+
+MOEJIT_API moejit_status_t moejit_context_device_errors(moejit_context_t context, int clear, uint32_t *errors) {
+    static_assert(MOEJIT_DEVICE_ERROR_EXPERT_OFFSETS == kargs::kDeviceErrorExpertOffsets);
+    return capi_guard([&] {
+        Context &ctx = require_handle(context, "context").impl;
+        MOEJIT_REQUIRE(errors, "errors (the out-pointer) is NULL");
+        *errors = 0;
+        *errors = ctx.read_device_errors(clear != 0);
     });
 }
 

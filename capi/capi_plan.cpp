@@ -55,8 +55,13 @@ MOEJIT_API moejit_status_t moejit_backward_args_init_sized(moejit_backward_args_
     return capi_guard([&] { init_struct(args, struct_size, "args"); });
 }
 
+// Writes 0.1's 152 bytes, never more, and marks struct_size (capi_struct.hpp,
+// kBackwardLegacyInitMarker): its callers' structs are 152 or 160 bytes, and it cannot tell which.
 MOEJIT_API moejit_status_t(moejit_backward_args_init)(moejit_backward_args_t *args) {
-    return capi_guard([&] { init_struct(args, kLegacyInitSize<moejit_backward_args_t>, "args"); });
+    return capi_guard([&] {
+        init_struct(args, kLegacyInitSize<moejit_backward_args_t>, "args");
+        args->struct_size = kBackwardLegacyInitMarker;
+    });
 }
 
 MOEJIT_API moejit_status_t moejit_plan_create(moejit_context_t context, const moejit_plan_desc_t *desc,
@@ -113,6 +118,24 @@ moejit_status_t size_terms_query(const moejit_plan_desc_t *desc, int64_t *per_un
     });
 }
 
+// moejit_backward_args_t as moejit_plan_backward reads it. A struct the unsized legacy init
+// marked (kBackwardLegacyInitMarker) came from a 0.1 header's binary (152 bytes) or a 0.2/0.3
+// one's (160, with x): its first 152 bytes are read, and x from offset 152 only when T > 0,
+// where only a 0.2/0.3 caller can succeed (a 0.1 struct has no x, and its backward over rows has
+// needed x since 0.2). With T = 0 nothing past 152 bytes is touched.
+moejit_backward_args_t read_backward_args(const moejit_backward_args_t *args) {
+    MOEJIT_REQUIRE(args != nullptr, "args is NULL");
+    if (args->struct_size != kBackwardLegacyInitMarker) return read_struct(args, "args");
+    constexpr std::size_t head = offsetof(moejit_backward_args_t, x);
+    moejit_backward_args_t copy;
+    std::memset(static_cast<void *>(&copy), 0, sizeof copy);
+    std::memcpy(static_cast<void *>(&copy), args, head);
+    copy.struct_size = head;
+    moejit_backward_args_t a = read_struct(&copy, "args");
+    if (a.num_tokens > 0) std::memcpy(static_cast<void *>(&a.x), reinterpret_cast<const char *>(args) + head, sizeof a.x);
+    return a;
+}
+
 }  // namespace
 
 extern "C" {
@@ -147,14 +170,19 @@ MOEJIT_API moejit_status_t moejit_plan_forward(moejit_plan_t plan, const moejit_
 
 MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan, const moejit_backward_args_t *args) {
     return capi_guard([&] {
-        const moejit_backward_args_t a = read_struct(args, "args");
+        const moejit_backward_args_t a = read_backward_args(args);
         // A 0.1 header's struct ends before x, which backward re-reads since 0.2 (its saved
         // buffer no longer holds x's scatter): with rows to process there is no way to honour it.
-        MOEJIT_REQUIRE(args->struct_size > offsetof(moejit_backward_args_t, x) || a.num_tokens <= 0,
+        MOEJIT_REQUIRE(args->struct_size != offsetof(moejit_backward_args_t, x) || a.num_tokens <= 0,
                        "args->x is missing: args->struct_size {} is a moejit 0.1 header's moejit_backward_args_t, "
                        "which has no x, and since 0.2 the backward needs the forward's input x for T > 0 "
                        "(rebuild against a newer moejit.h and set args->x)",
                        args->struct_size);
+        MOEJIT_REQUIRE(args->struct_size != kBackwardLegacyInitMarker || a.num_tokens <= 0 || a.x != nullptr,
+                       "args->x is NULL: args was initialised by the unsized moejit_backward_args_init (a binary "
+                       "built against a moejit 0.1-0.3 header), and the backward needs the forward's input x for "
+                       "T > 0 (a 0.2/0.3 struct: set args->x; a 0.1 struct has no x: rebuild against a newer "
+                       "moejit.h)");
         Plan &p = *require_handle(plan, "plan").impl;
         p.backward(to_internal(a));
     });

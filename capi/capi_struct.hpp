@@ -81,7 +81,17 @@ template <class T> inline constexpr std::size_t kLegacyInitSize = sizeof(T);
 template <> inline constexpr std::size_t kLegacyInitSize<moejit_context_options_t> = 56;
 template <> inline constexpr std::size_t kLegacyInitSize<moejit_plan_desc_t> = 80;
 template <> inline constexpr std::size_t kLegacyInitSize<moejit_forward_args_t> = 120;
-template <> inline constexpr std::size_t kLegacyInitSize<moejit_backward_args_t> = 160;
+// moejit_backward_args_t: see kBackwardLegacyInitMarker.
+template <> inline constexpr std::size_t kLegacyInitSize<moejit_backward_args_t> = 152;
+
+// The unsized moejit_backward_args_init cannot know its caller's struct: binaries built against
+// 0.1-0.3 headers all reference it unversioned (bound to MOEJIT_0.1), and 0.1's struct is 152
+// bytes while 0.2/0.3's is 160 (x appended). It writes only the 152 bytes both have (issue 29
+// item 4: before, it wrote 160, 8 bytes past a 0.1 caller's struct) and sets struct_size to
+// this marker, a size no header has (odd), so the backward reads the struct as that init left
+// it: 0.1's 152 bytes, plus x from the 0.2/0.3 layout when T > 0 (read_backward_args).
+inline constexpr std::size_t kBackwardLegacyInitMarker = 152 + 1;
+static_assert(kBackwardLegacyInitMarker % alignof(moejit_backward_args_t) != 0, "no sizeof can equal the marker");
 
 template <class T> bool is_released_size(std::size_t size) {
     const auto &r = StructAbi<T>::released;

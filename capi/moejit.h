@@ -32,15 +32,18 @@
  *    library does not know) and sets struct_size; a size that no header has writes nothing.
  *    The functions named moejit_X_init (declared before their macro) remain exported for
  *    binaries built against 0.1-0.3 headers and for bindings that cannot pass a size (take
- *    their address, or call (moejit_X_init)(p)): they write the struct as of 0.3.0, forever.
- *    A 0.1-built caller of moejit_backward_args_init is overrun by 8 bytes (its struct
- *    predates x): rebuild it; the library cannot tell.
+ *    their address, or call (moejit_X_init)(p)): they write the struct as of 0.3.0, forever,
+ *    except moejit_backward_args_init: 0.1-0.3 binaries reach it alike, with 152 bytes (0.1) or
+ *    160 (0.2/0.3, x appended), so since 0.11 it writes the 152 bytes both have, never more,
+ *    and sets struct_size to 153 (no header's size); moejit_plan_backward then reads those
+ *    152 bytes, and x at offset 152 (the 0.2/0.3 layout) only when num_tokens > 0.
  *  - moejit_backward_args_t grew in 0.2.0 (x). A 0.1 struct_size is accepted, but backward with
  *    T > 0 needs x, so it is MOEJIT_ERROR_INVALID_ARGUMENT naming args->x.
  *
  * Binary compatibility: the soname is libmoejit.so.<ABI major> (libmoejit.so.0 today). Every
  * exported symbol is versioned (capi/moejit.map): MOEJIT_0.1 holds the 0.1 entry points,
- * MOEJIT_0.4 the *_init_sized functions; a release that adds functions adds a node. The ABI
+ * MOEJIT_0.4 the *_init_sized functions, MOEJIT_0.6 the experts entry, MOEJIT_0.11
+ * moejit_context_device_errors; a release that adds functions adds a node. The ABI
  * major (and soname) is bumped, and the version nodes restart, when a binary built against an
  * earlier header of the same major could stop working: a removed or retyped function, a changed
  * enum or status value, a field removed, moved or retyped, a released struct_size no longer
@@ -201,6 +204,28 @@ MOEJIT_API moejit_status_t moejit_context_cache_stats(moejit_context_t context,
 
 /* NVRTC version as major * 100 + minor. */
 MOEJIT_API moejit_status_t moejit_nvrtc_version(int *version);
+
+/* ---------------------------------------------------------------- device data errors (since 0.11)
+ * Device-resident indices that the library reads from the caller and cannot check on the host
+ * without a synchronisation are bounded on the device: data that would make a kernel read or
+ * write out of bounds is clamped as each entry point documents (its results are then defined:
+ * zero where the data assigned a row nowhere), and the kernel sets a bit in the context's
+ * device error word instead of faulting. The word is the context's, shared by its plans and
+ * streams, and stays set until cleared. What each entry point bounds:
+ *  - moejit_plan_experts_forward/backward: expert_offsets (MOEJIT_DEVICE_ERROR_EXPERT_OFFSETS);
+ *  - routing ids outside [0, E) are dropped routes by contract (moejit_routing_index), and a
+ *    scatter_index outside [0, S) is skipped or read as zero (moejit_scatter, moejit_gather, ...):
+ *    both are legal data, so neither sets a bit;
+ *  - the layer (moejit_plan_forward/backward) reads only indices it computed itself;
+ *  - moejit_group_gemm_same_nk/same_mn still trust their offsets (well-formed by contract).
+ * moejit_context_device_errors synchronises the context (every stream's work so far, a host
+ * synchronisation: call it when convenient, e.g. once per step), then writes the word into
+ * *errors, a mask of moejit_device_error_t values (0: none), and zeroes it when clear is
+ * non-zero. A compile-only context has no word: *errors = 0. */
+typedef MOEJIT_ENUM(moejit_device_error) {
+    MOEJIT_DEVICE_ERROR_EXPERT_OFFSETS = 1 /* expert_offsets not [0, non-decreasing, <= R] */
+} moejit_device_error_t;
+MOEJIT_API moejit_status_t moejit_context_device_errors(moejit_context_t context, int clear, uint32_t *errors);
 
 /* ---------------------------------------------------------------- configuration (since 0.6)
  * The switches of moejit_context_options_t (tune, gather, fuse_swiglu; gemm_tile is text) and
@@ -514,8 +539,15 @@ MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan,
  *
  * Rows: xs [R,H], the rows of local expert e being [expert_offsets[e], expert_offsets[e+1]),
  * expert_offsets an int32 [E+1] array on the device with expert_offsets[0] = 0, non-decreasing,
- * and expert_offsets[E] = R (E = desc->num_experts; the library reads it on the device only, so
- * it is not checked: rows past expert_offsets[E] are not computed and are left unwritten).
+ * and expert_offsets[E] <= R (E = desc->num_experts); rows past expert_offsets[E] belong to no
+ * expert: their ys (backward: dxs, d_row_weights) are written as zeros. The library reads the
+ * offsets on the device only (no host synchronisation) and bounds them there before any other
+ * kernel reads them (since 0.11; before, nonsense offsets faulted the CUDA context): they are
+ * used as o'[0] = 0, o'[e] = clamp(expert_offsets[e], o'[e-1], R), a monotone sequence in
+ * [0, R] equal to expert_offsets when those are well-formed; when any entry differs, the
+ * results are those of o' (rows o' assigns nowhere are zero) and
+ * MOEJIT_DEVICE_ERROR_EXPERT_OFFSETS is set in the context's device error word
+ * (moejit_context_device_errors). Forward and backward each bound (and report) on their own.
  * R is not bounded by anything but 2^31-1: every grid comes from R and the offsets.
  * ys[r] = w[r]·(h(xs[r]·W1[e]ᵀ + b1[e])·W2[e]ᵀ + b2[e]) with h the plan's activation, w the row
  * weights (fp32 [R]; NULL: 1) — the layer's math for one route per row. desc->top_k is not

@@ -260,6 +260,31 @@ struct Sm90Fp8NkArgs {
     int rows;
     int num_experts;
     int m_tile_bound;
+// ------------------------------------------------------------- experts entry offsets (expert_rows.cuh)
+
+// The bits of the context's device error word (moejit.h, moejit_device_error_t: same values).
+constexpr unsigned kDeviceErrorExpertOffsets = 1u;
+
+// checked[e] = the caller's offsets bounded into a monotone sequence in [0, R] (checked[0] = 0,
+// checked[e] = clamp(offsets[e], checked[e-1], R)); any entry it had to change sets
+// kDeviceErrorExpertOffsets in *errors.
+struct CheckOffsetsArgs {
+    const int *offsets;  // [E+1] the caller's
+    int *checked;        // [E+1] workspace
+    unsigned *errors;    // the context's device error word
+    int num_experts;
+    int rows;
+};
+
+// Zero the rows no expert owns, [checked[E], R): a [R, row_vecs] matrix of 16-byte vectors
+// and/or an fp32 [R] vector (either may be null).
+struct ZeroUnassignedRowsArgs {
+    void *data;
+    float *values;
+    const int *offsets;  // checked
+    int num_experts;
+    long long rows;
+    long long row_vecs;
 };
 
 }  // namespace kargs

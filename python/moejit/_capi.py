@@ -13,7 +13,7 @@ import glob
 import os
 import threading
 from ctypes import (CFUNCTYPE, POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int32,
-                    c_int64, c_size_t, c_uint64, c_void_p)
+                    c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
 from typing import Dict, List, Optional, Tuple, Type
 
 from . import _cuda_pip, _header, errors
@@ -60,6 +60,9 @@ FC1_INTERLEAVED = 2  # since 0.5
 
 ACTIVATION_SWIGLU = 0
 ACTIVATION_GPT_OSS = 1  # since 0.5
+
+# moejit_device_error_t (since 0.11): bits of the context's device error word.
+DEVICE_ERROR_EXPERT_OFFSETS = 1
 
 # moejit_plan_desc_t.activation_alpha = 0 means this (gpt-oss's alpha).
 GPT_OSS_ALPHA = 1.702
@@ -204,6 +207,7 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
     "moejit_cache_stats_init_sized": (status_t, [_P(CacheStats), c_size_t]),
     "moejit_context_cache_stats": (status_t, [c_void_p, _P(CacheStats)]),
     "moejit_nvrtc_version": (status_t, [_P(c_int)]),
+    "moejit_context_device_errors": (status_t, [c_void_p, c_int, _P(c_uint32)]),  # since 0.11
     # configuration (since 0.6)
     "moejit_plan_describe": (status_t, [c_void_p, _P(c_char), c_size_t, _P(c_size_t)]),
     "moejit_plan_describe_desc": (status_t, [c_void_p, _P(PlanDesc), _P(c_char), c_size_t,

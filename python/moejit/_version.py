@@ -10,6 +10,7 @@ from typing import Optional
 
 
 def _from_meson_build() -> str:
+    # python/moejit/_version.py -> the repository root
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         with open(os.path.join(root, "meson.build")) as f:

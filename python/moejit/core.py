@@ -7,7 +7,7 @@ import ctypes
 import math
 import numbers
 import sys
-from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
+from ctypes import byref, c_char_p, c_int, c_size_t, c_uint32, c_void_p
 from typing import Callable, Dict, Optional, Union
 
 from . import _capi, _logging, errors
@@ -177,6 +177,14 @@ class Context(_OwnedHandle):
         stats = _capi.init_struct(_capi.CacheStats)
         _capi.check(_capi.lib().moejit_context_cache_stats(self.handle, byref(stats)))
         return {name: getattr(stats, name) for name, _ in stats._fields_ if name != "struct_size"}
+
+    def device_errors(self, clear: bool = True) -> int:
+        """The context's device error word (moejit_context_device_errors): a mask of
+        _capi.DEVICE_ERROR_* bits set by kernels that bounded bad device data (e.g. experts
+        offsets) instead of faulting; 0 when none. Synchronises the device; clear zeroes it."""
+        errors = c_uint32()
+        _capi.check(_capi.lib().moejit_context_device_errors(self.handle, int(bool(clear)), byref(errors)))
+        return errors.value
 
     def __repr__(self) -> str:
         if self._handle is None:

@@ -188,6 +188,8 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     b.add(render_prepare_rows(true, gemms.gathered), [](PlanKernels &p, Kernel *k) { p.prepare_rows_weighted = k; });
     if (has_bias(d))
         b.add(render_add_row_bias(d.dtype), [](PlanKernels &p, Kernel *k) { p.add_row_bias = k; });
+    b.add(render_check_offsets(), [](PlanKernels &p, Kernel *k) { p.check_offsets = k; });
+    b.add(render_zero_unassigned_rows(), [](PlanKernels &p, Kernel *k) { p.zero_unassigned_rows = k; });
     b.add(render_scatter_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.scatter_weights = k; });
     b.add(render_gather_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.gather_weights = k; });
     SwigluSpec act = swiglu_spec_of(d);
@@ -458,17 +460,25 @@ void Plan::experts_forward(const ExpertsForwardArgs &a) {
     ctx_.require_device("moejit_plan_experts_forward");
     if (!R0) return;  // no rows: nothing to write (the backward still writes weight gradients)
 
+    // Every kernel below reads the offsets as bounded on the device, never the caller's.
+    const std::int32_t *offsets = checked_offsets(a.expert_offsets, a.num_rows, L.offsets.in<std::int32_t>(a.workspace),
+                                                  a.stream);
     auto *w_s = L.w_s.in<float>(a.saved);
     auto *row_token = gemm_specs_.gathered ? L.row_token.in<std::int32_t>(a.workspace) : nullptr;
     prepare_rows(ctx_, PrepareRowsArgs{a.row_weights, a.num_rows, w_s, row_token, a.stream},
                  a.row_weights ? *kernels_.prepare_rows_weighted : *kernels_.prepare_rows);
-    run_experts_forward(ForwardRows{a.num_rows, a.expert_offsets, row_token, a.xs, w_s, L.gate_up.in<char>(a.saved),
+    run_experts_forward(ForwardRows{a.num_rows, offsets, row_token, a.xs, w_s, L.gate_up.in<char>(a.saved),
                                     L.aw.in<char>(a.workspace), a.ys, a.stream},
                         w);
     if (has_bias(d))
-        add_row_bias(ctx_, AddRowBiasArgs{a.ys, w.b_down, w_s, a.expert_offsets, d.num_experts, a.num_rows,
+        add_row_bias(ctx_, AddRowBiasArgs{a.ys, w.b_down, w_s, offsets, d.num_experts, a.num_rows,
                                           d.hidden_size, a.stream},
                      *kernels_.add_row_bias);
+    // Rows no expert owns (past offsets[E]) get zeros, not whatever ys held.
+    zero_unassigned_rows(ctx_,
+                         ZeroUnassignedRowsArgs{a.ys, nullptr, offsets, d.num_experts, a.num_rows,
+                                                d.hidden_size * static_cast<std::int64_t>(dtype_size(d.dtype)), a.stream},
+                         *kernels_.zero_unassigned_rows);
 }
 
 void Plan::experts_backward(const ExpertsBackwardArgs &a) {
@@ -496,11 +506,27 @@ void Plan::experts_backward(const ExpertsBackwardArgs &a) {
 
     // The row weights' gradient goes straight to the caller's fp32 buffer.
     float *d_w_s = a.d_row_weights ? a.d_row_weights : L.d_w_s.in<float>(a.workspace);
-    run_experts_backward(BackwardRows{a.num_rows, a.num_rows, a.expert_offsets, a.xs, a.dys, L.w_s.in<float>(a.saved),
+    // Every kernel below reads the offsets as bounded on the device, never the caller's (R = 0
+    // too: the weight-gradient GEMMs still run over every expert).
+    const std::int32_t *offsets =
+        checked_offsets(a.expert_offsets, a.num_rows, L.offsets.in<std::int32_t>(a.workspace), a.stream);
+    run_experts_backward(BackwardRows{a.num_rows, a.num_rows, offsets, a.xs, a.dys, L.w_s.in<float>(a.saved),
                                       L.gate_up.in<char>(a.saved), L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, a.dxs,
                                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
                                       L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream, {}},
                          w, g);
+    // Rows no expert owns (past offsets[E]): zero input gradient and row-weight gradient.
+    zero_unassigned_rows(ctx_,
+                         ZeroUnassignedRowsArgs{a.dxs, a.d_row_weights, offsets, d.num_experts, a.num_rows,
+                                                d.hidden_size * static_cast<std::int64_t>(dtype_size(d.dtype)), a.stream},
+                         *kernels_.zero_unassigned_rows);
+}
+
+const std::int32_t *Plan::checked_offsets(const std::int32_t *offsets, std::int64_t rows, std::int32_t *checked,
+                                          void *stream) {
+    check_offsets(ctx_, CheckOffsetsArgs{offsets, checked, ctx_.device_errors(), desc_.num_experts, rows, stream},
+                  *kernels_.check_offsets);
+    return checked;
 }
 
 }  // namespace moejit

@@ -43,6 +43,8 @@ struct PlanKernels {
     // The pre-dispatched experts entry: its rows' weights (with and without caller weights) and
     // fc2's bias added in place.
     Kernel *prepare_rows = nullptr, *prepare_rows_weighted = nullptr, *add_row_bias = nullptr;
+    // Its caller's offsets bounded on the device, and the rows no expert owns zeroed (issue 29).
+    Kernel *check_offsets = nullptr, *zero_unassigned_rows = nullptr;
 };
 
 // The experts' parameters and their gradients (null where the layout has none).
@@ -193,6 +195,10 @@ private:
         } late_x;
     };
     void run_experts_backward(const BackwardRows &rows, const ExpertWeights &w, const ExpertGrads &g);
+    // The experts entry's offsets bounded on the device into `checked` (ops/expert_rows.hpp,
+    // check_offsets), which it returns; bad ones set a bit of the context's device error word.
+    const std::int32_t *checked_offsets(const std::int32_t *offsets, std::int64_t rows, std::int32_t *checked,
+                                        void *stream);
 
     Context &ctx_;
     PlanDesc desc_;

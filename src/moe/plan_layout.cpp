@@ -99,6 +99,8 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
     saved_regions = saved.regions;
 
     Allocator fwd{rows_arg}, bwd{rows_arg};
+    offsets = fwd.take(bytes({static_cast<std::int64_t>(desc.num_experts) + 1, 4}));
+    bwd = fwd;  // both calls read the bounded offsets from the same place
     if (gathered) row_token = fwd.take(bytes({R, 4}));
     aw = fwd.take(bytes({R, I, el}));
     daw = bwd.take(bytes({R, I, el}));

@@ -77,6 +77,8 @@ struct ExpertsLayout {
     Region gate_up;    // as PlanLayout's
     std::size_t saved_bytes = 0;
     std::size_t saved_payload = 0, saved_regions = 0;
+    // workspace of both calls: the caller's offsets as bounded on the device (check_offsets)
+    Region offsets;    // [E+1] int32
     // forward workspace
     Region row_token;  // [R] int32 identity, when fc1 gathers
     Region aw;         // [R,I], as PlanLayout's

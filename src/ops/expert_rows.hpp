@@ -36,4 +36,33 @@ struct AddRowBiasArgs {
 };
 void add_row_bias(Context &ctx, const AddRowBiasArgs &args, const Kernel &kernel);
 
+// The caller's expert offsets bounded on the device into `checked` (workspace, [E+1]): monotone
+// in [0, R], checked[0] = 0, checked[e] = clamp(offsets[e], checked[e-1], R); an entry it had
+// to change sets kargs::kDeviceErrorExpertOffsets in `errors` (the context's device error
+// word). Every kernel of the experts entry reads `checked`, never the caller's offsets.
+KernelSource render_check_offsets();
+struct CheckOffsetsArgs {
+    const std::int32_t *offsets = nullptr;  // [E+1] the caller's
+    std::int32_t *checked = nullptr;        // [E+1]
+    std::uint32_t *errors = nullptr;
+    std::int32_t num_experts = 0;
+    std::int64_t rows = 0;                  // R <= 2^31-1
+    void *stream = nullptr;
+};
+void check_offsets(Context &ctx, const CheckOffsetsArgs &args, const Kernel &kernel);
+
+// Zeroes the rows no expert owns, [checked[E], R), of data ([R, row_bytes], 16-byte aligned,
+// row_bytes a multiple of 16) and of values (fp32 [R]); either may be null.
+KernelSource render_zero_unassigned_rows();
+struct ZeroUnassignedRowsArgs {
+    void *data = nullptr;
+    float *values = nullptr;
+    const std::int32_t *offsets = nullptr;  // checked
+    std::int32_t num_experts = 0;
+    std::int64_t rows = 0;
+    std::int64_t row_bytes = 0;
+    void *stream = nullptr;
+};
+void zero_unassigned_rows(Context &ctx, const ZeroUnassignedRowsArgs &args, const Kernel &kernel);
+
 }  // namespace moejit

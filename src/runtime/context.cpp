@@ -89,7 +89,17 @@ Context::Context(const ContextOptions &options)
     jit.log = log_;
     try {
         jit_ = std::make_unique<JitEngine>(std::move(jit));
+        if (!compile_only_) {
+            // The device error word (device_errors()), zero until a kernel finds bad device data.
+            CUdeviceptr word = 0;
+            MOEJIT_CU(cuMemAlloc(&word, sizeof(std::uint32_t)));
+            device_errors_ = reinterpret_cast<std::uint32_t *>(word);
+            const std::uint32_t zero = 0;
+            MOEJIT_CU(cuMemcpyHtoD(word, &zero, sizeof zero));
+        }
     } catch (...) {
+        if (device_errors_) driver().cuMemFree(reinterpret_cast<CUdeviceptr>(device_errors_));
+        jit_.reset();
         if (cu_context_) driver().cuDevicePrimaryCtxRelease(device_);
         throw;
     }
@@ -97,7 +107,29 @@ Context::Context(const ContextOptions &options)
 
 Context::~Context() {
     jit_.reset();  // unload modules while the CUDA context still exists
+    if (device_errors_) {
+        try {
+            make_current();
+            driver().cuMemFree(reinterpret_cast<CUdeviceptr>(device_errors_));  // best effort at teardown
+        } catch (...) {
+        }
+    }
     if (cu_context_) driver().cuDevicePrimaryCtxRelease(device_);
+}
+
+std::uint32_t Context::read_device_errors(bool clear) {
+    if (compile_only_) return 0;
+    make_current();
+    // Every stream's work so far: the word is set by kernels on any stream of this context.
+    MOEJIT_CU(cuCtxSynchronize());
+    const CUdeviceptr word = reinterpret_cast<CUdeviceptr>(device_errors_);
+    std::uint32_t errors = 0;
+    MOEJIT_CU(cuMemcpyDtoH(&errors, word, sizeof errors));
+    if (clear && errors != 0) {
+        const std::uint32_t zero = 0;
+        MOEJIT_CU(cuMemcpyHtoD(word, &zero, sizeof zero));
+    }
+    return errors;
 }
 
 void Context::make_current() {

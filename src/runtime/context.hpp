@@ -75,6 +75,14 @@ public:
     void make_current();
     // Throws Status::invalid_argument naming `what` on a compile-only context.
     void require_device(const char *what) const;
+    // The device error word (moejit.h, moejit_context_device_errors): kernels that bound
+    // device-resident indices from the caller (the experts entry's offsets) atomicOr a
+    // kargs::kDeviceErrorExpertOffsets-style bit into it instead of faulting. Null when
+    // compile-only.
+    std::uint32_t *device_errors() const { return device_errors_; }
+    // Synchronises the CUDA context, then reads the word (and zeroes it with `clear`); 0 when
+    // compile-only. The one host synchronisation of the mechanism, at the caller's request.
+    std::uint32_t read_device_errors(bool clear);
 
 private:
     void launch_struct(const Kernel &kernel, const LaunchShape &shape, void *stream, const void *args,
@@ -90,6 +98,7 @@ private:
     int max_shared_per_block_ = 0;  // opt-in, per block; 0 when compile-only
     int cc_major_ = 0, cc_minor_ = 0;
     std::unique_ptr<JitEngine> jit_;
+    std::uint32_t *device_errors_ = nullptr;  // device memory, one word
 };
 
 }  // namespace moejit

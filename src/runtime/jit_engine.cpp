@@ -43,17 +43,17 @@ CUresult read_param_layout(CUfunction function, ParamLayout &layout, const Logge
         return CUDA_SUCCESS;
     }
     layout.checked = true;
+    // Every kernel takes exactly one parameter, its argument struct (templates/kernel_args.h):
+    // only index 0 exists, so only index 0 is asked. Asking past the last parameter fails with
+    // CUDA_ERROR_INVALID_VALUE, which compute-sanitizer reports as an API error on every load
+    // (issue 29 item 3). What is checked: parameter 0 exists and has the struct's size.
     std::size_t offset = 0, size = 0;
-    for (std::size_t index = 0; index < 2; ++index) {
-        const CUresult r = api.cuFuncGetParamInfo(function, index, &offset, &size);
-        if (r == CUDA_ERROR_INVALID_VALUE) break;  // no parameter at this index
-        if (r != CUDA_SUCCESS) return r;
-        if (index == 0) {
-            layout.offset = offset;
-            layout.size = size;
-        }
-        layout.count = index + 1;
-    }
+    const CUresult r = api.cuFuncGetParamInfo(function, 0, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) return CUDA_SUCCESS;  // no parameter at all: count 0
+    if (r != CUDA_SUCCESS) return r;
+    layout.offset = offset;
+    layout.size = size;
+    layout.count = 1;
     return CUDA_SUCCESS;
 }
 

@@ -35,8 +35,8 @@ struct Kernel {
     int max_dynamic_smem = 48 * 1024;
 };
 
-// A loaded kernel's parameters as cuFuncGetParamInfo reports them (count capped at 2: the
-// typed ABI wants exactly one).
+// A loaded kernel's parameters as cuFuncGetParamInfo reports them. Only parameter 0 is asked
+// (the typed ABI has exactly one), so count is 0 or 1.
 struct ParamLayout {
     bool checked = false;  // false: the driver cannot report them
     std::size_t count = 0;

@@ -6,6 +6,8 @@
  * Needs no GPU; on a GPU host it also runs a real plan's backward with the 0.1 struct (T = 0).
  * On 0.3.0: the T > 0 check fails (no args->x message) and, on a GPU, the backward fails with
  * "args->struct_size is 152, expected 160 (... a header newer than the library ...)".
+ * On 0.10.0: moejit_backward_args_init wrote 160 bytes into this 152-byte struct (its guard
+ * bytes changed) and set struct_size 160, not 153.
  */
 #include "moejit.h" /* the 0.1.0 header: include path tests/abi/moejit_0_1 */
 
@@ -155,15 +157,42 @@ int main(void) {
         }
     }
 
-    /* The unsized legacy backward init writes 0.3's struct (160 bytes), frozen: never more. A
-     * 0.1-built caller of it loses 8 bytes past its struct (documented in moejit.h; unfixable
-     * for binaries that pass no size); here the buffer is big enough, and nothing past 160 moves. */
+    /* The unsized legacy backward init (what this binary's moejit_backward_args_init is, linked
+     * either way) writes 0.1's 152 bytes and not one more (issue 29 item 4; 0.4-0.10 wrote 160,
+     * 8 bytes past this struct), and marks struct_size 153 (no header's size). */
     {
-        unsigned char buf[256];
-        memset(buf, GUARD, sizeof buf);
-        CHECK_STATUS(moejit_backward_args_init((moejit_backward_args_t *)(void *)buf), MOEJIT_SUCCESS, NULL);
-        CHECK(((moejit_backward_args_t *)(void *)buf)->struct_size == 160);
-        CHECK(guard_intact(buf + 160, sizeof buf - 160));
+        struct guarded_backward g;
+        memset(&g, GUARD, sizeof g);
+        CHECK_STATUS(moejit_backward_args_init(&g.args), MOEJIT_SUCCESS, NULL);
+        CHECK(g.args.struct_size == 153);
+        CHECK(g.args.num_tokens == 0 && g.args.dout == NULL && g.args.stream == NULL);
+        CHECK(guard_intact(g.guard, sizeof g.guard));
+        /* Accepted as it is: T = 0 reads nothing past the 152 bytes; the next check is the plan. */
+        CHECK_STATUS(moejit_plan_backward(NULL, &g.args), MOEJIT_ERROR_INVALID_ARGUMENT, "plan is NULL");
+        CHECK(guard_intact(g.guard, sizeof g.guard));
+    }
+    /* The same init, as a binary built against a 0.2/0.3 header calls it (same unversioned
+     * symbol): its struct is 160 bytes with x at offset 152. The init leaves x to the caller, and
+     * the backward reads the x it set when T > 0, so those binaries keep working. */
+    {
+        union {
+            moejit_backward_args_t args; /* aligns the bytes */
+            unsigned char bytes[160 + 64];
+        } u;
+        unsigned char *buf = u.bytes;
+        moejit_backward_args_t *b = &u.args;
+        const void *x = (const void *)(uintptr_t)0x7f0000001000u;
+        memset(buf, GUARD, sizeof u.bytes);
+        CHECK_STATUS(moejit_backward_args_init(b), MOEJIT_SUCCESS, NULL);
+        CHECK(b->struct_size == 153);
+        CHECK(guard_intact(buf + 152, sizeof u.bytes - 152));
+        b->num_tokens = 4;
+        memset(buf + 152, 0, sizeof x); /* x = NULL: named, with why */
+        CHECK_STATUS(moejit_plan_backward(NULL, b), MOEJIT_ERROR_INVALID_ARGUMENT, "args->x is NULL");
+        CHECK(strstr(moejit_last_error(), "unsized moejit_backward_args_init") != NULL);
+        memcpy(buf + 152, &x, sizeof x); /* the 0.2/0.3 caller sets x */
+        CHECK_STATUS(moejit_plan_backward(NULL, b), MOEJIT_ERROR_INVALID_ARGUMENT, "plan is NULL");
+        CHECK(guard_intact(buf + 160, sizeof u.bytes - 160));
     }
     backward_on_gpu();
     return c_check_result("old_caller_0_1");

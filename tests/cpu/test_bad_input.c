@@ -92,6 +92,21 @@ static void test_inits(void) {
     CHECK_INIT(moejit_plan_desc_t, moejit_plan_desc_init, "desc");
     CHECK_INIT(moejit_forward_args_t, moejit_forward_args_init, "args");
     CHECK_INIT(moejit_backward_args_t, moejit_backward_args_init, "args");
+    /* A current binary gets the full init through the macro (CHECK_INIT); the exported unsized
+     * function, which 0.1-0.3 binaries call without saying their size, writes 0.1's 152 bytes
+     * only (issue 29 item 4: it wrote 160, past a 0.1 caller's struct) and marks struct_size. */
+    {
+        moejit_backward_args_t b;
+        unsigned char *bytes = (unsigned char *)(void *)&b;
+        memset(&b, GUARD, sizeof b);
+        CHECK_STATUS((moejit_backward_args_init)(&b), OK, NULL);
+        CHECK(b.struct_size == 153);
+        CHECK(all_bytes(bytes + offsetof(moejit_backward_args_t, x),
+                        sizeof b - offsetof(moejit_backward_args_t, x), GUARD));
+        CHECK(b.num_tokens == 0 && b.workspace == NULL && b.stream == NULL);
+        b.x = NULL; /* T = 0 needs no x; then the plan handle is checked */
+        CHECK_STATUS(moejit_plan_backward(NULL, &b), INV, "plan is NULL");
+    }
     /* moejit_backward_args_t's 0.1 size (before x) is a released size: exactly it is written. */
     {
         unsigned char buf[sizeof(moejit_backward_args_t) + 64];
@@ -550,6 +565,17 @@ static void test_configuration(moejit_context_t c) {
     CHECK_STATUS(moejit_plan_describe_desc(c, &d, NULL, 0, NULL), OK, NULL);
 }
 
+/* ------------------------------------------------------------ device error word (since 0.11) */
+static void test_device_errors(moejit_context_t c) {
+    uint32_t errors = 0xdeadu;
+    CHECK_STATUS(moejit_context_device_errors(NULL, 1, &errors), INV, "context");
+    CHECK_STATUS(moejit_context_device_errors(c, 0, NULL), INV, "errors");
+    /* A compile-only context has no device word: none, without a driver. */
+    CHECK_STATUS(moejit_context_device_errors(c, 1, &errors), OK, NULL);
+    CHECK(errors == 0);
+    CHECK(MOEJIT_DEVICE_ERROR_EXPERT_OFFSETS == 1);
+}
+
 int main(void) {
     moejit_context_t c;
     test_status_and_version();
@@ -561,6 +587,7 @@ int main(void) {
     test_swiglu(c);
     test_plan(c);
     test_configuration(c);
+    test_device_errors(c);
     moejit_context_destroy(c);
     return c_check_result("bad_input");
 }

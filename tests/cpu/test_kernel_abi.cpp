@@ -63,6 +63,8 @@ std::vector<Rendered> every_family() {
     out.push_back(typed<moejit::kargs::BiasRowDotArgs>(render_bias_row_dot(DType::fp16)));
     out.push_back(typed<moejit::kargs::PrepareRowsArgs>(render_prepare_rows(true, true)));
     out.push_back(typed<moejit::kargs::AddRowBiasArgs>(render_add_row_bias(DType::bf16)));
+    out.push_back(typed<moejit::kargs::CheckOffsetsArgs>(render_check_offsets()));
+    out.push_back(typed<moejit::kargs::ZeroUnassignedRowsArgs>(render_zero_unassigned_rows()));
     out.push_back(typed<moejit::kargs::GemmNkArgs>(
         render_group_gemm_nk(make_nk_spec(DType::bf16, DType::bf16, 768, 2048, true, false, 0, 128, kAmpere))));
     out.push_back(typed<moejit::kargs::GemmMnArgs>(
