@@ -260,6 +260,8 @@ struct Sm90Fp8NkArgs {
     int rows;
     int num_experts;
     int m_tile_bound;
+};
+
 // ------------------------------------------------------------- experts entry offsets (expert_rows.cuh)
 
 // The bits of the context's device error word (moejit.h, moejit_device_error_t: same values).
