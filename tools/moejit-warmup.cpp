@@ -116,7 +116,7 @@ Exit status:
      message names the path and the reason): pass a writable --cache-dir
 
 The cache folder is used only if nobody else can write it (owned by you, not writable by group
-or others; see the README's JIT cache section): otherwise the library refuses it with one
+or others; see the README, "Warm-up and deployment"): otherwise the library refuses it with one
 warning, and a warmup exits 4.
 )";
 
