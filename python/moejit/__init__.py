@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from . import errors
 from ._capi import load as load_library
-from .core import (Context, Plan, library_version, library_version_number, nvrtc_version,
-                   plan_desc, warmup)
+from .core import (Context, NvrtcVersion, Plan, library_version, library_version_number,
+                   nvrtc_version, nvrtc_version_number, plan_desc, warmup)
 from .errors import (CacheError, CompileError, CudaError, InternalError, InvalidArgumentError,
                      JitDisabledError, LibraryNotFoundError, MoejitError, NoDeviceError,
                      NoDriverError, OutOfMemoryError, UnsupportedError)
@@ -23,6 +23,7 @@ from ._version import __version__
 
 __all__ = [
     "__version__", "library_version", "library_version_number", "nvrtc_version",
+    "nvrtc_version_number", "NvrtcVersion",
     "load_library", "Context", "Plan", "plan_desc", "warmup", "errors",
     "MoejitError", "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError",
     "NoDriverError", "NoDeviceError", "CudaError", "CompileError", "JitDisabledError",
@@ -39,7 +40,8 @@ def __getattr__(name: str):
             import torch  # noqa: F401
         except ImportError as e:
             raise AttributeError(
-                f"moejit.{name} needs PyTorch, which is not installed ({e})") from None
+                f"moejit.{name} needs PyTorch, which is not installed ({e}); install it with: "
+                "pip install moejit[torch]") from None
         import importlib
         module = importlib.import_module(".torch", __name__)
         return module if name == "torch" else getattr(module, name)

@@ -8,7 +8,7 @@ import math
 import numbers
 import sys
 from ctypes import byref, c_char_p, c_int, c_size_t, c_uint32, c_void_p
-from typing import Callable, Dict, Optional, Union
+from typing import Callable, Dict, NamedTuple, Optional, Union
 
 from . import _capi, _logging, errors
 
@@ -51,11 +51,31 @@ def library_version_number() -> int:
     return int(_capi.lib().moejit_version_number())
 
 
-def nvrtc_version() -> int:
-    """NVRTC version as major * 100 + minor."""
+class NvrtcVersion(NamedTuple):
+    """The NVRTC version the library loaded, as (major, minor): compares and prints like a
+    tuple, (13, 0) >= (12, 8); int() of it is the C ABI's major * 100 + minor."""
+    major: int
+    minor: int
+
+    def __int__(self) -> int:
+        return self.major * 100 + self.minor
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+def nvrtc_version_number() -> int:
+    """moejit_nvrtc_version(): NVRTC's version as major * 100 + minor (1300 for 13.0), what
+    nvrtc_version() returned before 0.10."""
     v = c_int()
     _capi.check(_capi.lib().moejit_nvrtc_version(byref(v)))
     return v.value
+
+
+def nvrtc_version() -> NvrtcVersion:
+    """NVRTC's version as (major, minor), e.g. (13, 0). Since 0.10 (before: the int 1300,
+    now nvrtc_version_number() or int(nvrtc_version()))."""
+    return NvrtcVersion(*divmod(nvrtc_version_number(), 100))
 
 
 def _finalizing() -> bool:
@@ -147,7 +167,13 @@ class Context(_OwnedHandle):
                         else _capi.moejit_log_fn())
         options.log_fn = self._log_fn
         handle = c_void_p()
-        _capi.check(_capi.lib().moejit_context_create(byref(options), byref(handle)))
+        try:
+            _capi.check(_capi.lib().moejit_context_create(byref(options), byref(handle)))
+        except errors.NoDriverError as e:
+            if compile_only:
+                raise
+            raise errors.NoDriverError(_no_driver_hint(e.message, arch), e.status,
+                                       e.status_name) from None
         self._handle = handle.value
         self.device_ordinal = device_ordinal
         self.compile_only = bool(compile_only)
@@ -191,6 +217,13 @@ class Context(_OwnedHandle):
             return "<moejit.Context closed>"
         what = "compile-only" if self.compile_only else f"device {self.device_ordinal}"
         return f"<moejit.Context {what} arch={self.arch}>"
+
+
+def _no_driver_hint(message: str, arch: Optional[str]) -> str:
+    """The library's no-driver message with how to go on without a GPU."""
+    target = arch or "sm_90a"
+    return (f"{message}; without a GPU, compile (and fill the disk cache) with "
+            f"moejit.Context(compile_only=True, arch={target!r})")
 
 
 def _log_trampoline(log: Callable[[int, str], None]):

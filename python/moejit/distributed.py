@@ -55,7 +55,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, NamedTuple, Optional, Sequence
 
-import torch
+try:
+    import torch
+except ImportError as _e:  # fail at the import, saying how to get it
+    raise ImportError(f"moejit.distributed needs PyTorch, which is not importable here ({_e}); "
+                      "install it with: pip install moejit[torch]") from _e
 import torch.distributed as dist
 from torch import nn
 

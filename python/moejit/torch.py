@@ -56,7 +56,11 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-import torch
+try:
+    import torch
+except ImportError as _e:  # fail at the import, saying how to get it
+    raise ImportError(f"moejit.torch needs PyTorch, which is not importable here ({_e}); "
+                      "install it with: pip install moejit[torch]") from _e
 from torch import nn
 from torch.autograd.function import once_differentiable
 
@@ -73,6 +77,24 @@ __all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "confi
 _debug_poison = False
 
 _ops = torch.ops.moejit
+
+
+def _require_cuda_device(where: str, device) -> None:
+    """Refuses a device moejit's kernels cannot run on, when the layer is built rather than
+    at its first forward. None is the default device (as for any nn.Module: the layer may be
+    built there and moved later); "meta" is deferred initialisation (.to_empty(device="cuda"))."""
+    if device is None:
+        return
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise errors.InvalidArgumentError(
+            f"{where}: device={device!r} is not a torch device ({e})") from None
+    if resolved.type not in ("cuda", "meta"):
+        raise errors.InvalidArgumentError(
+            f"{where}: device={device!r} is a {resolved.type} device; moejit's kernels run on "
+            "CUDA devices only: device='cuda' (or 'meta' to materialise later with "
+            ".to_empty(device='cuda'))")
 
 
 def _require_tensors(where: str, **tensors) -> None:
@@ -409,6 +431,7 @@ class MoEExperts(nn.Module):
             if not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgumentError(
                     f"MoEExperts: {name} must be a positive int, got {value!r}")
+        _require_cuda_device("MoEExperts", device)
         factory = {"device": device, "dtype": dtype or torch.bfloat16}
         self.num_experts = num_experts
         self.hidden_size = hidden_size

@@ -94,7 +94,11 @@ def test_every_header_function_is_exported(lib):
 
 def test_nvrtc_version_is_plausible(lib):
     v = moejit.nvrtc_version()
-    assert 1100 <= v < 10000, v
+    assert isinstance(v, tuple) and len(v) == 2 and v == (v.major, v.minor), v
+    assert (11, 0) <= v < (100, 0) and 0 <= v.minor < 100, v
+    # the C ABI's number, also through int() (what nvrtc_version() returned before 0.10)
+    assert int(v) == moejit.nvrtc_version_number() == v.major * 100 + v.minor
+    assert str(v) == f"{v.major}.{v.minor}"
 
 
 def test_torch_names_need_torch():

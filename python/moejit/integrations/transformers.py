@@ -20,7 +20,13 @@ Mapping:
     interleaved=True, weights_transposed=True, b_gate_up, b_down), where the installed moejit
     has it (detected from its signature); else the eager forward.
 
-Anything moejit cannot compute exactly (another activation, no gate, a custom gate, fp32 or
+What the module computes is proven from the module itself, never from its config: the gate
+function must be the very function transformers (or gpt-oss) defines, the activation the
+default gate calls the very ACT2FN["silu"] / ACT2FN["swish"] classes with their own forward and
+no hook, or torch.nn.functional.silu; has_gate / has_bias / is_transposed / is_concatenated
+bools set by @use_experts_implementation; gpt-oss's alpha and limit finite reals (limit > 0).
+Anything moejit cannot compute exactly or cannot prove (another activation, no gate, a custom
+gate, a flag that is not a bool, fp32 or
 any dtype but bf16/fp16, tensors not on a CUDA device, H or I not a multiple of 8, weights
 that are not dense row-major, a layout the installed moejit lacks, ...) runs the module's own
 eager forward instead, with one warning per reason on the "moejit.integrations.transformers"
@@ -32,6 +38,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
+import sys
 from typing import Optional, Tuple, Union
 
 import torch
@@ -51,7 +59,6 @@ _EXTENDED_PARAMS = ("activation", "alpha", "interleaved", "weights_transposed", 
                     "b_down")
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16)
 _INDEX_DTYPES = (torch.int32, torch.int64)
-_SILU_NAMES = ("silu", "swish")
 # moejit reads x and the weights with 16-byte vector loads.
 _ALIGNMENT_BYTES = 16
 
@@ -135,43 +142,150 @@ def _eager_forward(module: torch.nn.Module):
         "to")
 
 
+# ------------------------------------------------------------------ what the module computes
+#
+# moejit computes the module's experts only when everything the module's gate reads is proven
+# from the module itself: the gate function, the activation it calls, every flag. A config
+# entry (config.hidden_act) is not proof: a module may hold another activation than its config
+# names (issue 29: GELU-tanh computed as SiLU). Anything not proven runs the eager forward.
+
+# The gate functions moejit knows, by (module, qualified name) of the function object.
+_DEFAULT_GATE = ("transformers.integrations.moe", "_default_apply_gate")
+_GPT_OSS_GATE = ("transformers.models.gpt_oss.modeling_gpt_oss", "GptOssExperts._apply_gate")
+# The activation modules that compute exactly torch.nn.functional.silu, by (module, class
+# name) with the forward each must still have: transformers' ACT2FN["silu"] (SiLUActivation)
+# and ACT2FN["swish"] (torch.nn.SiLU).
+_SILU_MODULES = (("transformers.activations", "SiLUActivation"),
+                 ("torch.nn.modules.activation", "SiLU"))
+# The hook dictionaries nn.Module.__call__ consults on an instance.
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+               "_backward_pre_hooks")
+# The flags transformers' @use_experts_implementation sets on every instance; each must be
+# there as a bool.
+_FLAGS = ("has_gate", "has_bias", "is_transposed", "is_concatenated")
+
 _gate_cache: dict = {}
 
 
 @torch._dynamo.assume_constant_result
+def _defined_as(fn, where: Tuple[str, str]) -> bool:
+    """Whether fn is the function object `where` names (module attribute path), not a
+    replacement that merely carries the name. Evaluated outside torch.compile's tracing."""
+    if getattr(fn, "__module__", None) != where[0] or getattr(fn, "__qualname__", None) != where[1]:
+        return False
+    mod = sys.modules.get(where[0])
+    obj = mod
+    for part in where[1].split("."):
+        obj = getattr(obj, part, None) if not isinstance(obj, type) else obj.__dict__.get(part)
+    return obj is fn
+
+
+@torch._dynamo.assume_constant_result
 def _class_gate(cls: type) -> str:
-    """The experts class's gating function: "default" (transformers' gate, up = chunk(2) with
-    act_fn), "gpt_oss", or the name of a function moejit does not know. Evaluated once per
-    class, outside torch.compile's tracing (a constant in the graph)."""
+    """The experts class's gating function: "default" (transformers' own, gate, up =
+    chunk(2) and act_fn(gate) * up), "gpt_oss" (gpt-oss's own), or the name of a function
+    moejit does not know. Evaluated once per class, outside torch.compile's tracing (a constant
+    in the graph)."""
     kind = _gate_cache.get(cls)
     if kind is None:
         gate = getattr(cls, "_apply_gate", None)
-        name = getattr(gate, "__qualname__", repr(gate))
-        kind = {"_default_apply_gate": "default",
-                "GptOssExperts._apply_gate": "gpt_oss"}.get(name, name)
+        if _defined_as(gate, _DEFAULT_GATE):
+            kind = "default"
+        elif _defined_as(gate, _GPT_OSS_GATE):
+            kind = "gpt_oss"
+        else:
+            kind = getattr(gate, "__qualname__", None) or repr(gate)
+            if kind in ("default", "gpt_oss"):
+                kind = repr(gate)
         _gate_cache[cls] = kind
     return kind
 
 
-def _gate_kind(module: torch.nn.Module) -> Union[str, Tuple[str, str]]:
+def _hooked(module: torch.nn.Module) -> bool:
+    """Whether calling the module runs a hook (its own or a global one) around its forward."""
+    from torch.nn.modules import module as nn_module
+    if any(getattr(module, name, None) for name in _HOOK_DICTS):
+        return True
+    return bool(nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
+                or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks)
+
+
+def _silu_module(act) -> bool:
+    """Whether act is exactly one of _SILU_MODULES: that very class (no subclass), its forward
+    the class's own (not replaced on the class or the instance), no hook."""
+    cls = type(act)
+    for module_name, class_name in _SILU_MODULES:
+        known = getattr(sys.modules.get(module_name), class_name, None)
+        if known is None or cls is not known:
+            continue
+        if not _defined_as(cls.__dict__.get("forward"), (cls.__module__,
+                                                          f"{class_name}.forward")):
+            return False
+        if "forward" in act.__dict__ or "__call__" in act.__dict__:
+            return False
+        return not _hooked(act)
+    return False
+
+
+def _activation_is_silu(module: torch.nn.Module) -> Optional[str]:
+    """None when the module's act_fn provably computes torch.nn.functional.silu, else why
+    not."""
+    act = getattr(module, "act_fn", None)
+    if act is torch.nn.functional.silu:
+        return None
+    if isinstance(act, torch.nn.Module) and _silu_module(act):
+        return None
+    config = getattr(module, "config", None)
+    named = getattr(config, "hidden_act", None)
+    what = "no act_fn" if act is None else f"the activation {act!r}"
+    return (f"{type(module).__name__} calls {what} (config.hidden_act={named!r}), which is not "
+            "provably SiLU; moejit's SwiGLU needs act_fn to be transformers' ACT2FN['silu'] / "
+            "ACT2FN['swish'] (unchanged, no hook) or torch.nn.functional.silu")
+
+
+def _module_flags(module: torch.nn.Module) -> Union[dict, Tuple[str, str]]:
+    """{flag: bool} of _FLAGS, or (reason, message) when one is missing or not a bool."""
+    flags = {}
+    for flag in _FLAGS:
+        value = getattr(module, flag, None)
+        if type(value) is not bool:
+            return ("flags", f"{type(module).__name__}.{flag} is {value!r}, not a bool that "
+                             "transformers' @use_experts_implementation sets; moejit cannot "
+                             "tell the experts' layout")
+        flags[flag] = value
+    return flags
+
+
+def _finite_real(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _gate_kind(module: torch.nn.Module, flags: dict) -> Union[str, Tuple[str, str]]:
     """"swiglu", "gpt_oss", or (reason, message) when moejit does not compute this gate."""
-    if not getattr(module, "has_gate", True):
-        return ("no_gate", f"{type(module).__name__} has no gate (has_gate=False: "
-                           "act(up) experts); moejit computes gated (SwiGLU) experts only")
+    name = type(module).__name__
+    if not flags["has_gate"]:
+        return ("no_gate", f"{name} has no gate (has_gate=False: act(up) experts); moejit "
+                           "computes gated (SwiGLU) experts only")
+    if "_apply_gate" in module.__dict__:
+        return ("custom_gate", f"{name} has a gating function of its own set on the instance, "
+                               "which moejit does not know")
     gate = _class_gate(type(module))
     if gate == "gpt_oss":
-        if not (hasattr(module, "alpha") and hasattr(module, "limit")):
-            return ("custom_gate", f"{type(module).__name__} has gpt-oss's gate but no "
-                                   "alpha / limit attributes")
+        alpha, limit = getattr(module, "alpha", None), getattr(module, "limit", None)
+        if not (_finite_real(alpha) and _finite_real(limit) and limit > 0):
+            return ("gate_parameters", f"{name} has gpt-oss's gate but alpha={alpha!r}, "
+                                       f"limit={limit!r}; moejit needs a finite real alpha "
+                                       "and a finite real limit > 0")
+        if flags["is_concatenated"]:
+            return ("layout", f"{name} has gpt-oss's gate, which reads gate and up "
+                              "interleaved, but is_concatenated=True; the layout is ambiguous")
         return "gpt_oss"
     if gate != "default":
-        return ("custom_gate", f"{type(module).__name__} has its own gating function "
-                               f"({gate}), which moejit does not know")
-    config = getattr(module, "config", None)
-    act = getattr(config, "hidden_act", None)
-    if not isinstance(act, str) or act.lower() not in _SILU_NAMES:
-        return ("activation", f"{type(module).__name__} uses the activation {act!r}; moejit's "
-                              "SwiGLU needs silu")
+        return ("custom_gate", f"{name} has its own gating function ({gate}), which moejit "
+                               "does not know")
+    why = _activation_is_silu(module)
+    if why is not None:
+        return ("activation", why)
     return "swiglu"
 
 
@@ -186,13 +300,20 @@ def _aligned(tensor: torch.Tensor) -> bool:
 
 def _prepare(module, hidden_states, top_k_index, top_k_weights):
     """(kind, x, sel, rw, weight kwargs) for a moejit call, or (reason, message)."""
-    kind = _gate_kind(module)
+    flags = _module_flags(module)
+    if isinstance(flags, tuple):
+        return flags
+    kind = _gate_kind(module, flags)
     if isinstance(kind, tuple):
         return kind
-    transposed = bool(getattr(module, "is_transposed", False))
-    interleaved = not bool(getattr(module, "is_concatenated", True))
-    has_bias = bool(getattr(module, "has_bias", False))
+    transposed = flags["is_transposed"]
+    interleaved = not flags["is_concatenated"]
+    has_bias = flags["has_bias"]
     name = type(module).__name__
+    if not has_bias and any(getattr(module, b, None) is not None
+                            for b in ("gate_up_proj_bias", "down_proj_bias")):
+        return ("flags", f"{name} holds expert biases but has_bias=False; whether its forward "
+                         "adds them is not provable")
     needs_extended = kind == "gpt_oss" or transposed or interleaved or has_bias
     if needs_extended and _extended_api is None:
         _set_extended_api()  # registered by hand, without register()
