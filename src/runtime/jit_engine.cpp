@@ -8,6 +8,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/cuda_headers.hpp"  // cache-key line below (issue 16)
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/nvrtc_loader.hpp"
 #include "runtime/templates.hpp"
 #include "moejit_version.h"
 
@@ -93,6 +94,9 @@ Digest JitEngine::key(const KernelSource &source) const {
     for (const std::string &o : options_sorted_) h.field(o);
     h.field(options_.arch);
     h.field(std::to_string(nvrtc_version()));
+    // Another NVRTC in the process (PyTorch's) does not change the rule's choice; say so once.
+    if (const std::string &other = nvrtc().other_loaded; !other.empty())
+        warn_once(options_.log, "nvrtc-other-loaded", other);
     h.field(cuda_headers_digest());  // the toolkit headers NVRTC compiles against (runtime/cuda_headers.hpp)
     h.field(MOEJIT_VERSION_STRING);
     return h.finish();
