@@ -180,6 +180,15 @@ def run_one(shape: str, one_core: bool, args) -> dict:
     return result
 
 
+def makespan(durations, workers: int) -> float:
+    """Greedy list scheduling: each free worker takes the next item (Context::kernels' rule)."""
+    free = [0.0] * workers
+    for d in durations:
+        i = free.index(min(free))
+        free[i] += d
+    return max(free)
+
+
 def report(r: dict) -> None:
     m = r["marks"]
     order = [("main", "spawn -> main (interpreter)"), ("import_torch", "import torch"),
@@ -217,6 +226,13 @@ def report(r: dict) -> None:
                   f" {x.get('module_load_s', 0):8.4f}")
     else:
         print("  (no per-kernel lines: the library predates the 'moejit: kernel timing' debug line)")
+    if len(compiled) > 1:
+        # Context::kernels hands the plan's sources to min(n, cores) threads in list order; what
+        # that order costs against longest-first, from the measured CPU time of each compile.
+        cpu = [x.get("compile_cpu_s", 0.0) for x in compiled]
+        line = ", ".join(f"{w}: {makespan(cpu, w):.2f} / {makespan(sorted(cpu, reverse=True), w):.2f}"
+                         for w in (1, 2, 4, 8, 16))
+        print(f"  compile makespan from CPU times, list order / longest first, by cores: {line} s")
     st = r["cache_stats"]
     print(f"  cache: compiles={st['compiles']:.0f} disk_hits={st['disk_hits']:.0f}"
           f" memory_hits={st['memory_hits']:.0f} compile_s={st['compile_seconds']:.2f}")
