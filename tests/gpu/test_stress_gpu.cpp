@@ -7,7 +7,9 @@
 // cannot match. Device memory must not leak: cuMemGetInfo after all plans are destroyed equals
 // (within kLeakToleranceBytes) its value after a first warm round of the same machinery, which
 // lets the driver grow what it keeps for itself (stream and launch resources, local memory)
-// before the baseline is taken. The context's device error word must stay 0.
+// before the baseline is taken. The context's device error word must stay 0. A second case
+// creates a plan while no cache entry can be written (RLIMIT_FSIZE): it runs, equal bitwise,
+// and its context warns once.
 //
 // Environment: MOEJIT_STRESS_SECONDS (run time, default 60; the lead may pass less),
 // MOEJIT_TEST_SEED (inputs). Without a GPU the test exits 77 (skipped) with a message.
@@ -16,13 +18,18 @@
 #include "reference_moe.hpp"
 
 #include <dlfcn.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <string>
@@ -155,6 +162,7 @@ struct Slot {
     DeviceBuffer out, dx, drw, dw_fc1, dw_down, saved, workspace;
     moejit_plan_t plan = nullptr;
     int shape = 0;
+    moejit_context_t context = gpu_context();  // where start() creates its plans
 
     Slot() {
         std::size_t th = 0, tk = 0, fc1 = 0, down = 0;
@@ -188,7 +196,7 @@ struct Slot {
         shape = s;
         const Shape &sh = shapes()[s];
         const moejit_plan_desc_t d = sh.desc();
-        MOEJIT_TEST_OK(moejit_plan_create(gpu_context(), &d, &plan));
+        MOEJIT_TEST_OK(moejit_plan_create(context, &d, &plan));
         std::size_t saved_size = 0, workspace_size = 0;
         MOEJIT_TEST_OK(moejit_plan_saved_size(plan, sh.T, &saved_size));
         MOEJIT_TEST_OK(moejit_plan_workspace_size(plan, sh.T, &workspace_size));
@@ -417,4 +425,79 @@ BOOST_AUTO_TEST_CASE(threads_streams_and_shapes_concurrently_equal_one_thread) {
                "device memory shrank by " << leaked_mib << " MiB after every plan was destroyed");
     BOOST_TEST(device_errors == 0u);
     (void)total_after;
+}
+
+namespace {
+
+struct Warnings {
+    std::vector<std::string> lines;
+    static void callback(moejit_log_level_t level, const char *msg, void *user) {
+        if (level >= MOEJIT_LOG_WARNING) static_cast<Warnings *>(user)->lines.emplace_back(msg);
+    }
+};
+
+}  // namespace
+
+// The layer runs when its cache cannot store (issue 29 item 6 on a device; the CPU test
+// tests/cpu/test_cache_robustness.cpp covers read-only folders and full disks in depth): while
+// a plan is created on a fresh context over an empty cache folder, this process may write no
+// file past 512 bytes (RLIMIT_FSIZE, SIGXFSZ ignored: every publish fails with EFBIG, as on a
+// full disk). The plan still runs, bitwise equal to the same plan on the suite's context, and
+// the context says so in one warning.
+BOOST_AUTO_TEST_CASE(a_plan_runs_when_its_cache_cannot_store) {
+    std::mt19937_64 rng(test_seed() + 7);
+    const Shape &shape = shapes()[0];
+    const Inputs in(shape, rng);
+    Slot slot;
+    slot.start(0, in);
+    const Result want = slot.finish();
+
+    char folder[] = "/tmp/moejit-stress-nostore-XXXXXX";
+    BOOST_REQUIRE(::mkdtemp(folder) != nullptr);
+    Warnings warnings;
+    moejit_context_options_t o;
+    MOEJIT_TEST_OK(moejit_context_options_init(&o));
+    o.cache_dir = folder;
+    o.log_fn = &Warnings::callback;
+    o.log_user_data = &warnings;
+    moejit_context_t ctx = nullptr;
+    MOEJIT_TEST_OK(moejit_context_create(&o, &ctx));
+    slot.context = ctx;
+
+    std::fflush(nullptr);  // nothing of ours is written while the limit holds
+    rlimit saved{};
+    BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+    const auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = saved;
+    small.rlim_cur = 512;
+    BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    std::string create_error;
+    try {
+        slot.start(0, in);  // creates the plan (compiles every kernel) and enqueues the step
+    } catch (const std::exception &e) {
+        create_error = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    ::signal(SIGXFSZ, old_handler);
+    BOOST_TEST_REQUIRE(create_error.empty(), "the plan did not run without a writable cache: " << create_error);
+    const Result got = slot.finish();
+    const std::string diff = first_difference(got, want);
+    BOOST_TEST(diff.empty(), "the plan compiled in memory differs from the suite's: " << diff);
+
+    moejit_cache_stats_t st;
+    moejit_cache_stats_init(&st);
+    MOEJIT_TEST_OK(moejit_context_cache_stats(ctx, &st));
+    std::printf("stress_gpu: plan on a cache that cannot store: compiles=%llu, warnings=%zu%s%s\n",
+                static_cast<unsigned long long>(st.compiles), warnings.lines.size(),
+                warnings.lines.empty() ? "" : ": ", warnings.lines.empty() ? "" : warnings.lines.front().c_str());
+    BOOST_TEST(st.compiles > 0u);
+    BOOST_TEST(warnings.lines.size() == 1u, "expected one warning, got " << warnings.lines.size());
+    if (!warnings.lines.empty()) {
+        BOOST_TEST(warnings.lines.front().find(std::strerror(EFBIG)) != std::string::npos);
+        BOOST_TEST(warnings.lines.front().find("in memory") != std::string::npos);
+    }
+    slot.context = gpu_context();
+    moejit_context_destroy(ctx);
+    std::error_code ignored;
+    std::filesystem::remove_all(folder, ignored);
 }
