@@ -162,19 +162,22 @@ struct Fp8WgradSpec {
     int stages = 6;
     int group_m = 8;
     bool tma_store = true;        // bf16 dW through TMA (not with accumulate; needs a 16-byte aligned dW)
+    // The next 128-row block's wgmmas run while this one is promoted (two temporaries, the scale
+    // vectors copied into each stage; templates/sm90/fp8_wgrad.cuh, OVERLAP).
+    bool overlap = false;
 };
 
 // The spec with the deepest ring that fits sm_90a with `num_experts` (TMA stores for a bf16 dW
 // that is not accumulated into).
 Fp8WgradSpec make_fp8_wgrad_spec(std::int64_t m, std::int64_t n, DType c_dtype, std::int32_t num_experts,
-                                 bool accumulate = false);
+                                 bool accumulate = false, bool overlap = false);
 std::size_t fp8_wgrad_smem_bytes(const Fp8WgradSpec &spec, std::int32_t num_experts);
 
 struct Fp8WgradGemmOperands {
     const void *a = nullptr;          // qa [m, padded_rows] e4m3, 16-byte aligned
-    const float *a_scale = nullptr;   // [padded_rows / 128, m]
+    const float *a_scale = nullptr;   // [padded_rows / 128, m], 16-byte aligned
     const void *b = nullptr;          // qb [n, padded_rows] e4m3, 16-byte aligned
-    const float *b_scale = nullptr;   // [padded_rows / 128, n]
+    const float *b_scale = nullptr;   // [padded_rows / 128, n], 16-byte aligned
     void *c = nullptr;                // dW [E, m, n] c_dtype
     const std::int32_t *offsets = nullptr;  // [E+1] the unpadded rows'
     std::int64_t rows = 0;            // S >= 1
@@ -207,6 +210,7 @@ struct Fp8WgradArgs {
     std::int64_t m = 0, n = 0;             // multiples of 128
     DType dw_dtype = DType::bf16;          // bf16 or fp32
     bool accumulate = false;               // dW += A_eᵀ · B_e
+    bool overlap = false;                  // the GEMM's overlapped promotion (Fp8WgradSpec::overlap)
     void *workspace = nullptr;             // fp8_weight_grad_workspace_bytes, 256-byte aligned
     std::size_t workspace_bytes = 0;
     void *stream = nullptr;

@@ -204,10 +204,11 @@ std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8WgradS
         return refuse(Status::invalid_argument, "{}: a must be a non-null, 16-byte aligned e4m3 [m, padded_rows]", what);
     if (!ops->b || !aligned_to(ops->b, 16))
         return refuse(Status::invalid_argument, "{}: b must be a non-null, 16-byte aligned e4m3 [n, padded_rows]", what);
-    if (!ops->a_scale || !aligned_to(ops->a_scale, 4))
-        return refuse(Status::invalid_argument, "{}: a_scale must be a non-null fp32 [padded_rows / 128, m]", what);
-    if (!ops->b_scale || !aligned_to(ops->b_scale, 8))
-        return refuse(Status::invalid_argument, "{}: b_scale must be a non-null, 8-byte aligned fp32 [padded_rows / 128, n]",
+    if (!ops->a_scale || !aligned_to(ops->a_scale, 16))
+        return refuse(Status::invalid_argument, "{}: a_scale must be a non-null, 16-byte aligned fp32 [padded_rows / 128, m]",
+                      what);
+    if (!ops->b_scale || !aligned_to(ops->b_scale, 16))
+        return refuse(Status::invalid_argument, "{}: b_scale must be a non-null, 16-byte aligned fp32 [padded_rows / 128, n]",
                       what);
     const std::uintptr_t c_align = 2 * dtype_size(spec.c_dtype);
     if (!ops->c || !aligned_to(ops->c, c_align))

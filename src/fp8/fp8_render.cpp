@@ -94,12 +94,14 @@ std::size_t fp8_wgrad_smem_bytes(const Fp8WgradSpec &s, std::int32_t num_experts
     g.block_n = 128;
     g.stages = s.stages;
     g.tma_store = s.tma_store;
-    return fp8_gemm_smem_bytes(g, num_experts);
+    const std::size_t scales = s.overlap ? static_cast<std::size_t>(std::max(s.stages, 0)) * 1024 : 0;  // per stage
+    return fp8_gemm_smem_bytes(g, num_experts) + scales;
 }
 
 Fp8WgradSpec make_fp8_wgrad_spec(std::int64_t m, std::int64_t n, DType c_dtype, std::int32_t num_experts,
-                                 bool accumulate) {
+                                 bool accumulate, bool overlap) {
     Fp8WgradSpec s;
+    s.overlap = overlap;
     s.m = m;
     s.n = n;
     s.c_dtype = c_dtype;
@@ -120,10 +122,11 @@ KernelSource render_fp8_quant_cols(const Fp8QuantColsSpec &spec) {
 
 KernelSource render_fp8_wgrad_gemm(const Fp8WgradSpec &s) {
     if (auto r = can_implement("sm_90a", s)) throw_refusal(*r);
-    const std::string name = fmt::format("fp8_wgrad_e4m3_c{}_m{}_n{}_s{}_g{}{}{}", dtype_name(s.c_dtype), s.m, s.n,
-                                         s.stages, s.group_m, s.tma_store ? "_tma" : "", s.accumulate ? "_acc" : "");
-    const std::string cfg = fmt::format("moejit::sm90::fp8::Config<{}, 128, {}, {}, {}, true, false>",
-                                        dtype_cuda_type(s.c_dtype), s.stages, s.group_m, bool_text(s.tma_store));
+    const std::string name = fmt::format("fp8_wgrad_e4m3_c{}_m{}_n{}_s{}_g{}{}{}{}", dtype_name(s.c_dtype), s.m, s.n,
+                                         s.stages, s.group_m, s.tma_store ? "_tma" : "", s.accumulate ? "_acc" : "",
+                                         s.overlap ? "_overlap" : "");
+    const std::string cfg = fmt::format("moejit::sm90::fp8::WgradConfig<{}, {}, {}, {}, {}>", dtype_cuda_type(s.c_dtype),
+                                        s.stages, s.group_m, bool_text(s.tma_store), bool_text(s.overlap));
     return instantiate_kernel<kargs::Sm90Fp8WgradArgs>(
         {name, "sm90/fp8_wgrad.cuh", "FP8 weight-gradient grouped GEMM, sm_90a e4m3 128 x 1 scales: " + name,
          fmt::format("using Cfg = {};\n", cfg), "moejit::sm90::fp8::group_gemm_wgrad_kernel",

@@ -102,7 +102,8 @@ void fp8_weight_grad(Context &ctx, const Fp8WgradArgs &args) {
     float *const sa = reinterpret_cast<float *>(base + ws.sa), *const sb = reinterpret_cast<float *>(base + ws.sb);
     fp8_quantize_cols(ctx, {args.m}, {args.a, args.offsets, qa, sa, args.rows, args.num_experts, padded, args.stream});
     fp8_quantize_cols(ctx, {args.n}, {args.b, args.offsets, qb, sb, args.rows, args.num_experts, padded, args.stream});
-    const Fp8WgradSpec spec = make_fp8_wgrad_spec(args.m, args.n, args.dw_dtype, args.num_experts, args.accumulate);
+    const Fp8WgradSpec spec =
+        make_fp8_wgrad_spec(args.m, args.n, args.dw_dtype, args.num_experts, args.accumulate, args.overlap);
     fp8_wgrad_gemm(ctx, spec,
                    {qa, sa, qb, sb, args.dw, args.offsets, args.rows, args.num_experts, padded, args.stream});
 }

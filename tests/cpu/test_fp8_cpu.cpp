@@ -403,6 +403,8 @@ std::vector<Fp8WgradSpec> wgrad_specs() {
         specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::bf16, w.experts));            // TMA stores
         specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::bf16, w.experts, true));      // += in bf16
         specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::fp32, w.experts, true));      // += in fp32 grads
+        specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::bf16, w.experts, false, true));  // overlapped promotion
+        specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::fp32, w.experts, true, true));
         if (w.m == 128 || w.m == 1536) {
             specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::fp32, w.experts));
             Fp8WgradSpec reg = make_fp8_wgrad_spec(w.m, w.n, DType::bf16, w.experts);  // an unaligned dW
@@ -500,6 +502,8 @@ BOOST_AUTO_TEST_CASE(every_fp8_wgrad_kernel_compiles_for_sm90a_without_spills) {
                 BOOST_TEST(!contains(ptx, "mma.sync"), "no mma.sync fallback");
                 BOOST_TEST((!contains(ptx, "\tatom.") && !contains(ptx, "\tred.")), "no atomics: deterministic");
                 if (contains(name, "_tma")) BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.3d"));
+                // The overlapped promotion's scale vectors travel by bulk copy into each stage.
+                BOOST_TEST(contains(ptx, "cp.async.bulk.shared::cluster.global.mbarrier") == contains(name, "_overlap"));
             } else {
                 BOOST_TEST(contains(ptx, "cvt.rn.satfinite.e4m3x2.f32"));
             }
@@ -555,6 +559,13 @@ BOOST_AUTO_TEST_CASE(wgrad_validator_refusals) {
     const Fp8WgradSpec ok = make_fp8_wgrad_spec(1536, 2048, DType::bf16, 128);
     BOOST_TEST(ok.tma_store);
     BOOST_TEST(ok.stages >= 4);
+    const Fp8WgradSpec ok_overlap = make_fp8_wgrad_spec(1536, 2048, DType::bf16, 128, false, true);
+    BOOST_TEST(ok_overlap.stages >= 4);
+    BOOST_TEST(fp8_wgrad_smem_bytes(ok_overlap, 128) == fp8_wgrad_smem_bytes([&] {
+                   Fp8WgradSpec s = ok_overlap;
+                   s.overlap = false;
+                   return s;
+               }(), 128) + static_cast<std::size_t>(ok_overlap.stages) * 1024);
     const Fp8WgradGemmOperands ops = wgrad_ops(65536, 128);
     BOOST_TEST(!can_implement("sm_90a", ok, &ops).has_value());
     {
@@ -592,6 +603,9 @@ BOOST_AUTO_TEST_CASE(wgrad_validator_refusals) {
         b = ops;
         b.b_scale = nullptr;
         expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"b_scale"});
+        b = ops;
+        b.a_scale = ops.a_scale + 1;  // the overlapped promotion bulk-copies the scale vectors
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"a_scale", "16-byte"});
         b = ops;
         b.c = static_cast<unsigned char *>(b.c) + 2;
         expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"c must", "4-byte"});

@@ -508,6 +508,7 @@ struct WgradCase {
     bool accumulate = false;
     std::size_t dw_offset = 0;  // bytes: 4 makes a bf16 dW that TMA cannot store (register epilogue)
     float scale = 1.0f;         // of the random inputs (extreme magnitudes)
+    bool overlap = false;       // the overlapped promotion
 };
 
 void run_wgrad_case(const WgradCase &tc) {
@@ -556,6 +557,7 @@ void run_wgrad_case(const WgradCase &tc) {
         args.n = n;
         args.dw_dtype = tc.dtype;
         args.accumulate = tc.accumulate;
+        args.overlap = tc.overlap;
         args.workspace = ws.get();
         args.workspace_bytes = ws.bytes();
         ws.poison();  // stale workspace bytes must not leak into the padding
@@ -588,9 +590,9 @@ void run_wgrad_case(const WgradCase &tc) {
                                                                       dequant_cols(qb, offsets, n, fp8_wgrad_padded_rows(rows, experts)),
                                                                       offsets, m, n, base);
         const double err_q = relative_error(out, ref_q), err_x = relative_error(out, ref_x);
-        std::printf("fp8 wgrad %s: S=%lld E=%d M=%lld N=%lld dW %s%s: rel. error vs dequantized %.2e, vs bf16 inputs %.2e\n",
+        std::printf("fp8 wgrad %s: S=%lld E=%d M=%lld N=%lld dW %s%s%s: rel. error vs dequantized %.2e, vs bf16 inputs %.2e\n",
                     tc.name.c_str(), (long long)rows, experts, (long long)m, (long long)n, dtype_name(tc.dtype).data(),
-                    tc.accumulate ? " (+=)" : "", err_q, err_x);
+                    tc.accumulate ? " (+=)" : "", tc.overlap ? ", overlapped promotion" : "", err_q, err_x);
         const double tol_q = tc.dtype == DType::fp32 ? 1e-3 : 4e-3;
         BOOST_TEST(err_q < tol_q, "vs the dequantized operands: " << err_q);
         BOOST_TEST(err_x < 6e-2, "vs the bf16 inputs: " << err_x);
@@ -631,6 +633,32 @@ BOOST_AUTO_TEST_CASE(wgrad_epilogues) {
     run_wgrad_case({"bf16_register_epilogue", counts, 256, 256, DType::bf16, false, 4});
     run_wgrad_case({"extreme_magnitudes", counts, 256, 256, DType::bf16, false, 0, 1e-3f});
     run_wgrad_case({"large_magnitudes", counts, 256, 256, DType::fp32, false, 0, 64.0f});
+}
+
+// The overlapped promotion: chunks of 4 blocks and tails of 1, 2 and 3 (experts of 1, 5, 6, 7,
+// 8 and 47 blocks), every epilogue, empty experts, the ring wrapping.
+BOOST_AUTO_TEST_CASE(wgrad_overlapped_promotion) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("wgrad_overlap");
+    const std::vector<int> chunks{640, 0, 700, 900, 1, 1000, 129};
+    WgradCase c{"overlap_chunk_tails", chunks};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_random_top4", random_counts(300, 4, 8, rng)};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_fp32_accumulate", chunks, 256, 256, DType::fp32, true};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_bf16_register_epilogue", chunks, 256, 128, DType::bf16, false, 4};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_all_to_one_long", all_to_expert(6000, 4, 0), 128, 128, DType::fp32};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_ring_wraps", random_counts(256, 4, 8, rng), 512, 1024};
+    c.overlap = true;
+    run_wgrad_case(c);
 }
 
 BOOST_AUTO_TEST_CASE(wgrad_many_tiles_per_cta_ring_wraps) {
@@ -715,6 +743,9 @@ BOOST_AUTO_TEST_CASE(wgrad_benchmark, *boost::unit_test::disabled()) {
         args.workspace = ws.get();
         args.workspace_bytes = ws.bytes();
         const double flop = 2.0 * rows * s.m * s.n;
+        args.overlap = true;
+        const double ms_all_overlap = time_ms([&] { fp8_weight_grad(internal_ctx(), args); });
+        args.overlap = false;
         const double ms_all = time_ms([&] { fp8_weight_grad(internal_ctx(), args); });
         // The GEMM alone on the operands the last call left in the workspace (same layout as
         // src/fp8/fp8_wgrad.cpp's WgradWorkspace).
@@ -728,6 +759,16 @@ BOOST_AUTO_TEST_CASE(wgrad_benchmark, *boost::unit_test::disabled()) {
                                         reinterpret_cast<float *>(base + o_sb), dw.get(), doff.as<std::int32_t>(),
                                         rows, s.experts, padded, nullptr};
         const double ms_gemm = time_ms([&] { fp8_wgrad_gemm(internal_ctx(), spec, gops); });
+        const Fp8WgradSpec spec_overlap = make_fp8_wgrad_spec(s.m, s.n, DType::bf16, s.experts, false, true);
+        const double ms_gemm_overlap = time_ms([&] { fp8_wgrad_gemm(internal_ctx(), spec_overlap, gops); });
+        // Both quantizers alone.
+        const double ms_quant = time_ms([&] {
+            fp8_quantize_cols(internal_ctx(), {s.m}, {a.get(), doff.as<std::int32_t>(), base, reinterpret_cast<float *>(base + o_sa),
+                                                      rows, s.experts, padded, nullptr});
+            fp8_quantize_cols(internal_ctx(), {s.n}, {b.get(), doff.as<std::int32_t>(), base + o_qb,
+                                                      reinterpret_cast<float *>(base + o_sb), rows, s.experts, padded, nullptr});
+        });
+        const double quant_bytes = static_cast<double>(rows) * (s.m + s.n) * 3;  // bf16 in, e4m3 out
         // The bf16 weight gradient (same_mn) with its split workspace.
         const GemmMnSpec bspec = make_mn_spec(DType::bf16, DType::bf16, s.m, s.n, false, rows, s.experts,
                                               internal_ctx().compute_capability());
@@ -742,9 +783,13 @@ BOOST_AUTO_TEST_CASE(wgrad_benchmark, *boost::unit_test::disabled()) {
         bops.workspace = split_ws.get();
         bops.workspace_bytes = split_ws.bytes();
         const double ms_bf16 = time_ms([&] { launch_group_gemm_mn(internal_ctx(), bspec, bops); });
-        std::printf("fp8 wgrad benchmark %s: S=%lld E=%d M=%lld N=%lld stages=%d: fp8_weight_grad %.3f ms (%.0f TFLOP/s), "
-                    "GEMM alone %.3f ms (%.0f TFLOP/s), bf16 same_mn %.3f ms (%.0f TFLOP/s): %.2fx\n",
-                    s.name, (long long)rows, s.experts, (long long)s.m, (long long)s.n, spec.stages, ms_all,
-                    flop / ms_all / 1e9, ms_gemm, flop / ms_gemm / 1e9, ms_bf16, flop / ms_bf16 / 1e9, ms_bf16 / ms_all);
+        std::printf("fp8 wgrad benchmark %s: S=%lld E=%d M=%lld N=%lld: bf16 same_mn %.3f ms (%.0f TFLOP/s); "
+                    "fp8_weight_grad %.3f ms (%.0f TFLOP/s, %.2fx bf16), overlapped %.3f ms (%.0f TFLOP/s, %.2fx); "
+                    "GEMM alone (stages %d) %.3f ms (%.0f TFLOP/s), overlapped (stages %d) %.3f ms (%.0f TFLOP/s); "
+                    "both quantizers %.3f ms (%.0f GB/s)\n",
+                    s.name, (long long)rows, s.experts, (long long)s.m, (long long)s.n, ms_bf16, flop / ms_bf16 / 1e9,
+                    ms_all, flop / ms_all / 1e9, ms_bf16 / ms_all, ms_all_overlap, flop / ms_all_overlap / 1e9,
+                    ms_bf16 / ms_all_overlap, spec.stages, ms_gemm, flop / ms_gemm / 1e9, spec_overlap.stages,
+                    ms_gemm_overlap, flop / ms_gemm_overlap / 1e9, ms_quant, quant_bytes / ms_quant / 1e6);
     }
 }
