@@ -262,6 +262,33 @@ struct Sm90Fp8NkArgs {
     int m_tile_bound;
 };
 
+// ------------------------------------------------------------- FP8 weight gradients (fp8_quant.cuh, sm90/fp8_wgrad.cuh)
+
+// bf16 [rows, C] (rows grouped per expert by offsets) -> e4m3 [C, P] transposed, each expert's
+// rows padded with zeros to whole 128-row blocks (P = padded_rows = 128 * block_bound), and fp32
+// scales [P/128, C] (one per 128 rows x 1 column).
+struct Fp8QuantColsArgs {
+    const void *x;       // [rows, C] bf16
+    const int *offsets;  // [E+1]
+    void *q;             // [C, P] e4m3
+    float *scales;       // [P/128, C]
+    int rows;
+    int num_experts;
+    int block_bound;     // P / 128
+};
+
+// FP8 weight gradient: dW[e] (+)= A_eᵀ · B_e over expert e's padded 128-row blocks.
+struct Sm90Fp8WgradArgs {
+    TmaDesc tma_a, tma_b, tma_c;  // qa [M, P] e4m3, qb [N, P] e4m3 (K-major), dW [E, M, N] (EPI_TMA)
+    void *c;                      // dW [E, M, N] CT
+    const float *a_scale;         // [P/128, M]
+    const float *b_scale;         // [P/128, N]
+    const int *offsets;           // [E+1] the unpadded rows'
+    int rows;
+    int num_experts;
+    int block_bound;              // P / 128
+};
+
 // ------------------------------------------------------------- experts entry offsets (expert_rows.cuh)
 
 // The bits of the context's device error word (moejit.h, moejit_device_error_t: same values).
