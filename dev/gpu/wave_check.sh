@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One H200 call for a wave's end (0.11: issues 28, 29, 31): build, then side by side every GPU
+# suite of the build (the stress test shortened to STRESS_SECONDS) and the GPU Python tests;
+# then, with the GPU quiet, the FP8 benchmarks (grouped GEMM, weight gradient, the layer against
+# bf16) and the cold start of a new shape. Every step has a deadline inside DEADLINE_S (default
+# 470) so the call ends in time and still prints its table; a step cut short says TIMEOUT.
+# Logs in $OUT/wave_logs.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+t0=$(date +%s); deadline=$(( t0 + ${DEADLINE_S:-470} ))
+final=${OUT:-$PWD/out}; out=/tmp/moejit-wave; rm -rf "$out"; mkdir -p "$out" "$final"
+trap 'tar czf "$final/wave_logs.tgz" -C "$out" . 2>/dev/null' EXIT
+. dev/gpu/common.sh
+echo "build: $(( $(date +%s) - t0 )) s"
+left() { echo $(( deadline - $(date +%s) - ${1:-0} )); }
+export MOEJIT_STRESS_SECONDS=${STRESS_SECONDS:-30}
+suites=$(gpu_suites)
+# Three groups of suites and the Python tests side by side (phase 1 ends by 60 % of what is left).
+phase1=$(( $(left) * 6 / 10 )); p1end=$(( $(date +%s) + phase1 ))
+groups=("moe_layer fp8_layer" "group_gemm gpt_oss fp8 stress" "$(echo $suites | tr ' ' '\n' | grep -vxE 'moe_layer|fp8_layer|group_gemm|gpt_oss|fp8|stress' | tr '\n' ' ')")
+pids=()
+for group in "${groups[@]}"; do
+  ( for t in $group; do
+      [ -x "$b/tests/test_gpu_$t" ] || continue
+      timeout $(( p1end - $(date +%s) )) "$b/tests/test_gpu_$t" --report_level=short >"$out/gpu_$t.log" 2>&1
+      echo "$t rc=$?" >"$out/gpu_$t.rc"; done ) &
+  pids+=($!)
+done
+gpu_pytest="$(ls tests/python/test_*gpu*.py | tr '\n' ' ') tests/python/test_experts_op.py"
+( timeout $phase1 python3 -m pytest -q -p no:cacheprovider $gpu_pytest >"$out/pytest.log" 2>&1; echo "pytest rc=$?" >"$out/pytest.rc" ) &
+pids+=($!)
+wait "${pids[@]}"
+echo "phase 1: $(( $(date +%s) - t0 )) s"
+# Phase 2, the GPU quiet: benchmarks, then the cold start with what is left.
+bench() {  # bench NAME LIMIT COMMAND...
+  local name=$1 limit=$2; shift 2
+  [ "$limit" -gt 10 ] || { echo "$name rc=NOTRUN" >"$out/$name.rc"; return; }
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1; echo "$name rc=$?" >"$out/$name.rc"
+}
+bench bench_fp8_gemm $(( $(left 200) < 60 ? $(left 200) : 60 )) "$b/tests/test_gpu_fp8" --run_test=benchmark --report_level=short
+bench bench_fp8_wgrad $(( $(left 170) < 60 ? $(left 170) : 60 )) "$b/tests/test_gpu_fp8" --run_test=wgrad_benchmark --report_level=short
+bench bench_fp8_layer $(( $(left 100) < 90 ? $(left 100) : 90 )) "$b/tests/test_gpu_fp8_layer" --run_test=benchmark --report_level=short
+bench cold_start $(left 15) python3 dev/gpu/cold_start.py --shapes "${COLD_SHAPES:-qwen3-30b-a3b,deepseek-v3}" --tokens 8192 --json "$out/cold_start.json"
+cp "$out/cold_start.json" "$final/" 2>/dev/null
+# The table.
+for t in $suites; do
+  [ -f "$out/gpu_$t.rc" ] || { echo "== gpu $t NOTRUN"; continue; }
+  echo "== gpu $(cat "$out/gpu_$t.rc")"
+  grep -E "failure|error:|test cases|assertions" "$out/gpu_$t.log" | grep -v "caught:" | head -3
+done
+echo "== $(cat "$out/pytest.rc")"; tail -1 "$out/pytest.log"; grep -E "^(FAILED|ERROR) " "$out/pytest.log" | head -8
+grep -hE "^(fp8|stress_gpu)" "$out"/gpu_fp8*.log "$out"/gpu_stress.log 2>/dev/null | cut -c1-200 | head -60
+for n in bench_fp8_gemm bench_fp8_wgrad bench_fp8_layer cold_start; do
+  echo "== $(cat "$out/$n.rc" 2>/dev/null || echo "$n rc=?")"
+  grep -vE "^\[|^Running|^$" "$out/$n.log" 2>/dev/null | tail -${TAIL_LINES:-24} | cut -c1-220
+done
+echo "total: $(( $(date +%s) - t0 )) s"
