@@ -9,8 +9,12 @@
 //   overlapped promotion;
 // - K = 7168 with and without promotion (fp32 C, scales constant along K so both variants
 //   compute the same sum): promotion must be measurably better; both errors are printed.
+// - the weight gradient (cases wgrad_*, issue 31): fp8_weight_grad's column quantizer bit for
+//   bit against its host mirror, its GEMM against float64 references on every routing shape,
+//   epilogue and the overlapped promotion, R = 0.
 // A disabled case, `benchmark` (run it with --run_test=benchmark), prints the GEMM's TFLOP/s on
-// qwen3-30b-a3b's and deepseek-v3's fc1 with balanced routing, for each tile variant.
+// qwen3-30b-a3b's and deepseek-v3's fc1 with balanced routing, for each tile variant;
+// `wgrad_benchmark` the weight gradient's beside the bf16 same_mn.
 #include "gpu_main.hpp"
 
 #include <algorithm>
