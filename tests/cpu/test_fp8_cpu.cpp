@@ -3,7 +3,9 @@
 // epilogues), their PTX really uses e4m3 wgmma, TMA and cvt.satfinite.e4m3x2; the one validator
 // refuses what the family does not run, naming the field and what is supported; the host mirror
 // of the quantizers (src/fp8/e4m3.hpp, which the GPU test holds the kernels to) follows the
-// documented rounding and non-finite rules.
+// documented rounding and non-finite rules. The weight gradient (issue 31): its column quantizer
+// and GEMM variants compile with no spills (ptxas -v, when the toolkit has it), its validator's
+// refusals, and the column quantizer's host mirror (layout, padding, rules).
 #define BOOST_TEST_MODULE fp8_cpu
 #include <boost/test/unit_test.hpp>
 

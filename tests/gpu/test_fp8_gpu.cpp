@@ -9,8 +9,12 @@
 //   overlapped promotion;
 // - K = 7168 with and without promotion (fp32 C, scales constant along K so both variants
 //   compute the same sum): promotion must be measurably better; both errors are printed.
+// - the weight gradient (cases wgrad_*, issue 31): fp8_weight_grad's column quantizer bit for
+//   bit against its host mirror, its GEMM against float64 references on every routing shape,
+//   epilogue and the overlapped promotion, R = 0.
 // A disabled case, `benchmark` (run it with --run_test=benchmark), prints the GEMM's TFLOP/s on
-// qwen3-30b-a3b's and deepseek-v3's fc1 with balanced routing, for each tile variant.
+// qwen3-30b-a3b's and deepseek-v3's fc1 with balanced routing, for each tile variant;
+// `wgrad_benchmark` the weight gradient's beside the bf16 same_mn.
 #include "gpu_main.hpp"
 
 #include <algorithm>
@@ -665,6 +669,68 @@ BOOST_AUTO_TEST_CASE(wgrad_many_tiles_per_cta_ring_wraps) {
     if (!hopper()) return;
     std::mt19937_64 rng = case_rng("wgrad_ring");
     run_wgrad_case({"ring_wraps", random_counts(256, 4, 8, rng), 512, 1024});  // 256 tiles, ~2 per CTA
+}
+
+// Offsets that are not monotone (a caller's bug): the quantizer and the GEMM bound them as the
+// host mirror does (never a block past the workspace's bound), write nothing outside dW, and the
+// quantized operand still equals the mirror's.
+BOOST_AUTO_TEST_CASE(wgrad_offsets_not_monotone) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("wgrad_wild");
+    const std::int64_t rows = 700, m = 256, n = 128;
+    const std::vector<std::int32_t> wild{0, 500, 100, 700, 3, 650};
+    const auto experts = static_cast<std::int32_t>(wild.size() - 1);
+    const HalfTensor a = random_half(static_cast<std::size_t>(rows * m), MOEJIT_DTYPE_BF16, rng);
+    const HalfTensor b = random_half(static_cast<std::size_t>(rows * n), MOEJIT_DTYPE_BF16, rng);
+    const std::int64_t padded = fp8_wgrad_padded_rows(rows, experts);
+    DeviceBuffer da = DeviceBuffer::from(a.bits), db = DeviceBuffer::from(b.bits), doff = DeviceBuffer::from(wild);
+    DeviceBuffer q(static_cast<std::size_t>(m * padded)), sc(static_cast<std::size_t>(padded / 128 * m) * 4);
+    q.poison();
+    sc.poison();
+    fp8_quantize_cols(internal_ctx(), {m}, {da.get(), doff.as<std::int32_t>(), q.get(), sc.as<float>(), rows, experts, padded, nullptr});
+    float poison_scale;  // blocks never written keep the poison's bits
+    const std::uint32_t ones = 0xFFFFFFFFu;
+    std::memcpy(&poison_scale, &ones, 4);
+    const fp8::QuantizedCols host = fp8::quantize_cols(a.bits, rows, m, wild, padded, 0xFF, poison_scale);
+    BOOST_TEST(host.cum.back() > padded / 128, "the case must ask for blocks past the bound");
+    const std::vector<float> &host_scales = host.scales;
+    const auto gq = q.download<std::uint8_t>();
+    std::int64_t bad_q = 0;
+    for (std::size_t i = 0; i < gq.size(); ++i)
+        bad_q += !(gq[i] == host.q[i] || (fp8::e4m3_is_nan(gq[i]) && fp8::e4m3_is_nan(host.q[i])));
+    BOOST_TEST(bad_q == 0, bad_q << " bytes differ from the host mirror (blocks past the bound must stay untouched)");
+    const auto gs = sc.download<std::uint32_t>();
+    std::int64_t bad_s = 0;
+    for (std::size_t i = 0; i < gs.size(); ++i) {
+        std::uint32_t hb;
+        std::memcpy(&hb, &host_scales[i], 4);
+        bad_s += gs[i] != hb;
+    }
+    BOOST_TEST(bad_s == 0, bad_s << " scales differ from the host mirror");
+    // The whole call: nothing outside dW is written, the context stays usable.
+    DeviceBuffer dw(static_cast<std::size_t>(experts * m * n) * 2 + kGuardBytes);
+    dw.poison();
+    DeviceBuffer ws(fp8_weight_grad_workspace_bytes(rows, experts, m, n));
+    Fp8WgradArgs args;
+    args.a = da.get();
+    args.b = db.get();
+    args.dw = dw.get();
+    args.offsets = doff.as<std::int32_t>();
+    args.rows = rows;
+    args.num_experts = experts;
+    args.m = m;
+    args.n = n;
+    args.workspace = ws.get();
+    args.workspace_bytes = ws.bytes();
+    for (bool overlap : {false, true}) {
+        args.overlap = overlap;
+        fp8_weight_grad(internal_ctx(), args);
+        const auto raw = dw.download<std::uint8_t>();
+        std::int64_t touched = 0;
+        for (std::size_t i = static_cast<std::size_t>(experts * m * n) * 2; i < raw.size(); ++i) touched += raw[i] != 0xFF;
+        BOOST_TEST(touched == 0, touched << " bytes past dW were written (overlap " << overlap << ")");
+    }
+    run_wgrad_case({"after_wild_offsets", {3, 0, 200}, 128, 128});
 }
 
 BOOST_AUTO_TEST_CASE(wgrad_no_rows) {
