@@ -20,7 +20,7 @@ namespace {
 static_assert(sizeof(moejit_status_t) == sizeof(Status) && sizeof(moejit_dtype_t) == sizeof(DType) &&
               sizeof(moejit_log_level_t) == sizeof(LogLevel) && sizeof(moejit_fc1_layout_t) == sizeof(Fc1Layout) &&
               sizeof(moejit_activation_t) == sizeof(Activation) && sizeof(moejit_switch_t) == sizeof(Switch) &&
-              sizeof(moejit_jit_mode_t) == sizeof(JitMode));
+              sizeof(moejit_jit_mode_t) == sizeof(JitMode) && sizeof(moejit_recipe_t) == sizeof(Recipe));
 
 MOEJIT_SAME_VALUE(MOEJIT_SUCCESS, Status::success);
 MOEJIT_SAME_VALUE(MOEJIT_ERROR_INVALID_ARGUMENT, Status::invalid_argument);
@@ -57,6 +57,8 @@ MOEJIT_SAME_VALUE(MOEJIT_FC1_MERGED, Fc1Layout::merged);
 MOEJIT_SAME_VALUE(MOEJIT_FC1_INTERLEAVED, Fc1Layout::interleaved);
 MOEJIT_SAME_VALUE(MOEJIT_ACTIVATION_SWIGLU, Activation::swiglu);
 MOEJIT_SAME_VALUE(MOEJIT_ACTIVATION_GPT_OSS, Activation::gpt_oss);
+MOEJIT_SAME_VALUE(MOEJIT_RECIPE_BF16, Recipe::bf16);
+MOEJIT_SAME_VALUE(MOEJIT_RECIPE_FP8_BLOCK, Recipe::fp8_block);
 
 #undef MOEJIT_SAME_VALUE
 
@@ -114,6 +116,7 @@ PlanDesc to_internal(const moejit_plan_desc_t &d) {
     p.activation_alpha = d.activation_alpha;
     p.weights_transposed = d.weights_transposed;
     p.has_bias = d.has_bias;
+    p.recipe = static_cast<Recipe>(d.recipe);  // reserved_0_5_tail and reserved0 are ignored
     return p;
 }
 

@@ -141,11 +141,11 @@ moejit_backward_args_t read_backward_args(const moejit_backward_args_t *args) {
 extern "C" {
 
 MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
-    return size_query(plan, bytes, [&](Plan &p) { return p.layout(num_tokens).saved_bytes; });
+    return size_query(plan, bytes, [&](Plan &p) { return p.saved_bytes(num_tokens); });
 }
 
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
-    return size_query(plan, bytes, [&](Plan &p) { return p.layout(num_tokens).workspace_bytes; });
+    return size_query(plan, bytes, [&](Plan &p) { return p.workspace_bytes(num_tokens); });
 }
 
 MOEJIT_API moejit_status_t moejit_saved_size_terms(const moejit_plan_desc_t *desc, int64_t *bytes_per_token,
@@ -259,7 +259,7 @@ MOEJIT_API moejit_status_t moejit_plan_describe_desc(moejit_context_t context, c
         Context &ctx = require_handle(context, "context").impl;
         const PlanDesc d = to_internal(read_struct(desc, "desc"));
         validate_plan_desc(d);
-        const LayerSpecs specs = layer_specs(d, ctx.config(), ctx.compute_capability());
+        const LayerSpecs specs = plan_layer_specs(d, ctx.config(), ctx.compute_capability());
         copy_text(describe_plan(ctx.config(), ctx.arch(), d, specs), buf, size, required);
     });
 }

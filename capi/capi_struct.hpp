@@ -38,7 +38,8 @@ template <class T> struct StructAbi;
 // moejit_backward_args_t; 0.5.0 appended the gpt-oss fields (activation_alpha,
 // weights_transposed, has_bias) to moejit_plan_desc_t and the bias pointers to the forward and
 // backward args; 0.6.0 appended the configuration switches (tune, gather, fuse_swiglu,
-// gemm_tile) to moejit_context_options_t.
+// gemm_tile) to moejit_context_options_t; 0.11 appended `recipe` to moejit_plan_desc_t (after
+// naming 0.5's tail padding, so a 0.5-0.10 struct_size of 96 still means bf16).
 MOEJIT_STRUCT_ABI(moejit_context_options_t, "moejit_context_options_t", "moejit_context_options_init",
                   offsetof(moejit_context_options_t, tune) /* 0.1 */, sizeof(moejit_context_options_t) /* 0.6 */);
 MOEJIT_STRUCT_ABI(moejit_cache_stats_t, "moejit_cache_stats_t", "moejit_cache_stats_init", sizeof(moejit_cache_stats_t));
@@ -48,7 +49,9 @@ MOEJIT_STRUCT_ABI(moejit_group_gemm_mn_args_t, "moejit_group_gemm_mn_args_t", "m
                   sizeof(moejit_group_gemm_mn_args_t));
 MOEJIT_STRUCT_ABI(moejit_swiglu_args_t, "moejit_swiglu_args_t", "moejit_swiglu_args_init", sizeof(moejit_swiglu_args_t));
 MOEJIT_STRUCT_ABI(moejit_plan_desc_t, "moejit_plan_desc_t", "moejit_plan_desc_init",
-                  offsetof(moejit_plan_desc_t, activation_alpha) /* 0.1 */, sizeof(moejit_plan_desc_t) /* 0.5 */);
+                  offsetof(moejit_plan_desc_t, activation_alpha) /* 0.1 */,
+                  offsetof(moejit_plan_desc_t, reserved_0_5_tail) + 4 /* 0.5: 96, its tail padding included */,
+                  sizeof(moejit_plan_desc_t) /* 0.11: recipe */);
 MOEJIT_STRUCT_ABI(moejit_forward_args_t, "moejit_forward_args_t", "moejit_forward_args_init",
                   offsetof(moejit_forward_args_t, b_gate_up) /* 0.1 */, sizeof(moejit_forward_args_t) /* 0.5 */);
 MOEJIT_STRUCT_ABI(moejit_backward_args_t, "moejit_backward_args_t", "moejit_backward_args_init",
@@ -67,7 +70,8 @@ static_assert(sizeof(moejit_cache_stats_t) == 72);
 static_assert(sizeof(moejit_group_gemm_nk_args_t) == 96);
 static_assert(sizeof(moejit_group_gemm_mn_args_t) == 88);
 static_assert(sizeof(moejit_swiglu_args_t) == 136);
-static_assert(offsetof(moejit_plan_desc_t, activation_alpha) == 80 && sizeof(moejit_plan_desc_t) == 96);
+static_assert(offsetof(moejit_plan_desc_t, activation_alpha) == 80 && offsetof(moejit_plan_desc_t, reserved_0_5_tail) == 92 &&
+              offsetof(moejit_plan_desc_t, recipe) == 96 && sizeof(moejit_plan_desc_t) == 104);
 static_assert(offsetof(moejit_forward_args_t, b_gate_up) == 120 && sizeof(moejit_forward_args_t) == 136);
 static_assert(offsetof(moejit_backward_args_t, x) == 152 && offsetof(moejit_backward_args_t, b_down) == 160 &&
               sizeof(moejit_backward_args_t) == 184);

@@ -417,6 +417,22 @@ typedef MOEJIT_ENUM(moejit_activation) {
                                      (gpt-oss: alpha 1.702, L 7). Since 0.5. */
 } moejit_activation_t;
 
+/* The layer's numeric recipe (since 0.11). A struct_size from an older header (no `recipe`)
+ * means MOEJIT_RECIPE_BF16. */
+typedef MOEJIT_ENUM(moejit_recipe) {
+    MOEJIT_RECIPE_BF16 = 0,      /* every GEMM in the layer dtype (bf16 or fp16), fp32 accumulation */
+    MOEJIT_RECIPE_FP8_BLOCK = 1  /* DeepSeek-V3-style FP8: the forward and input-gradient GEMMs in
+                                    e4m3 with fp32 block scales (activations per 1x128 row tile,
+                                    weights per 128x128 block) and fp32 promotion; SwiGLU, routing
+                                    and the gathers in bf16; weight gradients in bf16 for now. The
+                                    saved activations are kept in e4m3 + scales (about half the
+                                    bf16 bytes). Needs an sm_90a context, dtype bf16, hidden_size
+                                    and intermediate_size multiples of 128, no weights_transposed
+                                    and no has_bias; the plan quantizes the weights on every call
+                                    (no weight cache yet). The experts entry has no FP8 form
+                                    (MOEJIT_ERROR_UNSUPPORTED). */
+} moejit_recipe_t;
+
 typedef struct moejit_plan_desc {
     size_t struct_size;
     moejit_dtype_t dtype;           /* x, weights, out: bf16 or fp16 */
@@ -441,6 +457,11 @@ typedef struct moejit_plan_desc {
      * expert its own row; the routing weight multiplies fc2's output including its bias:
      * out[t] = sum_j w[t,j]·(fc2(h) + b_down[e]). MERGED or INTERLEAVED fc1 only. */
     int32_t has_bias;
+    /* ---- since 0.11 (zero = the 0.10 behaviour: bf16 everywhere) */
+    int32_t reserved_0_5_tail;      /* the 0.5 struct's tail padding, named: ignored (a 0.5-0.10
+                                       caller may leave any value here) */
+    moejit_recipe_t recipe;         /* the GEMMs' number format; MOEJIT_RECIPE_BF16 by default */
+    int32_t reserved0;              /* padding to 8 bytes; must be 0 */
 } moejit_plan_desc_t;
 
 typedef struct moejit_forward_args {

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The main job: build moejit, warm the JIT cache for the default model preset (qwen3-30b-a3b;
 # MOEJIT_PRESET overrides), and on a GPU host run one layer forward+backward and check it.
+# On a fresh Debian/Ubuntu machine with only the CUDA toolkit it first installs what the build
+# needs (scripts/setup.sh says what and why; MOEJIT_SETUP=check only checks, =0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/setup.sh
+source scripts/setup.sh
+setup_or_exit main
 build=${BUILD_DIR:-build}
 preset=${MOEJIT_PRESET:-qwen3-30b-a3b}
 [ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=release

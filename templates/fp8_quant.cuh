@@ -18,6 +18,8 @@
 
 #include "moejit_common.cuh"
 #include "kernel_args.h"
+#include "group_gemm_schedule.cuh"
+#include "expert_scan.cuh"
 
 namespace moejit {
 namespace quant {
@@ -134,6 +136,75 @@ __global__ void __launch_bounds__(256) quantize_blocks_kernel(const __grid_const
             *reinterpret_cast<uint2 *>(q + base + static_cast<long long>(n) * K + col) = out;
         }
         if (tid == 0) args.scales[b] = scale;
+    }
+}
+
+// Weight-gradient operands (the transposed tiling): the rows of x [rows, C] in expert order,
+// per 128-row block x 1 column. Each expert's rows start a new block and its last block is padded
+// with zero rows, so expert e owns padded blocks [cum[e], cum[e+1]) (cum: exclusive prefix sum of
+// ceil(count_e / 128), every CTA computes it from offsets; no host sync) and no block mixes two
+// experts. Output transposed so the GEMM reads the reduction (rows) K-major: q[c, 128 pb + r] is
+// row r of padded block pb, column c; scales[pb, c]. Blocks at or past block_bound (only offsets
+// that are not monotone ask for them) are not written.
+// One work item = padded block pb x 64 columns, 256 threads: the 128 x 64 bf16 box goes to
+// shared memory (16-byte loads, rows past the expert's end read as zeros), then thread
+// (c = t % 64, g = t / 64) takes rows 32 g.. of column c (a warp reads 32 adjacent columns of a
+// row: conflict-free), the four partial maxima meet in shared memory, and each thread writes
+// its 32 e4m3 bytes of column c as two 16-byte stores.
+template <int C>
+__global__ void __launch_bounds__(256) quantize_cols_kernel(const __grid_constant__ kargs::Fp8QuantColsArgs args) {
+    constexpr int CB = 64, COL_TILES = C / CB, PITCH = CB + 8;  // pitch 144 bytes: 16-byte rows, no conflicts
+    static_assert(C % CB == 0, "C must be a multiple of 64");
+    __shared__ __align__(16) __nv_bfloat16 tile[kTile * PITCH];
+    __shared__ float part_amax[4][CB];
+    __shared__ int warp_sums[8];
+    extern __shared__ int cum[];  // [E+1]
+    const __nv_bfloat16 *__restrict__ x = static_cast<const __nv_bfloat16 *>(args.x);
+    unsigned char *__restrict__ q = static_cast<unsigned char *>(args.q);
+    const int *__restrict__ offsets = args.offsets;
+    const int tid = threadIdx.x, E = args.num_experts, rows = args.rows;
+    const int total = scan_experts<256>(E, warp_sums, cum, [&](int e) {
+        return sched::expert_m_tiles(offsets, e, rows, kTile);
+    });
+    const int blocks = sched::min_int(total, args.block_bound);
+    const long long ld = static_cast<long long>(args.block_bound) * kTile;  // q's row pitch, P
+    const int c = tid & (CB - 1), g = tid >> 6;
+    for (long long w = blockIdx.x; w < static_cast<long long>(blocks) * COL_TILES; w += gridDim.x) {
+        const int pb = static_cast<int>(w / COL_TILES), col0 = static_cast<int>(w % COL_TILES) * CB;
+        const int e = sched::last_at_most(cum, E, pb);
+        const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
+        const int row0 = rr.begin + (pb - cum[e]) * kTile;
+        const int valid = sched::min_int(kTile, rr.end - row0);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int u = tid + 256 * i, r = u >> 3, cu = u & 7;
+            uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+            if (r < valid) raw = *reinterpret_cast<const uint4 *>(x + static_cast<long long>(row0 + r) * C + col0 + cu * 8);
+            *reinterpret_cast<uint4 *>(tile + r * PITCH + cu * 8) = raw;
+        }
+        __syncthreads();
+        float v[32];
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            v[i] = __bfloat162float(tile[(g * 32 + i) * PITCH + c]);
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+        part_amax[g][c] = amax;
+        __syncthreads();
+        const float scale =
+            tile_scale(fmaxf(fmaxf(part_amax[0][c], part_amax[1][c]), fmaxf(part_amax[2][c], part_amax[3][c])));
+        unsigned words[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            words[j] = e4m3x2(__fdiv_rn(v[4 * j], scale), __fdiv_rn(v[4 * j + 1], scale)) |
+                       (e4m3x2(__fdiv_rn(v[4 * j + 2], scale), __fdiv_rn(v[4 * j + 3], scale)) << 16);
+        uint4 *const dst = reinterpret_cast<uint4 *>(q + static_cast<long long>(col0 + c) * ld +
+                                                     static_cast<long long>(pb) * kTile + g * 32);
+        dst[0] = make_uint4(words[0], words[1], words[2], words[3]);
+        dst[1] = make_uint4(words[4], words[5], words[6], words[7]);
+        if (g == 0) args.scales[static_cast<long long>(pb) * C + col0 + c] = scale;
+        __syncthreads();  // tile and part_amax are rewritten by the next item
     }
 }
 

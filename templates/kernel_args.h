@@ -262,6 +262,72 @@ struct Sm90Fp8NkArgs {
     int m_tile_bound;
 };
 
+// ------------------------------------------------------------- FP8 weight gradients (fp8_quant.cuh, sm90/fp8_wgrad.cuh)
+
+// bf16 [rows, C] (rows grouped per expert by offsets) -> e4m3 [C, P] transposed, each expert's
+// rows padded with zeros to whole 128-row blocks (P = padded_rows = 128 * block_bound), and fp32
+// scales [P/128, C] (one per 128 rows x 1 column).
+struct Fp8QuantColsArgs {
+    const void *x;       // [rows, C] bf16
+    const int *offsets;  // [E+1]
+    void *q;             // [C, P] e4m3
+    float *scales;       // [P/128, C]
+    int rows;
+    int num_experts;
+    int block_bound;     // P / 128
+};
+
+// FP8 weight gradient: dW[e] (+)= A_eᵀ · B_e over expert e's padded 128-row blocks.
+struct Sm90Fp8WgradArgs {
+    TmaDesc tma_a, tma_b, tma_c;  // qa [M, P] e4m3, qb [N, P] e4m3 (K-major), dW [E, M, N] (EPI_TMA)
+    void *c;                      // dW [E, M, N] CT
+    const float *a_scale;         // [P/128, M]
+    const float *b_scale;         // [P/128, N]
+    const int *offsets;           // [E+1] the unpadded rows'
+    int rows;
+    int num_experts;
+    int block_bound;              // P / 128
+};
+
+// The FP8 layer's quantizer forms (fp8_quant_layer.cuh); K (and N) multiples of 128.
+// x [T, K] bf16 -> q [S, K] e4m3 + scales [S, K/128]: token t's tiles to rows scatter_index[t, j].
+struct Fp8QuantScatterArgs {
+    const void *x;
+    const int *scatter_index;  // [T, k]
+    void *q;
+    float *scales;
+    long long num_tokens;
+};
+
+// bf16 [rows, K] -> e4m3 rows at q + r * q_ld, scales at scales + r * scale_ld.
+struct Fp8QuantRowsLdArgs {
+    const void *x;
+    void *q;
+    float *scales;
+    long long rows;
+    long long q_ld;
+    long long scale_ld;
+};
+
+// bf16 [E, N, K] -> e4m3 transposed: q[e][k][n] at q + (e * K + k) * q_ld + n, scales
+// [(e * K/128 + kb) * scale_ld + nb] (128 x 128 blocks).
+struct Fp8QuantBlocksTArgs {
+    const void *w;
+    void *q;
+    float *scales;
+    int num_experts;
+    long long q_ld;
+    long long scale_ld;
+};
+
+// e4m3 [rows, K] + scales [rows, K/128] -> bf16 [rows, K].
+struct Fp8DequantRowsArgs {
+    const void *q;
+    const float *scales;
+    void *x;
+    long long rows;
+};
+
 // ------------------------------------------------------------- experts entry offsets (expert_rows.cuh)
 
 // The bits of the context's device error word (moejit.h, moejit_device_error_t: same values).

@@ -37,6 +37,7 @@ enum ExitCode {
     exit_missing = 3,
     exit_other = 4,
     exit_not_stored = 5,
+    exit_cache_unwritable = 6,
 };
 
 // A failure that ends the run with `code`; the message is printed to stderr.
@@ -107,12 +108,15 @@ Exit status:
   1  some kernels failed to compile (the NVRTC log is printed)
   2  usage error: unknown option or preset, malformed spec, a shape the library rejects
   3  --check: kernels are missing from the cache (listed)
-  4  other errors: no GPU and no --arch, unusable cache folder, unsupported configuration
+  4  other errors: no GPU and no --arch, a cache folder the library refuses (see below),
+     unsupported configuration
   5  some compiled kernels could not be stored in the cache folder (disk full, unwritable;
      the library's warnings say why): the cache does not cover the model
+  6  the cache folder cannot be created or written (checked before anything compiles; the
+     message names the path and the reason): pass a writable --cache-dir
 
 The cache folder is used only if nobody else can write it (owned by you, not writable by group
-or others; see the README's JIT cache section): otherwise the library refuses it with one
+or others; see the README, "Warm-up and deployment"): otherwise the library refuses it with one
 warning, and a warmup exits 4.
 )";
 
@@ -348,10 +352,13 @@ int warm(const Args &args, const RunOptions &run, Reporter &reporter, const std:
         if (folder.empty())
             throw Failure{exit_other, "the disk cache is disabled or its folder cannot be created (see the warning "
                                       "above); a warmup would be lost. Pass --cache-dir DIR"};
-        // The library creates the folder (0700) with the first entry it stores.
-        std::error_code ec;
-        if (std::filesystem::exists(folder, ec) && ::access(folder.c_str(), W_OK) != 0)
-            throw Failure{exit_other, fmt::format("the cache folder {} is not writable; a warmup would be lost", folder)};
+        // Before minutes of NVRTC: the folder must exist (created 0700, as the library would)
+        // and take a file, or every kernel compiled would be lost (exit 5 afterwards).
+        if (std::string why = prepare_cache_folder(folder); !why.empty())
+            throw Failure{exit_cache_unwritable,
+                          fmt::format("the cache folder {} cannot be used: {}; nothing was compiled. Pass a writable "
+                                      "--cache-dir DIR (or set MOEJIT_CACHE_DIR)",
+                                      folder, why)};
     }
     int workers = std::max(1, args.jobs ? args.jobs : usable_cores());
     reporter.out(fmt::format("{} {} plan variants of {} layer shape{} for {} with {} worker{} into {}",

@@ -10,7 +10,7 @@
 # lands under a path containing /site-packages/: quack >= 0.5 skips its epilogue-closure check
 # only there (elsewhere every GEMM raises a ContextVar TypeError).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 mode=${1:?usage: $0 stash|bench SET [bench args]}; set_name=${2:?missing SET (sonic | quack)}; shift 2
 stash=/tmp/moejit-peer-stash/$set_name
 carried=$(ls .peers/"$set_name".tar.xz.part-* 2>/dev/null)

@@ -20,7 +20,7 @@
 # left, SonicMoE timed once per machine, DONE holding the warm-up's exit codes.
 set -u
 export PYTHONUNBUFFERED=1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 t0=$(date +%s); phase=${1:?usage: $0 1|2|3}
 elapsed() { echo $(( $(date +%s) - t0 )); }
 say() { echo "[$(elapsed) s] $*"; }

@@ -2,7 +2,7 @@
 # A short GPU probe: build only the named test targets in a fresh folder and run each with a
 # timeout, logs under $OUT. Usage: dev/gpu/probe.sh "<target> [args...]" ...
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-$PWD/out}; mkdir -p "$out"
 b=/tmp/moejit-build; export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-cache}
 [ -f $b/build.ninja ] || meson setup $b --buildtype=release >"$out/setup.log" 2>&1 || { tail -20 "$out/setup.log"; exit 1; }

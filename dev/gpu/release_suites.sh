@@ -7,7 +7,7 @@
 # folder holding capi/libmoejit.so.0, tools/moejit-bench and python/ and meson.build (the package of that
 # release), built elsewhere. SKIP_BENCH=1 stops after the suites; PYTEST_PATHS narrows the Python tests. Logs under $OUT; the tables last.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 final=${OUT:-$PWD/out}; out=/tmp/moejit-release; rm -rf "$out"; mkdir -p "$out" "$final"
 # The device returns at most 8 files: logs are packed into one archive at the end.
 trap 'tar czf "$final/release_logs.tgz" -C "$out" . ; cp "$out"/layer*.log "$out"/cbench*.log "$final"/ 2>/dev/null' EXIT

@@ -3,7 +3,7 @@
 # twice on one cache folder: the second run must show compiles=0), then the benchmarks.
 # Logs under $OUT (or ./out). Usage: dev/gpu/run_suites.sh [tests|bench|all] [meson test args]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 what=${1:-all}; shift || true
 out=${OUT:-$PWD/out}; mkdir -p "$out"
 build=/tmp/moejit-build

@@ -2,7 +2,7 @@
 # The wgmma engine on an H200: its own test, the GEMM and layer regression suites, then a tile
 # sweep of the forward GEMMs against torch._grouped_mm (same run). Logs under $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-$PWD/out}; mkdir -p "$out"
 b=/tmp/moejit-build; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
 [ -f $b/build.ninja ] || meson setup $b --buildtype=release >"$out/setup.log" 2>&1

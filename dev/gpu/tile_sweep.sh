@@ -5,7 +5,7 @@
 # of the cached wgmma kernels. Logs under $OUT; the tables last.
 #   TILES=heuristic,wgmma_... SHAPES=a,b [GEMMS='fc2 wgrad,...'] [LAYER=1 LAYER_SHAPES=a,b PREV=dir] bash dev/gpu/tile_sweep.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 final=${OUT:-$PWD/out}; out=/tmp/moejit-tiles; rm -rf "$out"; mkdir -p "$out" "$final"
 trap 'tar czf "$final/tiles_logs.tgz" -C "$out" . ; cp "$out"/sweep.log "$out"/layer_*.log "$final"/ 2>/dev/null' EXIT
 . dev/gpu/common.sh

@@ -371,8 +371,9 @@ def _version_mismatch(lib: Library) -> Optional[str]:
 
 
 def _find_nvrtc(lib: Library) -> None:
-    """Where the library finds no NVRTC (no CUDA toolkit), loads the nvidia-cuda-nvrtc pip
-    package's, which the library then finds by soname. Errors surface at the first compile."""
+    """Where the library's NVRTC rule finds none (no toolkit, no nvidia package beside the
+    library), loads the nvidia-cuda-nvrtc pip package's from sys.path, which the rule's last
+    step (the soname) then finds. Errors surface at the first compile."""
     version = c_int()
     if lib.has("moejit_nvrtc_version") and lib.moejit_nvrtc_version(ctypes.byref(version)) != SUCCESS:
         _cuda_pip.preload_nvrtc(cuda_major)

@@ -1,8 +1,10 @@
 """NVRTC from the nvidia-cuda-nvrtc pip package, for machines without a CUDA toolkit.
 
-libmoejit dlopens NVRTC by its soname (libnvrtc.so.<CUDA major>) and looks in the toolkit;
-when that fails, this module loads the pip package's copy with RTLD_GLOBAL, so the library's
-next lookup by soname finds it already loaded. The CUDA headers NVRTC compiles against
+libmoejit follows one NVRTC rule (docs/DESIGN.md §4.8): $MOEJIT_NVRTC, the CUDA toolkits, the
+nvidia pip packages beside its own folder (site-packages/nvidia/...), then the soname
+libnvrtc.so.<CUDA major>. When none is found (moejit and nvidia installed in different
+site-packages), this module loads the pip copy on sys.path with RTLD_GLOBAL, so the rule's last
+step, the soname, finds it already loaded. The CUDA headers NVRTC compiles against
 (nvidia-cuda-runtime) sit next to it (nvidia/cuNN/include), where the library looks too.
 """
 

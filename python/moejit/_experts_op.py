@@ -35,7 +35,7 @@ def experts_saved_bytes_bound(num_rows, intermediate_size: int, element_size: in
     """Bytes of `saved` for R rows: the library's upper bound of moejit_plan_experts_saved_size,
     affine in R (works on SymInts; moejit_experts_saved_size_terms)."""
     # The experts entry's saved regions depend on I and the dtype only: any valid H, E, k.
-    per_row, constant = _op.saved_size_terms(8, intermediate_size, 1, 1, element_size,
+    per_row, constant = _op.saved_size_terms(8, int(intermediate_size), 1, 1, int(element_size),
                                              experts_entry=True)
     return num_rows * per_row + constant
 

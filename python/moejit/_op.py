@@ -122,8 +122,10 @@ def saved_bytes_bound(num_tokens, hidden_size: int, intermediate_size: int, num_
                       top_k: int, element_size: int = 2):
     """Bytes of the `saved` tensor for T tokens: the library's upper bound of
     moejit_plan_saved_size, affine in T (works on SymInts)."""
-    per_token, constant = saved_size_terms(hidden_size, intermediate_size, num_experts, top_k,
-                                           element_size)
+    # The terms come from the library, so the layer's dimensions must be plain ints (int() of
+    # a SymInt specializes it, as the weights' shapes are in practice); only T stays symbolic.
+    per_token, constant = saved_size_terms(int(hidden_size), int(intermediate_size),
+                                           int(num_experts), int(top_k), int(element_size))
     return num_tokens * per_token + constant
 
 

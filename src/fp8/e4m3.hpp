@@ -117,4 +117,43 @@ inline Quantized quantize_blocks(const std::vector<std::uint16_t> &w, std::int64
     return out;
 }
 
+// Weight-gradient operands (quantize_cols_kernel): bf16 [rows, c] with rows grouped per expert
+// by offsets [E+1] -> e4m3 [c, padded_rows] (transposed) + scales [padded_rows / 128, c], one per
+// 128 rows x 1 column; expert e's rows fill padded blocks [cum[e], cum[e+1]) (cum: exclusive
+// prefix sum of ceil(count_e / 128)), the rest of its last block zeros. Offsets are bounded as
+// the device bounds them (sched::expert_rows: each clamped into [0, rows], end >= begin), blocks
+// at or past padded_rows / 128 are not written; bytes and scales never written stay `fill`.
+struct QuantizedCols {
+    std::vector<std::uint8_t> q;
+    std::vector<float> scales;
+    std::vector<std::int64_t> cum;  // [E+1] padded block offsets (unbounded)
+};
+inline QuantizedCols quantize_cols(const std::vector<std::uint16_t> &x, std::int64_t rows, std::int64_t c,
+                                   const std::vector<std::int32_t> &offsets, std::int64_t padded_rows,
+                                   std::uint8_t fill_q = 0, float fill_scale = 0.0f) {
+    const std::int64_t experts = static_cast<std::int64_t>(offsets.size()) - 1, blocks = padded_rows / kTile;
+    QuantizedCols out{std::vector<std::uint8_t>(static_cast<std::size_t>(c * padded_rows), fill_q),
+                      std::vector<float>(static_cast<std::size_t>(blocks * c), fill_scale),
+                      std::vector<std::int64_t>(static_cast<std::size_t>(experts + 1), 0)};
+    auto clamp_row = [&](std::int64_t v) { return std::min<std::int64_t>(std::max<std::int64_t>(v, 0), rows); };
+    for (std::int64_t e = 0; e < experts; ++e) {
+        const std::int64_t begin = clamp_row(offsets[e]), end = std::max(clamp_row(offsets[e + 1]), begin);
+        const std::int64_t first = out.cum[e], count = (end - begin + kTile - 1) / kTile;
+        out.cum[e + 1] = first + count;
+        for (std::int64_t j = 0; j < count && first + j < blocks; ++j) {
+            const std::int64_t pb = first + j, row0 = begin + j * kTile, valid = std::min<std::int64_t>(kTile, end - row0);
+            for (std::int64_t col = 0; col < c; ++col) {
+                float amax = 0.0f;
+                for (std::int64_t r = 0; r < valid; ++r) amax = amax_step(amax, bf16_to_float(x[(row0 + r) * c + col]));
+                const float s = tile_scale(amax);
+                out.scales[pb * c + col] = s;
+                for (std::int64_t r = 0; r < kTile; ++r)
+                    out.q[col * padded_rows + pb * kTile + r] =
+                        r < valid ? float_to_e4m3(bf16_to_float(x[(row0 + r) * c + col]) / s) : 0;
+            }
+        }
+    }
+    return out;
+}
+
 }  // namespace moejit::fp8

@@ -124,4 +124,102 @@ void fp8_quantize_rows(Context &ctx, const Fp8QuantRowsSpec &spec, const Fp8Quan
 void fp8_quantize_blocks(Context &ctx, const Fp8QuantBlocksSpec &spec, const Fp8QuantBlocksOperands &ops);
 void fp8_group_gemm_nk(Context &ctx, const Fp8GemmSpec &spec, const Fp8GemmOperands &ops);
 
+// ------------------------------------------------------------------ weight gradients (issue 31)
+//
+// dW[e] = A_eᵀ · B_e over expert e's rows (varlen-K), A bf16 [S, M] and B bf16 [S, N] the
+// scattered rows grouped per expert by offsets [E+1] (on the device, offsets[E] = S), dW
+// [E, M, N] bf16 or fp32. The recipe: both operands e4m3 per 128 rows x 1 column (the transposed
+// tiling), each expert's rows padded with zeros to whole 128-row blocks so no block mixes two
+// experts (fp8_quantize_cols), then the block-scaled GEMM that promotes every 128-row block into
+// fp32 with the outer product of the block's two scale vectors (fp8_wgrad_gemm).
+//   quantized x [S, C] -> q e4m3 [C, P] (transposed: the rows K-major), scales fp32 [P/128, C],
+//   P = fp8_wgrad_padded_rows(S, E) = 128 (ceil(S/128) + min(E, S)): a bound from S, so nothing
+//   waits for the routing on the host.
+
+// The padded row count P of the quantized operands (0 when rows is 0).
+std::int64_t fp8_wgrad_padded_rows(std::int64_t rows, std::int32_t num_experts);
+
+struct Fp8QuantColsSpec {
+    std::int64_t c = 0;  // columns, a positive multiple of 64
+};
+
+struct Fp8QuantColsOperands {
+    const void *x = nullptr;                // [rows, c] bf16, 16-byte aligned
+    const std::int32_t *offsets = nullptr;  // [E+1]
+    void *q = nullptr;                      // [c, padded_rows] e4m3, 16-byte aligned
+    float *scales = nullptr;                // [padded_rows / 128, c]
+    std::int64_t rows = 0;                  // >= 0; 0 launches nothing
+    std::int32_t num_experts = 0;           // >= 1
+    std::int64_t padded_rows = 0;           // >= fp8_wgrad_padded_rows(rows, E), a multiple of 128
+    void *stream = nullptr;
+};
+
+struct Fp8WgradSpec {
+    std::int64_t m = 0;  // dW's rows, a positive multiple of 128
+    std::int64_t n = 0;  // dW's columns, a positive multiple of 128
+    DType c_dtype = DType::bf16;  // bf16 or fp32
+    bool accumulate = false;      // dW += (register epilogue); empty experts leave dW[e] as it is
+    int stages = 6;
+    int group_m = 8;
+    bool tma_store = true;        // bf16 dW through TMA (not with accumulate; needs a 16-byte aligned dW)
+    // The next 128-row block's wgmmas run while this one is promoted (two temporaries, the scale
+    // vectors copied into each stage; templates/sm90/fp8_wgrad.cuh, OVERLAP).
+    bool overlap = false;
+};
+
+// The spec with the deepest ring that fits sm_90a with `num_experts` (TMA stores for a bf16 dW
+// that is not accumulated into).
+Fp8WgradSpec make_fp8_wgrad_spec(std::int64_t m, std::int64_t n, DType c_dtype, std::int32_t num_experts,
+                                 bool accumulate = false, bool overlap = false);
+std::size_t fp8_wgrad_smem_bytes(const Fp8WgradSpec &spec, std::int32_t num_experts);
+
+struct Fp8WgradGemmOperands {
+    const void *a = nullptr;          // qa [m, padded_rows] e4m3, 16-byte aligned
+    const float *a_scale = nullptr;   // [padded_rows / 128, m], 16-byte aligned
+    const void *b = nullptr;          // qb [n, padded_rows] e4m3, 16-byte aligned
+    const float *b_scale = nullptr;   // [padded_rows / 128, n], 16-byte aligned
+    void *c = nullptr;                // dW [E, m, n] c_dtype
+    const std::int32_t *offsets = nullptr;  // [E+1] the unpadded rows'
+    std::int64_t rows = 0;            // S >= 1
+    std::int32_t num_experts = 0;     // E >= 1
+    std::int64_t padded_rows = 0;     // as the quantizer's
+    void *stream = nullptr;
+};
+
+std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8QuantColsSpec &spec,
+                                        const Fp8QuantColsOperands *ops = nullptr);
+std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8WgradSpec &spec,
+                                        const Fp8WgradGemmOperands *ops = nullptr);
+
+KernelSource render_fp8_quant_cols(const Fp8QuantColsSpec &spec);
+KernelSource render_fp8_wgrad_gemm(const Fp8WgradSpec &spec);
+
+void fp8_quantize_cols(Context &ctx, const Fp8QuantColsSpec &spec, const Fp8QuantColsOperands &ops);
+void fp8_wgrad_gemm(Context &ctx, const Fp8WgradSpec &spec, const Fp8WgradGemmOperands &ops);
+
+// The whole weight gradient in one call (what the FP8 layer calls): quantize A and B into the
+// workspace, then the GEMM; no host sync, graph capturable. rows = 0 writes dW = 0 (or leaves it,
+// accumulating).
+struct Fp8WgradArgs {
+    const void *a = nullptr;               // [rows, m] bf16, 16-byte aligned (e.g. dout)
+    const void *b = nullptr;               // [rows, n] bf16, 16-byte aligned (e.g. x)
+    void *dw = nullptr;                    // [E, m, n] dw_dtype
+    const std::int32_t *offsets = nullptr; // [E+1]
+    std::int64_t rows = 0;                 // S >= 0
+    std::int32_t num_experts = 0;          // E >= 1
+    std::int64_t m = 0, n = 0;             // multiples of 128
+    DType dw_dtype = DType::bf16;          // bf16 or fp32
+    bool accumulate = false;               // dW += A_eᵀ · B_e
+    bool overlap = false;                  // the GEMM's overlapped promotion (Fp8WgradSpec::overlap)
+    void *workspace = nullptr;             // fp8_weight_grad_workspace_bytes, 256-byte aligned
+    std::size_t workspace_bytes = 0;
+    void *stream = nullptr;
+};
+// Scratch of fp8_weight_grad: qa, qb, and both scale arrays, each 256-byte aligned.
+std::size_t fp8_weight_grad_workspace_bytes(std::int64_t rows, std::int32_t num_experts, std::int64_t m,
+                                            std::int64_t n);
+// The checks of fp8_weight_grad's arguments (the launchers' own checks follow).
+std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8WgradArgs &args);
+void fp8_weight_grad(Context &ctx, const Fp8WgradArgs &args);
+
 }  // namespace moejit

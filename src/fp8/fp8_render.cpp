@@ -6,6 +6,7 @@
 #include "fp8/fp8.hpp"
 #include "gemm/gemm_common.hpp"
 #include "gemm/tile_config.hpp"
+#include "gemm/tile_schedule.hpp"
 
 namespace moejit {
 namespace {
@@ -79,6 +80,57 @@ KernelSource render_fp8_group_gemm_nk(const Fp8GemmSpec &s) {
                         bool_text(s.overlap));
     u.bounds = "384";  // a producer and two consumer warpgroups
     return render_gemm_unit<kargs::Sm90Fp8NkArgs>(u);
+}
+
+// ------------------------------------------------------------------ weight gradients
+
+std::int64_t fp8_wgrad_padded_rows(std::int64_t rows, std::int32_t num_experts) {
+    return 128 * m_tile_bound(rows, num_experts, 128);
+}
+
+std::size_t fp8_wgrad_smem_bytes(const Fp8WgradSpec &s, std::int32_t num_experts) {
+    // The same carve as the same_nk FP8 GEMM with block_n 128 (sm90/fp8_wgrad.cuh uses its Config).
+    Fp8GemmSpec g;
+    g.block_n = 128;
+    g.stages = s.stages;
+    g.tma_store = s.tma_store;
+    const std::size_t scales = s.overlap ? static_cast<std::size_t>(std::max(s.stages, 0)) * 1024 : 0;  // per stage
+    return fp8_gemm_smem_bytes(g, num_experts) + scales;
+}
+
+Fp8WgradSpec make_fp8_wgrad_spec(std::int64_t m, std::int64_t n, DType c_dtype, std::int32_t num_experts,
+                                 bool accumulate, bool overlap) {
+    Fp8WgradSpec s;
+    s.overlap = overlap;
+    s.m = m;
+    s.n = n;
+    s.c_dtype = c_dtype;
+    s.accumulate = accumulate;
+    s.tma_store = c_dtype == DType::bf16 && !accumulate;
+    for (s.stages = kMaxStages; s.stages > 2; --s.stages)
+        if (fp8_wgrad_smem_bytes(s, num_experts) + 256 <= smem_limits(90).per_block) break;
+    return s;
+}
+
+KernelSource render_fp8_quant_cols(const Fp8QuantColsSpec &spec) {
+    if (auto r = can_implement("sm_90a", spec)) throw_refusal(*r);
+    const std::string name = fmt::format("fp8_quant_cols_bf16_c{}", spec.c);
+    return instantiate_kernel<kargs::Fp8QuantColsArgs>(
+        {name, "fp8_quant.cuh", "FP8 quantizer, 128 x 1 tiles of expert-padded rows, transposed: " + name, "",
+         "moejit::quant::quantize_cols_kernel", fmt::format("{}", spec.c)});
+}
+
+KernelSource render_fp8_wgrad_gemm(const Fp8WgradSpec &s) {
+    if (auto r = can_implement("sm_90a", s)) throw_refusal(*r);
+    const std::string name = fmt::format("fp8_wgrad_e4m3_c{}_m{}_n{}_s{}_g{}{}{}{}", dtype_name(s.c_dtype), s.m, s.n,
+                                         s.stages, s.group_m, s.tma_store ? "_tma" : "", s.accumulate ? "_acc" : "",
+                                         s.overlap ? "_overlap" : "");
+    const std::string cfg = fmt::format("moejit::sm90::fp8::WgradConfig<{}, {}, {}, {}, {}>", dtype_cuda_type(s.c_dtype),
+                                        s.stages, s.group_m, bool_text(s.tma_store), bool_text(s.overlap));
+    return instantiate_kernel<kargs::Sm90Fp8WgradArgs>(
+        {name, "sm90/fp8_wgrad.cuh", "FP8 weight-gradient grouped GEMM, sm_90a e4m3 128 x 1 scales: " + name,
+         fmt::format("using Cfg = {};\n", cfg), "moejit::sm90::fp8::group_gemm_wgrad_kernel",
+         fmt::format("384, Cfg, {}, {}, {}", s.m, s.n, bool_text(s.accumulate))});
 }
 
 }  // namespace moejit

@@ -8,6 +8,7 @@
 
 #include "base/dtype.hpp"
 #include "moe/layer_gemms.hpp"
+#include "moe/plan_fp8.hpp"
 #include "ops/expert_rows.hpp"
 #include "ops/routing.hpp"
 #include "ops/scatter_gather.hpp"
@@ -143,12 +144,30 @@ void validate_plan_desc(const PlanDesc &d) {
                    "desc->routing_dtype is {}, expected the layer dtype ({}) or MOEJIT_DTYPE_FP32",
                    dtype_name(d.routing_dtype), dtype_name(d.dtype));
     MOEJIT_REQUIRE(d.tokens_hint >= 0, "desc->tokens_hint is {}, expected >= 0", d.tokens_hint);
+    MOEJIT_REQUIRE(d.recipe == Recipe::bf16 || d.recipe == Recipe::fp8_block,
+                   "desc->recipe is {}, expected MOEJIT_RECIPE_BF16 (0) or MOEJIT_RECIPE_FP8_BLOCK (1)",
+                   static_cast<int>(d.recipe));
+    if (d.recipe == Recipe::fp8_block) validate_fp8_desc(d);
+}
+
+LayerSpecs plan_layer_specs(const PlanDesc &d, const Config &config, int compute_capability) {
+    LayerSpecs specs = layer_specs(d, config, compute_capability);
+    if (d.recipe == Recipe::fp8_block) {
+        specs.gathered = false;
+        specs.fused_swiglu = false;
+    }
+    return specs;
 }
 
 std::vector<KernelSource> plan_kernel_sources(const PlanDesc &d, const Config &config,
                                               int compute_capability) {
     validate_plan_desc(d);
-    return plan_kernel_sources(d, layer_specs(d, config, compute_capability));
+    if (d.recipe == Recipe::fp8_block && compute_capability != 90)
+        fail(Status::unsupported,
+             "desc->recipe is MOEJIT_RECIPE_FP8_BLOCK, which needs an sm_90a context (Hopper); this context's "
+             "arch is sm_{}",
+             compute_capability);
+    return plan_kernel_sources(d, plan_layer_specs(d, config, compute_capability));
 }
 
 namespace {
@@ -184,12 +203,16 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
             p.bias_grad_scaled.reduce = k;  // the reduction does not depend on the scale
         });
     }
-    b.add(render_prepare_rows(false, gemms.gathered), [](PlanKernels &p, Kernel *k) { p.prepare_rows = k; });
-    b.add(render_prepare_rows(true, gemms.gathered), [](PlanKernels &p, Kernel *k) { p.prepare_rows_weighted = k; });
-    if (has_bias(d))
-        b.add(render_add_row_bias(d.dtype), [](PlanKernels &p, Kernel *k) { p.add_row_bias = k; });
-    b.add(render_check_offsets(), [](PlanKernels &p, Kernel *k) { p.check_offsets = k; });
-    b.add(render_zero_unassigned_rows(), [](PlanKernels &p, Kernel *k) { p.zero_unassigned_rows = k; });
+    const bool fp8 = d.recipe == Recipe::fp8_block;
+    if (!fp8) {  // the experts entry has no FP8 form
+        b.add(render_prepare_rows(false, gemms.gathered), [](PlanKernels &p, Kernel *k) { p.prepare_rows = k; });
+        b.add(render_prepare_rows(true, gemms.gathered),
+              [](PlanKernels &p, Kernel *k) { p.prepare_rows_weighted = k; });
+        if (has_bias(d))
+            b.add(render_add_row_bias(d.dtype), [](PlanKernels &p, Kernel *k) { p.add_row_bias = k; });
+        b.add(render_check_offsets(), [](PlanKernels &p, Kernel *k) { p.check_offsets = k; });
+        b.add(render_zero_unassigned_rows(), [](PlanKernels &p, Kernel *k) { p.zero_unassigned_rows = k; });
+    }
     b.add(render_scatter_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.scatter_weights = k; });
     b.add(render_gather_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.gather_weights = k; });
     SwigluSpec act = swiglu_spec_of(d);
@@ -198,11 +221,15 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     b.add(render_swiglu_backward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_backward = k; });
     for (LayerGemmRole &role : layer_gemm_roles(d, gemms)) {
         GemmKernels LayerKernels::*where = role.kernels;
+        // FP8: only the weight gradients run in bf16.
+        if (fp8 && where != &LayerKernels::fc2_wgrad && where != &LayerKernels::fc1_wgrad) continue;
         for (std::size_t i = 0; i < role.sources.size(); ++i)
             b.add(std::move(role.sources[i]), [where, i](PlanKernels &p, Kernel *k) {
                 (i == 0 ? (p.gemms.*where).main : (p.gemms.*where).reduce) = k;
             });
     }
+    if (fp8)  // the FP8 launchers fetch these from the context's memory cache when they launch
+        for (KernelSource &source : fp8_layer_sources(d)) b.add(std::move(source), [](PlanKernels &, Kernel *) {});
     return b;
 }
 
@@ -219,7 +246,9 @@ std::vector<KernelSource> plan_kernel_sources(const PlanDesc &d, const LayerSpec
 }
 
 Plan::Plan(Context &ctx, const PlanDesc &desc)
-    : ctx_(ctx), desc_(desc), gemm_specs_((validate_plan_desc(desc), layer_specs(desc, ctx.config(), ctx.compute_capability()))) {
+    : ctx_(ctx), desc_(desc),
+      gemm_specs_((validate_plan_desc(desc), plan_layer_specs(desc, ctx.config(), ctx.compute_capability()))) {
+    if (desc.recipe == Recipe::fp8_block) require_fp8_arch(ctx.arch());
     // Compile or load every kernel now, the missing ones in parallel, so forward and backward
     // only launch. A source that serves two places (the same GEMM shape twice) resolves once.
     BoundSources bound = plan_bound_sources(desc_, gemm_specs_);
@@ -340,7 +369,18 @@ void require_grads(const PlanDesc &d, const ExpertGrads &g) {
 
 }  // namespace
 
+std::size_t Plan::saved_bytes(std::int64_t num_tokens) const {
+    if (desc_.recipe == Recipe::fp8_block) return Fp8Layout(desc_, num_tokens).saved_bytes;
+    return layout(num_tokens).saved_bytes;
+}
+
+std::size_t Plan::workspace_bytes(std::int64_t num_tokens) const {
+    if (desc_.recipe == Recipe::fp8_block) return Fp8Layout(desc_, num_tokens).workspace_bytes;
+    return layout(num_tokens).workspace_bytes;
+}
+
 void Plan::forward(const ForwardArgs &a) {
+    if (desc_.recipe == Recipe::fp8_block) return fp8_forward(a);
     const PlanDesc &d = desc_;
     PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
@@ -386,6 +426,7 @@ void Plan::forward(const ForwardArgs &a) {
 }
 
 void Plan::backward(const BackwardArgs &a) {
+    if (desc_.recipe == Recipe::fp8_block) return fp8_backward(a);
     const PlanDesc &d = desc_;
     PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
@@ -444,6 +485,9 @@ void require_row_weights(const float *p, const char *name) {
 }  // namespace
 
 void Plan::experts_forward(const ExpertsForwardArgs &a) {
+    if (desc_.recipe == Recipe::fp8_block)
+        fail(Status::unsupported, "moejit_plan_experts_forward: the plan's desc->recipe is MOEJIT_RECIPE_FP8_BLOCK, and the "
+                                  "experts entry has no FP8 form yet (use a MOEJIT_RECIPE_BF16 plan)");
     const PlanDesc &d = desc_;
     const ExpertsLayout L(d, a.num_rows, gemm_specs_.gathered, "args->num_rows");
     const bool R0 = a.num_rows > 0;
@@ -482,6 +526,9 @@ void Plan::experts_forward(const ExpertsForwardArgs &a) {
 }
 
 void Plan::experts_backward(const ExpertsBackwardArgs &a) {
+    if (desc_.recipe == Recipe::fp8_block)
+        fail(Status::unsupported, "moejit_plan_experts_backward: the plan's desc->recipe is MOEJIT_RECIPE_FP8_BLOCK, and the "
+                                  "experts entry has no FP8 form yet (use a MOEJIT_RECIPE_BF16 plan)");
     const PlanDesc &d = desc_;
     const ExpertsLayout L(d, a.num_rows, gemm_specs_.gathered, "args->num_rows");
     const bool R0 = a.num_rows > 0;

@@ -28,6 +28,10 @@ void validate_plan_desc(const PlanDesc &desc);
 std::vector<KernelSource> plan_kernel_sources(const PlanDesc &desc, const Config &config,
                                               int compute_capability);
 std::vector<KernelSource> plan_kernel_sources(const PlanDesc &desc, const LayerSpecs &gemms);
+// The bf16 GEMM specs a plan of a validated `desc` uses: layer_specs, except that the FP8 recipe
+// scatters x (no gathering fc1) and runs the SwiGLU on its own (no fused epilogue), and keeps
+// only the weight gradients' bf16 GEMMs.
+LayerSpecs plan_layer_specs(const PlanDesc &desc, const Config &config, int compute_capability);
 
 // Every kernel a plan launches, fetched when the plan is created: forward and backward only
 // fill in arguments and launch (no render, hash, cache lookup or lock on that path).
@@ -130,6 +134,10 @@ public:
     Context &context() const { return ctx_; }
     const LayerSpecs &gemm_specs() const { return gemm_specs_; }
     PlanLayout layout(std::int64_t num_tokens) const { return PlanLayout(desc_, num_tokens, gemm_specs_.gathered); }
+    // moejit_plan_saved_size / moejit_plan_workspace_size: the recipe's layout (PlanLayout, or
+    // Fp8Layout for the FP8 recipe).
+    std::size_t saved_bytes(std::int64_t num_tokens) const;
+    std::size_t workspace_bytes(std::int64_t num_tokens) const;
 
     void forward(const ForwardArgs &args);
     void backward(const BackwardArgs &args);
@@ -150,6 +158,28 @@ protected:
     }
 
 private:
+    // The FP8 recipe's calls (moe/plan_fp8.cpp), reached from forward and backward.
+    void fp8_forward(const ForwardArgs &args);
+    void fp8_backward(const BackwardArgs &args);
+    // The weight gradients of the FP8 recipe, in bf16 for now, from rows grouped by expert: fc2's
+    // from dy and aw, then x's rows scattered into dy's place (dy is dead), then fc1's from
+    // d_gate_up (split: d_gate then d_up) and those rows. The one place an FP8 weight-gradient
+    // GEMM (fp8_weight_grad) replaces.
+    struct Fp8WeightGradRows {
+        std::int64_t rows;  // S (0: every expert's gradient is still written)
+        const std::int32_t *offsets;
+        void *dy;                 // [S,H] bf16, overwritten by x's rows
+        const void *aw;           // [S,I] bf16
+        const char *d_gate_up;    // [S,2I] bf16
+        const std::int32_t *scatter_index;
+        std::int64_t tokens;
+        const void *x;            // [T,H]
+        void *wgrad_split;
+        std::size_t wgrad_split_bytes;
+        void *stream;
+    };
+    void fp8_weight_grads(const Fp8WeightGradRows &rows, const ExpertGrads &grads);
+
     // The [S,H] scatter of a [T,H] tensor (x or dout) into `out`, for GEMMs that do not gather.
     const void *scatter_rows(const std::int32_t *scatter_index, std::int64_t num_tokens, const void *tokens, void *out,
                              void *stream);

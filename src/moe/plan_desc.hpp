@@ -17,6 +17,13 @@ enum class Fc1Layout : std::int32_t {
     interleaved = 2,  // W_gate_up [E,2I,H], row 2i gate i, 2i+1 up i
 };
 
+// The GEMMs' number format. The values are moejit_recipe_t's (capi/capi_convert.cpp asserts
+// each one).
+enum class Recipe : std::int32_t {
+    bf16 = 0,        // every GEMM in the layer dtype
+    fp8_block = 1,   // e4m3 forward and input-gradient GEMMs with block scales (moe/plan_fp8.hpp)
+};
+
 // The defaults are moejit_plan_desc_init's. Every value, enums included, is as the caller gave
 // it: validate_plan_desc (moe/plan.hpp) checks them, naming the C fields (desc->...).
 struct PlanDesc {
@@ -36,6 +43,7 @@ struct PlanDesc {
     float activation_alpha = 0.0f;  // gpt_oss's alpha; 0: 1.702
     std::int32_t weights_transposed = 0;
     std::int32_t has_bias = 0;
+    Recipe recipe = Recipe::bf16;  // since 0.11
 };
 
 }  // namespace moejit

@@ -6,26 +6,12 @@
 #include "base/checked_math.hpp"
 #include "base/dtype.hpp"
 #include "moe/layer_gemms.hpp"
+#include "moe/plan_fp8.hpp"
 #include "ops/expert_bias.hpp"
 #include "ops/routing.hpp"
 
 namespace moejit {
 namespace {
-
-struct Allocator {
-    const char *arg;  // the argument an overflow is blamed on
-    std::size_t end = 0;
-    std::size_t payload = 0;  // the regions' bytes without their alignment padding
-    std::size_t regions = 0;
-    Region take(std::size_t bytes) {
-        const std::size_t start = checked_add(end, kRegionAlignment - 1, arg) / kRegionAlignment * kRegionAlignment;
-        Region r{start, bytes};
-        end = checked_add(start, bytes, arg);
-        payload += bytes;
-        ++regions;
-        return r;
-    }
-};
 
 // Each region's bytes are linear in T (or R) with the constant of the T-independent regions,
 // and each start pads by less than the alignment: size(n) <= payload(n) + regions·alignment,
@@ -49,7 +35,7 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     const char *arg = tokens_arg;
     auto bytes = [arg](std::initializer_list<std::int64_t> f) { return checked_bytes(f, arg); };
 
-    Allocator saved{arg};
+    RegionAllocator saved{arg};
     offsets = saved.take(bytes({E + 1, 4}));
     scatter_index = saved.take(bytes({S, 4}));
     if (gathered) row_token = saved.take(bytes({S, 4}));
@@ -59,7 +45,7 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     saved_payload = saved.payload;
     saved_regions = saved.regions;
 
-    Allocator fwd{arg}, bwd{arg};
+    RegionAllocator fwd{arg}, bwd{arg};
     xs = bwd.take(bytes({S, H, el}));
     if (!gathered) fwd = bwd;  // forward scatters x to the same place
     counts = fwd.take(bytes({E, 4}));
@@ -91,14 +77,14 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
     const std::int64_t el = static_cast<std::int64_t>(dtype_size(desc.dtype));
     auto bytes = [rows_arg](std::initializer_list<std::int64_t> f) { return checked_bytes(f, rows_arg); };
 
-    Allocator saved{rows_arg};
+    RegionAllocator saved{rows_arg};
     w_s = saved.take(bytes({R, 4}));
     gate_up = saved.take(bytes({R, 2, I, el}));
     saved_bytes = saved.end;
     saved_payload = saved.payload;
     saved_regions = saved.regions;
 
-    Allocator fwd{rows_arg}, bwd{rows_arg};
+    RegionAllocator fwd{rows_arg}, bwd{rows_arg};
     offsets = fwd.take(bytes({static_cast<std::int64_t>(desc.num_experts) + 1, 4}));
     bwd = fwd;  // both calls read the bounded offsets from the same place
     if (gathered) row_token = fwd.take(bytes({R, 4}));
@@ -111,7 +97,17 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
     workspace_bytes = std::max(fwd.end, bwd.end);
 }
 
+Region RegionAllocator::take(std::size_t bytes) {
+    const std::size_t start = checked_add(end, kRegionAlignment - 1, arg) / kRegionAlignment * kRegionAlignment;
+    Region r{start, bytes};
+    end = checked_add(start, bytes, arg);
+    payload += bytes;
+    ++regions;
+    return r;
+}
+
 SizeTerms saved_size_terms(const PlanDesc &desc) {
+    if (desc.recipe == Recipe::fp8_block) return size_terms(Fp8Layout(desc, 0), Fp8Layout(desc, 1));
     // Gathered plans keep row_token too: the bound covers every plan of `desc`.
     return size_terms(PlanLayout(desc, 0, true), PlanLayout(desc, 1, true));
 }

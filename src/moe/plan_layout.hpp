@@ -25,6 +25,16 @@ struct Region {
     }
 };
 
+// Regions taken one after another from offset 0, each aligned; sizes are checked sums (an
+// overflow is Status::invalid_argument blamed on `arg`).
+struct RegionAllocator {
+    const char *arg;
+    std::size_t end = 0;
+    std::size_t payload = 0;  // the regions' bytes without their alignment padding
+    std::size_t regions = 0;
+    Region take(std::size_t bytes);
+};
+
 // Neither x's nor dout's [S,H] scatter is saved: backward re-scatters x (args->x) and dout into
 // its workspace. gathered: fc1 reads x's rows by row_token (layer_specs(...).gathered), so
 // forward's workspace has no xs; otherwise forward scatters x to the same place (offset 0).

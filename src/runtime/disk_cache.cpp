@@ -147,11 +147,15 @@ bool DiskCache::store(const std::string &name, const Digest &key, const CachedKe
     std::string why;
     // Another process publishing the same key first is fine: both entries are identical.
     if (!write_file_atomic(final_path, {header, entry.function, cubin}, why)) {
-        // Once per folder and reason: a full disk fails every publish the same way.
-        warn_once(log_, "store:" + folder_ + ":" + why,
-                  fmt::format("moejit: publishing cache entry {} failed ({}); kept in memory only (further "
-                              "publishes in this folder failing the same way are not logged)",
-                              final_path, why));
+        // Once per context (this cache): a full disk or a read-only folder fails every publish
+        // the same way, and each context's log callback hears it once.
+        if (!publish_failure_logged_.exchange(true))
+            log_(LogLevel::warning,
+                 fmt::format("moejit: publishing cache entry {} failed ({}); this context keeps the kernels it "
+                             "compiles in memory and runs on, but they are not stored for other processes (a new "
+                             "process compiles them again). Further publish failures of this context are not "
+                             "logged",
+                             final_path, why));
         return false;
     }
     return true;

@@ -53,9 +53,10 @@ public:
     // name, not a regular file, too large); it is left in place. Never throws for anything found
     // on disk.
     Lookup load(const std::string &name, const Digest &key, CachedKernel &entry) const;
-    // Atomic publish; losing a race to another writer is success. Returns false (and logs) when
-    // the entry could not be stored (or its function name is not storable); the kernel then
-    // lives in memory only.
+    // Atomic publish; losing a race to another writer is success. Returns false when the entry
+    // could not be stored (or its function name is not storable); the kernel then lives in
+    // memory only. A failed publish (disk full, read-only folder) is logged once per DiskCache,
+    // that is once per context: a full disk fails every kernel the same way.
     bool store(const std::string &name, const Digest &key, const CachedKernel &entry) const;
 
 private:
@@ -66,6 +67,7 @@ private:
     mutable std::atomic<bool> usable_{false};
     mutable std::once_flag created_;
     mutable bool created_ok_ = false;
+    mutable std::atomic<bool> publish_failure_logged_{false};
 };
 
 // Logs `message` at warning level unless a warning with the same `key` was already logged by

@@ -1,5 +1,7 @@
 #include "runtime/jit_engine.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -8,6 +10,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/cuda_headers.hpp"  // cache-key line below (issue 16)
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/nvrtc_loader.hpp"
 #include "runtime/templates.hpp"
 #include "moejit_version.h"
 
@@ -57,6 +60,17 @@ CUresult read_param_layout(CUfunction function, ParamLayout &layout, const Logge
     return CUDA_SUCCESS;
 }
 
+// CPU time of the calling thread (NVRTC compiles on the thread that asks), in seconds.
+double thread_cpu_seconds() {
+    timespec t{};
+    if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
+    return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
 JitEngine::JitEngine(JitOptions options)
@@ -93,6 +107,9 @@ Digest JitEngine::key(const KernelSource &source) const {
     for (const std::string &o : options_sorted_) h.field(o);
     h.field(options_.arch);
     h.field(std::to_string(nvrtc_version()));
+    // Another NVRTC in the process (PyTorch's) does not change the rule's choice; say so once.
+    if (const std::string &other = nvrtc().other_loaded; !other.empty())
+        warn_once(options_.log, "nvrtc-other-loaded", other);
     h.field(cuda_headers_digest());  // the toolkit headers NVRTC compiles against (runtime/cuda_headers.hpp)
     h.field(MOEJIT_VERSION_STRING);
     return h.finish();
@@ -134,13 +151,16 @@ Kernel &JitEngine::get(const KernelSource &source) {
 }
 
 void JitEngine::resolve(const KernelSource &source, Slot &slot) {
+    const auto resolve_start = std::chrono::steady_clock::now();
     Digest k = key(source);
     CachedKernel entry;
     auto load_start = std::chrono::steady_clock::now();
     DiskCache::Lookup lookup = disk_->load(source.name, k, entry);
+    // The per-kernel breakdown of the debug line at the end (dev/gpu/cold_start.py reads it).
+    double read_s = 0, compile_wall_s = 0, compile_cpu_s = 0, store_s = 0, module_load_s = 0;
     if (lookup == DiskCache::Lookup::hit) {
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+        const double seconds = seconds_since(load_start);
+        read_s = seconds;
         count([&](CacheCounters &c) {
             ++c.disk_hits;
             c.disk_load_seconds += seconds;
@@ -156,13 +176,18 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
                  "(MOEJIT_COMPILE=off or jit_mode); run moejit-warmup for this model first",
                  source.name, to_hex(k), options_.arch,
                  disk_->usable() ? " " + disk_->folder() : std::string(" (no disk cache)"));
+        read_s = seconds_since(load_start);
         CompiledKernel compiled;
+        const double cpu_start = thread_cpu_seconds();
+        const auto compile_start = std::chrono::steady_clock::now();
         try {
             compiled = nvrtc_compile(source, options_.arch, options_sorted_);
         } catch (const Error &) {
             count([](CacheCounters &c) { ++c.compile_failures; });
             throw;
         }
+        compile_wall_s = seconds_since(compile_start);
+        compile_cpu_s = thread_cpu_seconds() - cpu_start;
         count([&](CacheCounters &c) {
             ++c.compiles;
             c.compile_seconds += compiled.seconds;
@@ -173,10 +198,13 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
                                                   source.name, options_.arch, compiled.seconds));
         entry.function = std::move(compiled.lowered_name);
         entry.cubin = std::move(compiled.cubin);
+        const auto store_start = std::chrono::steady_clock::now();
         disk_->store(source.name, k, entry);
+        store_s = seconds_since(store_start);
     }
     slot.kernel.name = source.name;
     slot.kernel.param_bytes = source.param_bytes;
+    const auto module_start = std::chrono::steady_clock::now();
     if (options_.load_modules) {
         MOEJIT_CU(cuModuleLoadData(&slot.module, entry.cubin.data()));
         CUresult r = driver().cuModuleGetFunction(&slot.kernel.function, slot.module, entry.function.c_str());
@@ -207,7 +235,16 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
             check_cuda(r, "loading a kernel (cuModuleGetFunction / cuFuncGetParamInfo / cuFuncGetAttribute / "
                           "cuFuncSetAttribute)");
         }
+        module_load_s = seconds_since(module_start);
     }
+    // One line per resolved kernel, for measuring a cold start (issue 28): where the kernel came
+    // from and where its time went; compile_cpu_s is the resolving thread's CPU time in NVRTC.
+    options_.log(LogLevel::debug,
+                 fmt::format("moejit: kernel timing name={} from={} total_s={:.6f} disk_read_s={:.6f} "
+                             "compile_wall_s={:.6f} compile_cpu_s={:.6f} store_s={:.6f} module_load_s={:.6f}",
+                             source.name, lookup == DiskCache::Lookup::hit ? "disk" : "nvrtc",
+                             seconds_since(resolve_start), read_s, compile_wall_s, compile_cpu_s, store_s,
+                             module_load_s));
     slot.ready.store(true, std::memory_order_release);
 }
 

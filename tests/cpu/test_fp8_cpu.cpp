@@ -9,8 +9,12 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -381,4 +385,348 @@ BOOST_AUTO_TEST_CASE(quantizer_tile_rules_and_non_finite_values) {
     BOOST_REQUIRE(qw.scales.size() == 8u);
     for (std::size_t b = 0; b < qw.scales.size(); ++b)
         BOOST_TEST(qw.scales[b] == (b == 6 ? fp8::bf16_to_float(bf16_bits(1e4f)) / 448.0f : 0.5f / 448.0f), "block " << b);
+}
+
+// ------------------------------------------------------------------ weight gradients (issue 31)
+
+namespace {
+
+// The weight-gradient variants the layer uses: qwen3-30b-a3b's and deepseek-v3's dW of fc1
+// ([E, 2I, H]: m = 2I, n = H) and fc2 ([E, H, I]), each epilogue, and the smallest shape.
+std::vector<Fp8WgradSpec> wgrad_specs() {
+    std::vector<Fp8WgradSpec> specs;
+    struct W {
+        std::int64_t m, n;
+        std::int32_t experts;
+    };
+    for (const W &w : {W{1536, 2048, 128}, W{2048, 768, 128}, W{4096, 7168, 256}, W{7168, 2048, 256}, W{128, 128, 1}}) {
+        specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::bf16, w.experts));            // TMA stores
+        specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::bf16, w.experts, true));      // += in bf16
+        specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::fp32, w.experts, true));      // += in fp32 grads
+        specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::bf16, w.experts, false, true));  // overlapped promotion
+        specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::fp32, w.experts, true, true));
+        if (w.m == 128 || w.m == 1536) {
+            specs.push_back(make_fp8_wgrad_spec(w.m, w.n, DType::fp32, w.experts));
+            Fp8WgradSpec reg = make_fp8_wgrad_spec(w.m, w.n, DType::bf16, w.experts);  // an unaligned dW
+            reg.tma_store = false;
+            specs.push_back(reg);
+        }
+    }
+    return specs;
+}
+
+// ptxas from the CUDA toolkit NVRTC's headers come from, or nothing.
+std::string find_ptxas() {
+    for (const std::string &p : {cuda_include_dir() + "/../bin/ptxas", std::string("/usr/local/cuda/bin/ptxas")})
+        if (std::FILE *f = std::fopen(p.c_str(), "rb")) {
+            std::fclose(f);
+            return p;
+        }
+    return {};
+}
+
+// ptxas -v's report of `ptx` for sm_90a (stderr and stdout), or "" without ptxas.
+std::string ptxas_report(const std::string &ptxas, const std::string &ptx, const std::string &name) {
+    const std::string dir = "/tmp/moejit_fp8wgrad_ptxas";
+    std::system(("mkdir -p " + dir).c_str());
+    const std::string in = dir + "/" + name + ".ptx", out = dir + "/" + name + ".cubin", log = dir + "/" + name + ".log";
+    if (std::FILE *f = std::fopen(in.c_str(), "wb")) {
+        std::fwrite(ptx.c_str(), 1, std::strlen(ptx.c_str()), f);  // not the terminating NUL
+        std::fclose(f);
+    }
+    const int rc = std::system((ptxas + " -arch=sm_90a -v -o " + out + " " + in + " > " + log + " 2>&1").c_str());
+    std::string text;
+    if (std::FILE *f = std::fopen(log.c_str(), "rb")) {
+        char buf[4096];
+        std::size_t n;
+        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+        std::fclose(f);
+    }
+    BOOST_TEST(rc == 0, "ptxas failed on " << name << ":\n" << text);
+    return text;
+}
+
+void expect_args_refusal(const Fp8WgradArgs &args, Status status, std::initializer_list<const char *> fragments) {
+    const auto r = can_implement("sm_90a", args);
+    BOOST_REQUIRE_MESSAGE(r.has_value(), "expected a refusal");
+    BOOST_TEST_CONTEXT("message: " << r->message) {
+        BOOST_TEST((r->status == status));
+        for (const char *f : fragments) BOOST_TEST(contains(r->message, f), "missing '" << f << "'");
+    }
+}
+
+Fp8WgradGemmOperands wgrad_ops(std::int64_t rows, std::int32_t experts) {
+    alignas(256) static unsigned char arena[1024];  // pointers only: nothing runs
+    Fp8WgradGemmOperands ops;
+    ops.a = arena;
+    ops.b = arena + 256;
+    ops.a_scale = reinterpret_cast<const float *>(arena + 512);
+    ops.b_scale = reinterpret_cast<const float *>(arena + 768);
+    ops.c = arena + 512;
+    ops.offsets = reinterpret_cast<const std::int32_t *>(arena + 64);
+    ops.rows = rows;
+    ops.num_experts = experts;
+    ops.padded_rows = fp8_wgrad_padded_rows(rows, experts);
+    return ops;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_fp8_wgrad_kernel_compiles_for_sm90a_without_spills) {
+    std::map<std::string, KernelSource> sources;
+    for (std::int64_t c : {64, 768, 1536, 2048, 4096, 7168}) sources.emplace(render_fp8_quant_cols({c}).name, render_fp8_quant_cols({c}));
+    for (const Fp8WgradSpec &s : wgrad_specs()) {
+        BOOST_TEST(!can_implement("sm_90a", s).has_value(), render_fp8_wgrad_gemm(s).name);
+        sources.emplace(render_fp8_wgrad_gemm(s).name, render_fp8_wgrad_gemm(s));
+    }
+    moejit::test::CompileOnlyContext context("sm_90a", moejit::test::CompileOnlyContext::Cache::memory_only);
+    for (auto &[name, ks] : sources) BOOST_TEST_CONTEXT(name) {
+            const double start = moejit::test::thread_cpu_seconds();
+            try {
+                context.impl().kernel(ks);
+            } catch (const std::exception &e) {
+                BOOST_TEST(false, e.what());
+            }
+            const double sec = moejit::test::thread_cpu_seconds() - start;
+            BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s of CPU (the cold-start budget is 2 s)");
+        }
+    // The instructions, and ptxas's verdict on registers (when the toolkit's ptxas is here).
+    const std::string ptxas = find_ptxas();
+    if (ptxas.empty()) BOOST_TEST_MESSAGE("no ptxas here: the spill check is skipped");
+    for (auto &[name, ks] : sources) BOOST_TEST_CONTEXT(name) {
+            const std::string ptx = ptx_for_sm90a(ks);
+            if (contains(name, "wgrad")) {
+                BOOST_TEST(contains(ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
+                BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.2d"));
+                BOOST_TEST(contains(ptx, "setmaxnreg.inc"));
+                BOOST_TEST(!contains(ptx, "mma.sync"), "no mma.sync fallback");
+                BOOST_TEST((!contains(ptx, "\tatom.") && !contains(ptx, "\tred.")), "no atomics: deterministic");
+                if (contains(name, "_tma")) BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.3d"));
+                // The overlapped promotion's scale vectors travel by bulk copy into each stage.
+                BOOST_TEST(contains(ptx, "cp.async.bulk.shared::cluster.global.mbarrier") == contains(name, "_overlap"));
+            } else {
+                BOOST_TEST(contains(ptx, "cvt.rn.satfinite.e4m3x2.f32"));
+            }
+            if (ptxas.empty()) continue;
+            const std::string report = ptxas_report(ptxas, ptx, name);
+            BOOST_TEST(contains(report, "0 bytes spill stores"), report);
+            BOOST_TEST(contains(report, "0 bytes spill loads"), report);
+            BOOST_TEST((!contains(report, "C7514") && !contains(report, "serializ")), report);
+            const auto at = report.find("Used ");
+            if (at != std::string::npos) BOOST_TEST_MESSAGE(name << ": " << report.substr(at, report.find('\n', at) - at));
+        }
+    std::printf("fp8 wgrad: %zu kernels compiled for sm_90a%s\n", sources.size(), ptxas.empty() ? "" : ", ptxas: no spills");
+}
+
+BOOST_AUTO_TEST_CASE(wgrad_validator_refusals) {
+    using S = Status;
+    // Column quantizer.
+    expect_refusal<Fp8QuantColsSpec, Fp8QuantColsOperands>("sm_90a", {100}, nullptr, S::unsupported, {"c = 100", "64"});
+    expect_refusal<Fp8QuantColsSpec, Fp8QuantColsOperands>("sm_80", {128}, nullptr, S::unsupported, {"sm_90a", "sm_80"});
+    alignas(256) static unsigned char arena[512];
+    Fp8QuantColsOperands q{arena, reinterpret_cast<const std::int32_t *>(arena + 16), arena + 256,
+                           reinterpret_cast<float *>(arena + 128), 1000, 8, fp8_wgrad_padded_rows(1000, 8), nullptr};
+    BOOST_TEST(!can_implement("sm_90a", Fp8QuantColsSpec{256}, &q).has_value());
+    BOOST_TEST(fp8_wgrad_padded_rows(1000, 8) == 128 * (8 + 8));
+    BOOST_TEST(fp8_wgrad_padded_rows(0, 8) == 0);
+    BOOST_TEST(fp8_wgrad_padded_rows(3, 128) == 128 * (1 + 3));
+    {
+        Fp8QuantColsOperands b = q;
+        b.padded_rows -= 128;
+        expect_refusal("sm_90a", Fp8QuantColsSpec{256}, &b, S::invalid_argument, {"padded_rows", "fp8_wgrad_padded_rows"});
+        b = q;
+        b.padded_rows += 1;
+        expect_refusal("sm_90a", Fp8QuantColsSpec{256}, &b, S::invalid_argument, {"padded_rows", "multiple of 128"});
+        b = q;
+        b.x = arena + 8;
+        expect_refusal("sm_90a", Fp8QuantColsSpec{256}, &b, S::invalid_argument, {"x must", "16-byte"});
+        b = q;
+        b.offsets = nullptr;
+        expect_refusal("sm_90a", Fp8QuantColsSpec{256}, &b, S::invalid_argument, {"offsets"});
+        b = q;
+        b.num_experts = 0;
+        expect_refusal("sm_90a", Fp8QuantColsSpec{256}, &b, S::invalid_argument, {"num_experts = 0"});
+        b = q;
+        b.rows = -1;
+        expect_refusal("sm_90a", Fp8QuantColsSpec{256}, &b, S::invalid_argument, {"rows = -1"});
+        b = q;
+        b.rows = 0;
+        b.padded_rows = 0;
+        b.x = nullptr;  // nothing runs
+        BOOST_TEST(!can_implement("sm_90a", Fp8QuantColsSpec{256}, &b).has_value());
+    }
+    // GEMM.
+    const Fp8WgradSpec ok = make_fp8_wgrad_spec(1536, 2048, DType::bf16, 128);
+    BOOST_TEST(ok.tma_store);
+    BOOST_TEST(ok.stages >= 4);
+    const Fp8WgradSpec ok_overlap = make_fp8_wgrad_spec(1536, 2048, DType::bf16, 128, false, true);
+    BOOST_TEST(ok_overlap.stages >= 4);
+    BOOST_TEST(fp8_wgrad_smem_bytes(ok_overlap, 128) == fp8_wgrad_smem_bytes([&] {
+                   Fp8WgradSpec s = ok_overlap;
+                   s.overlap = false;
+                   return s;
+               }(), 128) + static_cast<std::size_t>(ok_overlap.stages) * 1024);
+    const Fp8WgradGemmOperands ops = wgrad_ops(65536, 128);
+    BOOST_TEST(!can_implement("sm_90a", ok, &ops).has_value());
+    {
+        Fp8WgradSpec s = ok;
+        s.m = 1000;
+        expect_refusal<Fp8WgradSpec, Fp8WgradGemmOperands>("sm_90a", s, nullptr, S::unsupported, {"m = 1000", "multiple of 128"});
+        s = ok;
+        s.n = 64;
+        expect_refusal<Fp8WgradSpec, Fp8WgradGemmOperands>("sm_90a", s, nullptr, S::unsupported, {"n = 64", "multiple of 128"});
+        s = ok;
+        s.c_dtype = DType::fp16;
+        s.tma_store = false;
+        expect_refusal<Fp8WgradSpec, Fp8WgradGemmOperands>("sm_90a", s, nullptr, S::unsupported, {"c_dtype", "bf16 or fp32"});
+        s = ok;
+        s.accumulate = true;  // with tma_store
+        expect_refusal<Fp8WgradSpec, Fp8WgradGemmOperands>("sm_90a", s, nullptr, S::unsupported, {"tma_store", "accumulate"});
+        s = ok;
+        s.stages = 9;
+        expect_refusal<Fp8WgradSpec, Fp8WgradGemmOperands>("sm_90a", s, nullptr, S::unsupported, {"stages = 9"});
+        s = ok;
+        s.stages = 8;
+        expect_refusal<Fp8WgradSpec, Fp8WgradGemmOperands>("sm_90a", s, nullptr, S::unsupported, {"shared memory"});
+        expect_refusal<Fp8WgradSpec, Fp8WgradGemmOperands>("sm_89", ok, nullptr, S::unsupported, {"sm_90a", "sm_89"});
+    }
+    {
+        Fp8WgradGemmOperands b = ops;
+        b.rows = 0;
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"rows = 0"});
+        b = ops;
+        b.padded_rows = 128;
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"padded_rows = 128"});
+        b = ops;
+        b.a = static_cast<const unsigned char *>(ops.a) + 4;
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"a must", "16-byte"});
+        b = ops;
+        b.b_scale = nullptr;
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"b_scale"});
+        b = ops;
+        b.a_scale = ops.a_scale + 1;  // the overlapped promotion bulk-copies the scale vectors
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"a_scale", "16-byte"});
+        b = ops;
+        b.c = static_cast<unsigned char *>(b.c) + 2;
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"c must", "4-byte"});
+        b = ops;
+        b.num_experts = 0;
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"num_experts = 0"});
+        b = ops;
+        b.offsets = nullptr;
+        expect_refusal("sm_90a", ok, &b, S::invalid_argument, {"offsets"});
+    }
+    // The whole call.
+    Fp8WgradArgs w;
+    w.a = arena;
+    w.b = arena + 256;
+    w.dw = arena;
+    w.offsets = reinterpret_cast<const std::int32_t *>(arena);
+    w.rows = 8192 * 8;
+    w.num_experts = 128;
+    w.m = 1536;
+    w.n = 2048;
+    w.workspace = arena;
+    w.workspace_bytes = fp8_weight_grad_workspace_bytes(w.rows, w.num_experts, w.m, w.n);
+    const std::size_t padded = static_cast<std::size_t>(fp8_wgrad_padded_rows(w.rows, w.num_experts));
+    BOOST_TEST(w.workspace_bytes >= padded * (1536 + 2048) + padded / 128 * (1536 + 2048) * 4);
+    BOOST_TEST(w.workspace_bytes <= padded * (1536 + 2048) + padded / 128 * (1536 + 2048) * 4 + 4 * 256);
+    BOOST_TEST(fp8_weight_grad_workspace_bytes(0, 128, 1536, 2048) == 0u);
+    BOOST_TEST(!can_implement("sm_90a", w).has_value());
+    {
+        Fp8WgradArgs b = w;
+        b.workspace_bytes -= 1;
+        expect_args_refusal(b, S::invalid_argument, {"workspace_bytes", "fp8_weight_grad_workspace_bytes"});
+        b = w;
+        b.workspace = arena + 16;
+        expect_args_refusal(b, S::invalid_argument, {"workspace", "256-byte"});
+        b = w;
+        b.m = 1000;
+        expect_args_refusal(b, S::unsupported, {"m = 1000"});
+        b = w;
+        b.dw_dtype = DType::fp32;
+        b.dw = arena + 4;
+        expect_args_refusal(b, S::invalid_argument, {"dw must", "8-byte"});
+        b = w;
+        b.rows = 0;  // dW = 0 needs only dw
+        b.a = b.b = nullptr;
+        b.workspace = nullptr;
+        b.workspace_bytes = 0;
+        BOOST_TEST(!can_implement("sm_90a", b).has_value());
+        b.dw = nullptr;
+        expect_args_refusal(b, S::invalid_argument, {"dw must"});
+        b = w;
+        b.a = nullptr;
+        expect_args_refusal(b, S::invalid_argument, {"a must"});
+    }
+}
+
+BOOST_AUTO_TEST_CASE(column_quantizer_host_mirror_layout_and_rules) {
+    std::mt19937 rng(std::random_device{}());
+    const std::int64_t c = 192;
+    // Experts: 300 rows, 0, 1, 128 (exactly one block), 129, 0 -> blocks 3, 0, 1, 1, 2, 0.
+    const std::vector<std::int32_t> counts{300, 0, 1, 128, 129, 0};
+    std::vector<std::int32_t> offsets{0};
+    for (std::int32_t n : counts) offsets.push_back(offsets.back() + n);
+    const std::int64_t rows = offsets.back(), experts = static_cast<std::int64_t>(counts.size());
+    const std::int64_t padded = fp8_wgrad_padded_rows(rows, static_cast<std::int32_t>(experts));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<std::size_t>(rows * c));
+    for (float &v : x) v = std::ldexp(normal(rng), static_cast<int>(rng() % 9) - 4);
+    x[5 * c + 7] = std::nanf("");                               // expert 0 block 0, column 7
+    x[200 * c + 9] = std::numeric_limits<float>::infinity();    // expert 0 block 1, column 9
+    for (std::int64_t r = 256; r < 300; ++r) x[r * c + 11] = 0.0f;  // expert 0 block 2, column 11: zeros
+    std::vector<std::uint16_t> bits(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) bits[i] = bf16_bits(fp8::bf16_to_float(bf16_bits(x[i])));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = fp8::bf16_to_float(bits[i]);
+    const fp8::QuantizedCols q = fp8::quantize_cols(bits, rows, c, offsets, padded, 0xAB, -1.0f);
+    const std::vector<std::int64_t> cum_expected{0, 3, 3, 4, 5, 7, 7};
+    BOOST_TEST(q.cum == cum_expected, boost::test_tools::per_element());
+    BOOST_TEST(padded >= 7 * 128);
+    for (std::int64_t e = 0; e < experts; ++e)
+        for (std::int64_t pb = q.cum[e]; pb < q.cum[e + 1]; ++pb)
+            for (std::int64_t col = 0; col < c; ++col) {
+                const std::int64_t row0 = offsets[e] + (pb - q.cum[e]) * 128;
+                const std::int64_t valid = std::min<std::int64_t>(128, offsets[e + 1] - row0);
+                float amax = 0.0f;
+                bool inf = false;
+                for (std::int64_t r = 0; r < valid; ++r) {
+                    const float v = x[(row0 + r) * c + col];
+                    inf = inf || std::isinf(v);
+                    if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+                }
+                const float s = q.scales[pb * c + col];
+                BOOST_TEST_CONTEXT("expert " << e << " block " << pb << " column " << col) {
+                    if (inf) {
+                        BOOST_TEST(std::isinf(s));
+                        continue;
+                    }
+                    BOOST_TEST(s == (amax > 0 ? amax / 448.0f : 1.0f));
+                    for (std::int64_t r = 0; r < 128; ++r) {
+                        const std::uint8_t b = q.q[col * padded + pb * 128 + r];
+                        if (r >= valid) {
+                            BOOST_TEST(int(b) == 0, "padding row " << r);
+                            continue;
+                        }
+                        const float v = x[(row0 + r) * c + col];
+                        if (std::isnan(v)) {
+                            BOOST_TEST(fp8::e4m3_is_nan(b));
+                            continue;
+                        }
+                        const float d = fp8::e4m3_to_float(b) * s;
+                        BOOST_TEST(std::fabs(d - v) <= std::max(std::fabs(v) / 16.0f, std::ldexp(s, -10)) * 1.0001f);
+                    }
+                }
+            }
+    // Blocks past the routing's own count are not written.
+    for (std::int64_t pb = 7; pb < padded / 128; ++pb)
+        for (std::int64_t col = 0; col < c; ++col) {
+            BOOST_TEST(q.scales[pb * c + col] == -1.0f);
+            BOOST_TEST(int(q.q[col * padded + pb * 128]) == 0xAB);
+        }
+    // Offsets that are not monotone: bounded like the device (never a block past padded_rows).
+    const std::vector<std::int32_t> wild{0, 500, 100, 700, 3};
+    const std::int64_t wild_padded = fp8_wgrad_padded_rows(rows, 4);
+    const fp8::QuantizedCols w = fp8::quantize_cols(bits, rows, c, wild, wild_padded);
+    BOOST_TEST(w.q.size() == static_cast<std::size_t>(c * wild_padded));
 }

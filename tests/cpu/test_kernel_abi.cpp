@@ -78,6 +78,9 @@ std::vector<Rendered> every_family() {
     out.push_back(typed<moejit::kargs::Fp8QuantBlocksArgs>(render_fp8_quant_blocks({1536, 2048})));
     out.push_back(typed<moejit::kargs::Sm90Fp8NkArgs>(
         render_fp8_group_gemm_nk(make_fp8_gemm_spec(1536, 2048, DType::bf16, 128))));
+    out.push_back(typed<moejit::kargs::Fp8QuantColsArgs>(render_fp8_quant_cols({2048})));
+    out.push_back(typed<moejit::kargs::Sm90Fp8WgradArgs>(
+        render_fp8_wgrad_gemm(make_fp8_wgrad_spec(1536, 2048, DType::bf16, 128))));
     return out;
 }
 

@@ -134,7 +134,8 @@ BOOST_AUTO_TEST_CASE(bad_descriptors_name_the_field) {
         {"routing_dtype", [](moejit_plan_desc_t &d) { d.routing_dtype = MOEJIT_DTYPE_FP16; }},
         {"tokens_hint", [](moejit_plan_desc_t &d) { d.tokens_hint = -1; }},
         {"struct_size", [](moejit_plan_desc_t &d) { d.struct_size = std::size_t{1} << 20; }},  // garbage (a newer header's size needs a real buffer: test_bad_input.c)
-        {"struct_size", [](moejit_plan_desc_t &d) { d.struct_size -= 8; }},  // truncated
+        {"struct_size", [](moejit_plan_desc_t &d) { d.struct_size -= 4; }},  // truncated (sizeof - 8 is 0.5's 96)
+        {"recipe", [](moejit_plan_desc_t &d) { d.recipe = static_cast<moejit_recipe_t>(2); }},
     };
     for (const Bad &c : cases) {
         moejit_plan_desc_t d = small_desc();

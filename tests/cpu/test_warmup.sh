@@ -126,7 +126,7 @@ usage_tests() {
     run help --help
     expect_rc 0 "--help"
     for code in '0  success' '1  some kernels failed' '2  usage error' '3  --check' '4  other errors' \
-                '5  some compiled kernels could not be stored'; do
+                '5  some compiled kernels could not be stored' '6  the cache folder cannot be created'; do
         expect_text out "$code"
     done
 
@@ -167,6 +167,13 @@ usage_tests() {
     expect_text err 'writable by group or others'
     [ "$(grep -c 'cannot be used' "$TMP/$LAST.err")" = 1 ] || { fail "$LAST: the folder warning is not printed exactly once"; show; }
     [ -z "$(ls -A "$TMP/gw")" ] || fail "something was created in the refused root $TMP/gw"
+
+    # A cache folder that cannot be created (even root cannot mkdir in /proc): exit 6, naming
+    # the path and the reason, before anything compiles (not exit 5 after every compile).
+    run uncreatable --spec $SPEC --dtype bf16 --arch $ARCH --cache-dir /proc/moejit-warmup-test --jobs 2
+    expect_rc 6 "warmup into a folder that cannot be created"
+    expect_text err 'cannot create /proc/moejit-warmup-test'
+    expect_text err 'nothing was compiled'
 
     # --check on an unusable folder (below a regular file): one warning, a named reason, exit 3.
     touch "$TMP/plainfile"

@@ -23,6 +23,8 @@
 #include "runtime/context.hpp"
 #include "runtime/driver.hpp"
 #include "expert_counts.hpp"
+#include "gemm/group_gemm.hpp"
+#include "gemm/tile_schedule.hpp"
 
 MOEJIT_GPU_TEST_MAIN("fp8_gpu")
 
@@ -403,5 +405,391 @@ BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
                                                     : "register-store",
                         spec.promote ? "" : " NO PROMOTION (test mode)", sec * 1e3, tflops, 100.0 * tflops / 1240.0);
         }
+    }
+}
+
+// ------------------------------------------------------------------ weight gradients (issue 31)
+//
+// dW[e] = A_eᵀ · B_e through fp8_weight_grad (column quantizer + wgrad GEMM): the quantizer's
+// bytes and scales equal the host mirror (fp8::quantize_cols) bit for bit, padding rows zero,
+// into a poisoned buffer; dW NaN-poisoned with poisoned guard bytes past it, every element
+// written (empty experts exact zeros), bitwise the same on a second run (into a poisoned
+// workspace again), against float64 references of the dequantized operands (~1e-3, the bf16
+// rounding of dW) and of the bf16 inputs (a few 1e-2, the quantization); fp32 and accumulating
+// epilogues; R = 0.
+
+namespace {
+
+constexpr std::size_t kGuardBytes = 4096;
+
+// Row-major [rows, c] doubles of the mirror's transposed padded operand.
+std::vector<double> dequant_cols(const fp8::QuantizedCols &q, const std::vector<std::int32_t> &offsets,
+                                 std::int64_t c, std::int64_t padded) {
+    const std::int64_t rows = offsets.back();
+    std::vector<double> out(static_cast<std::size_t>(rows * c), 0.0);
+    for (std::size_t e = 0; e + 1 < offsets.size(); ++e)
+        for (std::int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+            const std::int64_t pb = q.cum[e] + (r - offsets[e]) / 128, in = (r - offsets[e]) % 128;
+            for (std::int64_t j = 0; j < c; ++j)
+                out[r * c + j] = double(fp8::e4m3_to_float(q.q[j * padded + pb * 128 + in])) * q.scales[pb * c + j];
+        }
+    return out;
+}
+
+// dW [E, m, n] = A_eᵀ · B_e in float64 (+ `base` when given).
+std::vector<double> wgrad_reference(const std::vector<double> &a, const std::vector<double> &b,
+                                    const std::vector<std::int32_t> &offsets, std::int64_t m, std::int64_t n,
+                                    const std::vector<double> *base = nullptr) {
+    const std::int64_t experts = static_cast<std::int64_t>(offsets.size()) - 1;
+    std::vector<double> dw = base ? *base : std::vector<double>(static_cast<std::size_t>(experts * m * n), 0.0);
+    for (std::int64_t e = 0; e < experts; ++e)
+        for (std::int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+            const double *ar = &a[r * m], *br = &b[r * n];
+            double *out = &dw[e * m * n];
+            for (std::int64_t i = 0; i < m; ++i) {
+                const double ai = ar[i];
+                if (ai == 0) continue;
+                double *row = out + i * n;
+                for (std::int64_t j = 0; j < n; ++j) row[j] += ai * br[j];
+            }
+        }
+    return dw;
+}
+
+std::vector<double> to_doubles(const std::vector<std::uint8_t> &raw, std::size_t count, DType dtype) {
+    std::vector<double> out(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        if (dtype == DType::fp32) {
+            float f;
+            std::memcpy(&f, &raw[i * 4], 4);
+            out[i] = f;
+        } else {
+            std::uint16_t h;
+            std::memcpy(&h, &raw[i * 2], 2);
+            out[i] = fp8::bf16_to_float(h);
+        }
+    }
+    return out;
+}
+
+// The column quantizer into poisoned buffers, against the host mirror.
+fp8::QuantizedCols quantize_cols_checked(const std::vector<std::uint16_t> &x, const std::vector<std::int32_t> &offsets,
+                                         std::int64_t c, const std::string &what) {
+    const std::int64_t rows = offsets.back();
+    const auto experts = static_cast<std::int32_t>(offsets.size() - 1);
+    const std::int64_t padded = fp8_wgrad_padded_rows(rows, experts);
+    DeviceBuffer dx = DeviceBuffer::from(x), doff = DeviceBuffer::from(offsets);
+    DeviceBuffer q(static_cast<std::size_t>(c * padded)), sc(static_cast<std::size_t>(padded / 128 * c) * 4);
+    q.poison();
+    sc.poison();
+    fp8_quantize_cols(internal_ctx(), {c},
+                      {dx.get(), doff.as<std::int32_t>(), q.get(), sc.as<float>(), rows, experts, padded, nullptr});
+    const fp8::QuantizedCols host = fp8::quantize_cols(x, rows, c, offsets, padded, 0xFF);
+    const auto gq = q.download<std::uint8_t>();
+    const auto gs = sc.download<float>();
+    const std::int64_t written = host.cum.back();  // blocks the routing owns
+    std::int64_t bad_q = 0, bad_s = 0;
+    for (std::int64_t j = 0; j < c; ++j)
+        for (std::int64_t i = 0; i < written * 128; ++i) {
+            const std::uint8_t g = gq[j * padded + i], h = host.q[j * padded + i];
+            bad_q += !(g == h || (fp8::e4m3_is_nan(g) && fp8::e4m3_is_nan(h)));
+        }
+    for (std::int64_t i = 0; i < written * c; ++i) bad_s += std::memcmp(&gs[i], &host.scales[i], 4) != 0;
+    BOOST_TEST(bad_q == 0, what << ": quantize_cols c=" << c << ": " << bad_q << " bytes differ from the host mirror");
+    BOOST_TEST(bad_s == 0, what << ": quantize_cols c=" << c << ": " << bad_s << " scales differ from the host mirror");
+    return host;
+}
+
+struct WgradCase {
+    std::string name;
+    std::vector<int> counts;
+    std::int64_t m = 256, n = 256;
+    DType dtype = DType::bf16;
+    bool accumulate = false;
+    std::size_t dw_offset = 0;  // bytes: 4 makes a bf16 dW that TMA cannot store (register epilogue)
+    float scale = 1.0f;         // of the random inputs (extreme magnitudes)
+    bool overlap = false;       // the overlapped promotion
+};
+
+void run_wgrad_case(const WgradCase &tc) {
+    BOOST_TEST_CONTEXT(tc.name) {
+        std::mt19937_64 rng = case_rng("wgrad_" + tc.name);
+        const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
+        const std::int64_t rows = offsets.back(), m = tc.m, n = tc.n;
+        const auto experts = static_cast<std::int32_t>(tc.counts.size());
+        const std::size_t count = static_cast<std::size_t>(experts * m * n), elem = tc.dtype == DType::fp32 ? 4 : 2;
+        const HalfTensor a = random_half(static_cast<std::size_t>(std::max<std::int64_t>(rows, 1) * m), MOEJIT_DTYPE_BF16, rng, tc.scale);
+        const HalfTensor b = random_half(static_cast<std::size_t>(std::max<std::int64_t>(rows, 1) * n), MOEJIT_DTYPE_BF16, rng, tc.scale);
+        fp8::QuantizedCols qa, qb;
+        if (rows > 0) {
+            qa = quantize_cols_checked(a.bits, offsets, m, tc.name + " A");
+            qb = quantize_cols_checked(b.bits, offsets, n, tc.name + " B");
+        }
+        // dW: NaN-poisoned (or the old gradient when accumulating), guard bytes after it.
+        DeviceBuffer dw(tc.dw_offset + count * elem + kGuardBytes);
+        dw.poison();
+        std::vector<double> old;
+        if (tc.accumulate) {
+            const HalfTensor g = random_half(count, MOEJIT_DTYPE_BF16, rng);
+            std::vector<std::uint8_t> raw(dw.bytes(), 0xFF);
+            old.resize(count);
+            for (std::size_t i = 0; i < count; ++i) {
+                old[i] = g.values[i];
+                if (elem == 4) {
+                    const float f = static_cast<float>(g.values[i]);
+                    std::memcpy(&raw[tc.dw_offset + i * 4], &f, 4);
+                } else {
+                    std::memcpy(&raw[tc.dw_offset + i * 2], &g.bits[i], 2);
+                }
+            }
+            dw.upload(raw);
+        }
+        DeviceBuffer da = DeviceBuffer::from(a.bits), db = DeviceBuffer::from(b.bits), doff = DeviceBuffer::from(offsets);
+        DeviceBuffer ws(std::max<std::size_t>(fp8_weight_grad_workspace_bytes(rows, experts, m, n), 256));
+        Fp8WgradArgs args;
+        args.a = da.get();
+        args.b = db.get();
+        args.dw = static_cast<unsigned char *>(dw.get()) + tc.dw_offset;
+        args.offsets = doff.as<std::int32_t>();
+        args.rows = rows;
+        args.num_experts = experts;
+        args.m = m;
+        args.n = n;
+        args.dw_dtype = tc.dtype;
+        args.accumulate = tc.accumulate;
+        args.overlap = tc.overlap;
+        args.workspace = ws.get();
+        args.workspace_bytes = ws.bytes();
+        ws.poison();  // stale workspace bytes must not leak into the padding
+        fp8_weight_grad(internal_ctx(), args);
+        const auto raw = dw.download<std::uint8_t>();
+        std::int64_t touched = 0;
+        for (std::size_t i = 0; i < tc.dw_offset; ++i) touched += raw[i] != 0xFF;
+        for (std::size_t i = tc.dw_offset + count * elem; i < raw.size(); ++i) touched += raw[i] != 0xFF;
+        BOOST_TEST(touched == 0, touched << " bytes outside dW were written");
+        if (!tc.accumulate) {  // the same bytes again, from a freshly poisoned workspace and dW
+            ws.poison();
+            dw.poison();
+            fp8_weight_grad(internal_ctx(), args);
+            BOOST_TEST((dw.download<std::uint8_t>() == raw), "a second run differs (not deterministic)");
+        }
+        std::vector<std::uint8_t> body(raw.begin() + static_cast<std::ptrdiff_t>(tc.dw_offset), raw.end());
+        const std::vector<double> out = to_doubles(body, count, tc.dtype);
+        BOOST_TEST(non_finite(out) == 0, "unwritten (NaN) or non-finite dW elements among " << out.size());
+        // Empty experts: exact zeros (or the old gradient, exactly).
+        std::int64_t bad_empty = 0;
+        for (std::int32_t e = 0; e < experts; ++e)
+            if (tc.counts[e] == 0)
+                for (std::int64_t i = e * m * n; i < (e + 1) * m * n; ++i)
+                    bad_empty += out[i] != (tc.accumulate ? old[i] : 0.0);  // old is bf16, exact in both dtypes
+        BOOST_TEST(bad_empty == 0, bad_empty << " elements of empty experts are not exactly as expected");
+        const std::vector<double> *base = tc.accumulate ? &old : nullptr;
+        const std::vector<double> ref_x = wgrad_reference(a.values, b.values, offsets, m, n, base);
+        const std::vector<double> ref_q = rows == 0 ? ref_x
+                                                    : wgrad_reference(dequant_cols(qa, offsets, m, fp8_wgrad_padded_rows(rows, experts)),
+                                                                      dequant_cols(qb, offsets, n, fp8_wgrad_padded_rows(rows, experts)),
+                                                                      offsets, m, n, base);
+        const double err_q = relative_error(out, ref_q), err_x = relative_error(out, ref_x);
+        std::printf("fp8 wgrad %s: S=%lld E=%d M=%lld N=%lld dW %s%s%s: rel. error vs dequantized %.2e, vs bf16 inputs %.2e\n",
+                    tc.name.c_str(), (long long)rows, experts, (long long)m, (long long)n, dtype_name(tc.dtype).data(),
+                    tc.accumulate ? " (+=)" : "", tc.overlap ? ", overlapped promotion" : "", err_q, err_x);
+        const double tol_q = tc.dtype == DType::fp32 ? 1e-3 : 4e-3;
+        BOOST_TEST(err_q < tol_q, "vs the dequantized operands: " << err_q);
+        BOOST_TEST(err_x < 6e-2, "vs the bf16 inputs: " << err_x);
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(wgrad_random_routing_with_duplicate_routes) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("wgrad_counts");
+    run_wgrad_case({"random_top4", random_counts(300, 4, 8, rng)});
+    run_wgrad_case({"random_top8_e16_wide", random_counts(200, 8, 16, rng), 384, 512});
+}
+
+BOOST_AUTO_TEST_CASE(wgrad_empty_experts_and_one_row) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("wgrad_empty");
+    run_wgrad_case({"empty_experts", random_counts(200, 2, 16, rng, {1, 5, 6, 13})});
+    run_wgrad_case({"block_edges", {0, 1, 127, 128, 129, 0, 256, 1}});
+    run_wgrad_case({"T1_k1", {0, 1, 0, 0}, 128, 128});
+}
+
+BOOST_AUTO_TEST_CASE(wgrad_one_expert_owns_every_row) {
+    if (!hopper()) return;
+    run_wgrad_case({"all_to_one", all_to_expert(1000, 8, 3), 384, 256});
+    // A long reduction: 47 promoted 128-row blocks into one tile.
+    run_wgrad_case({"all_to_one_long", all_to_expert(6000, 4, 0), 128, 128, DType::fp32});
+}
+
+BOOST_AUTO_TEST_CASE(wgrad_epilogues) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("wgrad_epi");
+    const std::vector<int> counts = random_counts(150, 4, 8, rng, {0, 2, 3, 5, 7});
+    run_wgrad_case({"fp32", counts, 256, 256, DType::fp32});
+    run_wgrad_case({"fp32_accumulate", counts, 256, 256, DType::fp32, true});
+    run_wgrad_case({"bf16_accumulate", counts, 256, 256, DType::bf16, true});
+    run_wgrad_case({"bf16_register_epilogue", counts, 256, 256, DType::bf16, false, 4});
+    run_wgrad_case({"tiny_magnitudes", counts, 256, 256, DType::bf16, false, 0, 1e-12f});
+    run_wgrad_case({"huge_magnitudes", counts, 256, 256, DType::fp32, false, 0, 1e8f});
+}
+
+// The overlapped promotion: chunks of 4 blocks and tails of 1, 2 and 3 (experts of 1, 5, 6, 7,
+// 8 and 47 blocks), every epilogue, empty experts, the ring wrapping.
+BOOST_AUTO_TEST_CASE(wgrad_overlapped_promotion) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("wgrad_overlap");
+    const std::vector<int> chunks{640, 0, 700, 900, 1, 1000, 129};
+    WgradCase c{"overlap_chunk_tails", chunks};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_random_top4", random_counts(300, 4, 8, rng)};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_fp32_accumulate", chunks, 256, 256, DType::fp32, true};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_bf16_register_epilogue", chunks, 256, 128, DType::bf16, false, 4};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_all_to_one_long", all_to_expert(6000, 4, 0), 128, 128, DType::fp32};
+    c.overlap = true;
+    run_wgrad_case(c);
+    c = {"overlap_ring_wraps", random_counts(256, 4, 8, rng), 512, 1024};
+    c.overlap = true;
+    run_wgrad_case(c);
+}
+
+BOOST_AUTO_TEST_CASE(wgrad_many_tiles_per_cta_ring_wraps) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("wgrad_ring");
+    run_wgrad_case({"ring_wraps", random_counts(256, 4, 8, rng), 512, 1024});  // 256 tiles, ~2 per CTA
+}
+
+BOOST_AUTO_TEST_CASE(wgrad_no_rows) {
+    if (!hopper()) return;
+    // R = 0: dW = 0 written (poisoned first), or left as it is when accumulating; no workspace.
+    const std::int32_t experts = 4;
+    const std::int64_t m = 256, n = 128, count = experts * m * n;
+    DeviceBuffer dw(static_cast<std::size_t>(count) * 2);
+    dw.poison();
+    Fp8WgradArgs args;
+    args.dw = dw.get();
+    args.rows = 0;
+    args.num_experts = experts;
+    args.m = m;
+    args.n = n;
+    fp8_weight_grad(internal_ctx(), args);
+    const auto zeros = dw.download<std::uint16_t>();
+    BOOST_TEST(std::all_of(zeros.begin(), zeros.end(), [](std::uint16_t v) { return v == 0; }), "R = 0 must write dW = 0");
+    dw.poison();
+    args.accumulate = true;
+    fp8_weight_grad(internal_ctx(), args);
+    const auto kept = dw.download<std::uint16_t>();
+    BOOST_TEST(std::all_of(kept.begin(), kept.end(), [](std::uint16_t v) { return v == 0xFFFF; }),
+               "R = 0 accumulating must leave dW as it is");
+    BOOST_CHECK_NO_THROW(fp8_quantize_cols(internal_ctx(), {256}, Fp8QuantColsOperands{nullptr, nullptr, nullptr, nullptr, 0, 4, 0, nullptr}));
+}
+
+// TFLOP/s of the FP8 weight gradient on qwen3-30b-a3b's and deepseek-v3's fc1 and fc2 dW (T =
+// 8192, k = 8, balanced routing), the whole fp8_weight_grad (both quantizers + GEMM) and the
+// GEMM alone, beside the bf16 same_mn weight gradient of the same shape. Not a timed test: run
+// it with --run_test=wgrad_benchmark.
+BOOST_AUTO_TEST_CASE(wgrad_benchmark, *boost::unit_test::disabled()) {
+    if (!hopper()) return;
+    struct Shape {
+        const char *name;
+        std::int32_t experts;
+        std::int64_t m, n;
+    };
+    constexpr std::int64_t kTokens = 8192, kTopK = 8, rows = kTokens * kTopK;
+    auto time_ms = [](auto &&fn) {
+        for (int i = 0; i < 3; ++i) fn();  // compile, warm up
+        CUevent start, stop;
+        MOEJIT_CU(cuEventCreate(&start, 0));
+        MOEJIT_CU(cuEventCreate(&stop, 0));
+        constexpr int kIters = 10;
+        MOEJIT_CU(cuEventRecord(start, nullptr));
+        for (int i = 0; i < kIters; ++i) fn();
+        MOEJIT_CU(cuEventRecord(stop, nullptr));
+        MOEJIT_CU(cuEventSynchronize(stop));
+        float ms = 0;
+        MOEJIT_CU(cuEventElapsedTime(&ms, start, stop));
+        MOEJIT_CU(cuEventDestroy(start));
+        MOEJIT_CU(cuEventDestroy(stop));
+        return static_cast<double>(ms) / kIters;
+    };
+    for (const Shape &s : {Shape{"qwen3-30b-a3b fc1 dW (2I x H)", 128, 1536, 2048},
+                           Shape{"qwen3-30b-a3b fc2 dW (H x I)", 128, 2048, 768},
+                           Shape{"deepseek-v3 fc1 dW (2I x H)", 256, 4096, 7168},
+                           Shape{"deepseek-v3 fc2 dW (H x I)", 256, 7168, 2048}}) {
+        std::vector<int> counts(static_cast<std::size_t>(s.experts), static_cast<int>(rows / s.experts));
+        const std::vector<std::int32_t> offsets = offsets_from_counts(counts);
+        DeviceBuffer a(static_cast<std::size_t>(rows * s.m) * 2), b(static_cast<std::size_t>(rows * s.n) * 2);
+        DeviceBuffer dw(static_cast<std::size_t>(s.experts * s.m * s.n) * 2), doff = DeviceBuffer::from(offsets);
+        MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(a.get()), 0x3C003F80u, a.bytes() / 4, nullptr));
+        MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(b.get()), 0xBE803D80u, b.bytes() / 4, nullptr));
+        DeviceBuffer ws(fp8_weight_grad_workspace_bytes(rows, s.experts, s.m, s.n));
+        Fp8WgradArgs args;
+        args.a = a.get();
+        args.b = b.get();
+        args.dw = dw.get();
+        args.offsets = doff.as<std::int32_t>();
+        args.rows = rows;
+        args.num_experts = s.experts;
+        args.m = s.m;
+        args.n = s.n;
+        args.workspace = ws.get();
+        args.workspace_bytes = ws.bytes();
+        const double flop = 2.0 * rows * s.m * s.n;
+        args.overlap = true;
+        const double ms_all_overlap = time_ms([&] { fp8_weight_grad(internal_ctx(), args); });
+        args.overlap = false;
+        const double ms_all = time_ms([&] { fp8_weight_grad(internal_ctx(), args); });
+        // The GEMM alone on the operands the last call left in the workspace (same layout as
+        // src/fp8/fp8_wgrad.cpp's WgradWorkspace).
+        const std::int64_t padded = fp8_wgrad_padded_rows(rows, s.experts);
+        auto up = [](std::size_t v) { return (v + 255) / 256 * 256; };
+        auto *base = static_cast<unsigned char *>(ws.get());
+        const std::size_t o_qb = up(static_cast<std::size_t>(s.m * padded)), o_sa = up(o_qb + s.n * padded),
+                          o_sb = up(o_sa + padded / 128 * s.m * 4);
+        const Fp8WgradSpec spec = make_fp8_wgrad_spec(s.m, s.n, DType::bf16, s.experts);
+        const Fp8WgradGemmOperands gops{base, reinterpret_cast<float *>(base + o_sa), base + o_qb,
+                                        reinterpret_cast<float *>(base + o_sb), dw.get(), doff.as<std::int32_t>(),
+                                        rows, s.experts, padded, nullptr};
+        const double ms_gemm = time_ms([&] { fp8_wgrad_gemm(internal_ctx(), spec, gops); });
+        const Fp8WgradSpec spec_overlap = make_fp8_wgrad_spec(s.m, s.n, DType::bf16, s.experts, false, true);
+        const double ms_gemm_overlap = time_ms([&] { fp8_wgrad_gemm(internal_ctx(), spec_overlap, gops); });
+        // Both quantizers alone.
+        const double ms_quant = time_ms([&] {
+            fp8_quantize_cols(internal_ctx(), {s.m}, {a.get(), doff.as<std::int32_t>(), base, reinterpret_cast<float *>(base + o_sa),
+                                                      rows, s.experts, padded, nullptr});
+            fp8_quantize_cols(internal_ctx(), {s.n}, {b.get(), doff.as<std::int32_t>(), base + o_qb,
+                                                      reinterpret_cast<float *>(base + o_sb), rows, s.experts, padded, nullptr});
+        });
+        const double quant_bytes = static_cast<double>(rows) * (s.m + s.n) * 3;  // bf16 in, e4m3 out
+        // The bf16 weight gradient (same_mn) with its split workspace.
+        const GemmMnSpec bspec = make_mn_spec(DType::bf16, DType::bf16, s.m, s.n, false, rows, s.experts,
+                                              internal_ctx().compute_capability());
+        DeviceBuffer split_ws(std::max<std::size_t>(mn_split_workspace_bytes(mn_split(rows, s.m, s.n), s.experts, s.m, s.n), 256));
+        GemmOperands bops;
+        bops.a = a.get();
+        bops.b = b.get();
+        bops.c = dw.get();
+        bops.offsets = doff.as<std::int32_t>();
+        bops.rows = rows;
+        bops.num_experts = s.experts;
+        bops.workspace = split_ws.get();
+        bops.workspace_bytes = split_ws.bytes();
+        const double ms_bf16 = time_ms([&] { launch_group_gemm_mn(internal_ctx(), bspec, bops); });
+        std::printf("fp8 wgrad benchmark %s: S=%lld E=%d M=%lld N=%lld: bf16 same_mn %.3f ms (%.0f TFLOP/s); "
+                    "fp8_weight_grad %.3f ms (%.0f TFLOP/s, %.2fx bf16), overlapped %.3f ms (%.0f TFLOP/s, %.2fx); "
+                    "GEMM alone (stages %d) %.3f ms (%.0f TFLOP/s), overlapped (stages %d) %.3f ms (%.0f TFLOP/s); "
+                    "both quantizers %.3f ms (%.0f GB/s)\n",
+                    s.name, (long long)rows, s.experts, (long long)s.m, (long long)s.n, ms_bf16, flop / ms_bf16 / 1e9,
+                    ms_all, flop / ms_all / 1e9, ms_bf16 / ms_all, ms_all_overlap, flop / ms_all_overlap / 1e9,
+                    ms_bf16 / ms_all_overlap, spec.stages, ms_gemm, flop / ms_gemm / 1e9, spec_overlap.stages,
+                    ms_gemm_overlap, flop / ms_gemm_overlap / 1e9, ms_quant, quant_bytes / ms_quant / 1e6);
     }
 }

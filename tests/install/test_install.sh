@@ -40,17 +40,22 @@ echo "installed under $prefix: $(echo "$needed" | sed 's/.*\[\(.*\)\]/\1/' | tr 
 # Outside the source and build trees, as a user would.
 cp "$src"/tests/install/consumer/* "$tmp/"
 cd "$tmp"
-export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$stage
-cflags=$(pkg-config --cflags moejit) || fail "pkg-config --cflags moejit"
-libs=$(pkg-config --libs moejit) || fail "pkg-config --libs moejit"
-cxx_std=$(pkg-config --variable=cxx_std moejit)
+# No LD_LIBRARY_PATH: the .pc file's Libs carry -Wl,-rpath,${libdir}, and --define-variable
+# moves its prefix to the staged copy (as if installed there), so the consumers must find
+# libmoejit through their run path alone.
+unset LD_LIBRARY_PATH
+export PKG_CONFIG_PATH=$lib/pkgconfig
+pc() { pkg-config --define-variable=prefix="$root" "$@" moejit; }
+cflags=$(pc --cflags) || fail "pkg-config --cflags moejit"
+libs=$(pc --libs) || fail "pkg-config --libs moejit"
+case $libs in *"-rpath,$lib"*) ;; *) fail "pkg-config --libs moejit has no run path to $lib: $libs" ;; esac
+cxx_std=$(pc --variable=cxx_std)
 ${CC:-cc} -std=c99 -Wall -Wextra -Werror -pedantic consumer.c $cflags $libs -o consumer_c_pc ||
     fail "C consumer (pkg-config: $cflags $libs)"
-./consumer_c_pc || fail "C consumer (pkg-config) run"
+./consumer_c_pc || fail "C consumer (pkg-config) run without LD_LIBRARY_PATH"
 ${CXX:-c++} -std=c++"$cxx_std" -Wall -Wextra -Werror consumer.cpp $cflags $libs -o consumer_cpp_pc ||
     fail "C++ consumer (pkg-config, C++$cxx_std: $cflags $libs)"
-./consumer_cpp_pc || fail "C++ consumer (pkg-config) run"
+./consumer_cpp_pc || fail "C++ consumer (pkg-config) run without LD_LIBRARY_PATH"
 
 if ! command -v cmake >/dev/null; then
     echo "cmake not found: the CMake package was installed but not tried"

@@ -1,8 +1,11 @@
 #include "warmup/cache_folder.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <system_error>
@@ -82,6 +85,37 @@ ClearResult clear_cache_folder(const std::string &folder) {
         }
     });
     return result;
+}
+
+std::string prepare_cache_folder(const std::string &folder) {
+    if (folder.empty()) return "no cache folder";
+    // mkdir -p, component by component, so the message names the one that failed.
+    std::string prefix;
+    std::size_t at = 0;
+    while (at != std::string::npos) {
+        at = folder.find('/', at + 1);
+        prefix = folder.substr(0, at);
+        if (prefix.empty()) continue;
+        if (::mkdir(prefix.c_str(), 0700) == 0 || errno == EEXIST) {
+            struct stat st;
+            if (::stat(prefix.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+                return fmt::format("{} is not a folder", prefix);
+            continue;
+        }
+        return fmt::format("cannot create {}: {}", prefix, std::strerror(errno));
+    }
+    // The library publishes entries as temp file + rename; a probe file exercises the same
+    // rights (create, write, remove) without leaving anything behind.
+    std::string probe = folder + "/.moejit-warmup-probe.XXXXXX";
+    int fd = ::mkstemp(probe.data());
+    if (fd < 0) return fmt::format("cannot create a file in {}: {}", folder, std::strerror(errno));
+    const char byte = 0;
+    bool wrote = ::write(fd, &byte, 1) == 1;
+    int write_errno = errno;
+    ::close(fd);
+    ::unlink(probe.c_str());
+    if (!wrote) return fmt::format("cannot write a file in {}: {}", folder, std::strerror(write_errno));
+    return "";
 }
 
 std::string human_bytes(std::uint64_t bytes) {

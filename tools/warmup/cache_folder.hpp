@@ -26,6 +26,11 @@ FolderScan scan_cache_folder(const std::string &folder);
 // Removes *.cubin entries and stale temp files of `folder` only (no recursion, no other files).
 ClearResult clear_cache_folder(const std::string &folder);
 
+// Before a warmup compiles anything: creates `folder` and its missing parents 0700 (as the
+// library would with its first entry) and writes and removes a probe file in it. Returns ""
+// when entries can be stored there, else why not (naming the path and the system's reason).
+std::string prepare_cache_folder(const std::string &folder);
+
 bool is_cache_entry(const std::string &file_name);
 bool is_temp_file(const std::string &file_name);
 std::string human_bytes(std::uint64_t bytes);

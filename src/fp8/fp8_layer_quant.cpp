@@ -1,0 +1,118 @@
+// Render and launch of the FP8 layer's quantizer forms (fp8/fp8_layer_quant.hpp).
+#include "fp8/fp8_layer_quant.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+
+namespace moejit {
+namespace {
+
+constexpr int kThreads = 256;
+
+void require_dim(std::int64_t v, const char *what, const char *field) {
+    if (!(v > 0 && v % 128 == 0 && v <= (std::int64_t{1} << 30)))
+        fail(Status::unsupported, "{}: {} = {}: the FP8 layer's quantizers support positive multiples of 128", what,
+             field, v);
+}
+
+void require_sm90a(const Context &ctx, const char *what) {
+    if (ctx.arch() != "sm_90a")
+        fail(Status::unsupported, "{}: the FP8 kernels need an sm_90a context (Hopper), got {}", what, ctx.arch());
+}
+
+// One warp per tile, enough CTAs to fill every SM 16 times.
+std::uint32_t warp_grid(const Context &ctx, std::int64_t tiles) {
+    const std::int64_t ctas = (tiles + kThreads / 32 - 1) / (kThreads / 32);
+    return static_cast<std::uint32_t>(std::max<std::int64_t>(1, std::min<std::int64_t>(ctas, 16 * std::max(ctx.sm_count(), 1))));
+}
+
+}  // namespace
+
+KernelSource render_fp8_quant_scatter(const Fp8QuantScatterSpec &spec) {
+    require_dim(spec.k, "fp8_quantize_scatter", "k");
+    if (spec.top_k < 1 || spec.top_k > 64)
+        fail(Status::unsupported, "fp8_quantize_scatter: top_k = {}: expected 1..64", spec.top_k);
+    const std::string name = fmt::format("fp8_quant_scatter_bf16_k{}_top{}", spec.k, spec.top_k);
+    return instantiate_kernel<kargs::Fp8QuantScatterArgs>(
+        {name, "fp8_quant_layer.cuh", "FP8 quantizing scatter, 1 x 128 tiles: " + name, "",
+         "moejit::quant::quantize_scatter_kernel", fmt::format("{}, {}, {}", kThreads, spec.k, spec.top_k)});
+}
+
+KernelSource render_fp8_quant_rows_ld(const Fp8QuantRowsLdSpec &spec) {
+    require_dim(spec.k, "fp8_quantize_rows_ld", "k");
+    const std::string name = fmt::format("fp8_quant_rows_ld_bf16_k{}", spec.k);
+    return instantiate_kernel<kargs::Fp8QuantRowsLdArgs>(
+        {name, "fp8_quant_layer.cuh", "FP8 quantizer into strided rows, 1 x 128 tiles: " + name, "",
+         "moejit::quant::quantize_rows_ld_kernel", fmt::format("{}, {}", kThreads, spec.k)});
+}
+
+KernelSource render_fp8_quant_blocks_t(const Fp8QuantBlocksTSpec &spec) {
+    require_dim(spec.n, "fp8_quantize_blocks_t", "n");
+    require_dim(spec.k, "fp8_quantize_blocks_t", "k");
+    const std::string name = fmt::format("fp8_quant_blocks_t_bf16_n{}_k{}", spec.n, spec.k);
+    return instantiate_kernel<kargs::Fp8QuantBlocksTArgs>(
+        {name, "fp8_quant_layer.cuh", "FP8 quantizer, 128 x 128 blocks, transposed: " + name, "",
+         "moejit::quant::quantize_blocks_t_kernel", fmt::format("{}, {}", spec.n, spec.k)});
+}
+
+KernelSource render_fp8_dequant_rows(const Fp8DequantRowsSpec &spec) {
+    require_dim(spec.k, "fp8_dequantize_rows", "k");
+    const std::string name = fmt::format("fp8_dequant_rows_bf16_k{}", spec.k);
+    return instantiate_kernel<kargs::Fp8DequantRowsArgs>(
+        {name, "fp8_quant_layer.cuh", "FP8 dequantizer, 1 x 128 tiles: " + name, "",
+         "moejit::quant::dequantize_rows_kernel", fmt::format("{}, {}", kThreads, spec.k)});
+}
+
+void fp8_quantize_scatter(Context &ctx, const Fp8QuantScatterSpec &spec, const void *x, const std::int32_t *scatter_index,
+                          std::int64_t num_tokens, void *q, float *scales, void *stream) {
+    require_sm90a(ctx, "fp8_quantize_scatter");
+    ctx.require_device("fp8_quantize_scatter");
+    const Kernel &kernel = ctx.kernel(render_fp8_quant_scatter(spec));
+    if (num_tokens <= 0) return;
+    LaunchShape shape;
+    shape.grid_x = warp_grid(ctx, num_tokens * (spec.k / 128));
+    shape.block_x = kThreads;
+    ctx.launch(kernel, shape, stream, kargs::Fp8QuantScatterArgs{x, scatter_index, q, scales, num_tokens});
+}
+
+void fp8_quantize_rows_ld(Context &ctx, const Fp8QuantRowsLdSpec &spec, const void *x, std::int64_t rows, void *q,
+                          std::int64_t q_ld, float *scales, std::int64_t scale_ld, void *stream) {
+    require_sm90a(ctx, "fp8_quantize_rows_ld");
+    ctx.require_device("fp8_quantize_rows_ld");
+    const Kernel &kernel = ctx.kernel(render_fp8_quant_rows_ld(spec));
+    if (rows <= 0) return;
+    LaunchShape shape;
+    shape.grid_x = warp_grid(ctx, rows * (spec.k / 128));
+    shape.block_x = kThreads;
+    ctx.launch(kernel, shape, stream, kargs::Fp8QuantRowsLdArgs{x, q, scales, rows, q_ld, scale_ld});
+}
+
+void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const void *w, std::int32_t num_experts,
+                           void *q, std::int64_t q_ld, float *scales, std::int64_t scale_ld, void *stream) {
+    require_sm90a(ctx, "fp8_quantize_blocks_t");
+    ctx.require_device("fp8_quantize_blocks_t");
+    const Kernel &kernel = ctx.kernel(render_fp8_quant_blocks_t(spec));
+    if (num_experts <= 0) return;
+    const std::int64_t blocks = std::int64_t{num_experts} * (spec.n / 128) * (spec.k / 128);
+    LaunchShape shape;
+    shape.grid_x = static_cast<std::uint32_t>(std::min<std::int64_t>(blocks, 8 * std::max(ctx.sm_count(), 1)));
+    shape.block_x = 256;
+    ctx.launch(kernel, shape, stream, kargs::Fp8QuantBlocksTArgs{w, q, scales, num_experts, q_ld, scale_ld});
+}
+
+void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,
+                         std::int64_t rows, void *x, void *stream) {
+    require_sm90a(ctx, "fp8_dequantize_rows");
+    ctx.require_device("fp8_dequantize_rows");
+    const Kernel &kernel = ctx.kernel(render_fp8_dequant_rows(spec));
+    if (rows <= 0) return;
+    LaunchShape shape;
+    shape.grid_x = warp_grid(ctx, rows * (spec.k / 128));
+    shape.block_x = kThreads;
+    ctx.launch(kernel, shape, stream, kargs::Fp8DequantRowsArgs{q, scales, x, rows});
+}
+
+}  // namespace moejit

@@ -1,0 +1,50 @@
+// The FP8 layer's quantizer forms (templates/fp8_quant_layer.cuh; issue 31, the layer): the
+// scatter that quantizes, rows into a wider operand, transposed weight blocks, and the
+// dequantizer of saved rows. Same rules as fp8.hpp's quantizers (one tile quantizes to the same
+// bytes and scale in every form). Every dimension is a multiple of 128 here (the layer's rule);
+// the renders refuse others, naming the field.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/context.hpp"
+#include "runtime/kernel_source.hpp"
+
+namespace moejit {
+
+struct Fp8QuantScatterSpec {
+    std::int64_t k = 0;      // H, a multiple of 128
+    std::int32_t top_k = 0;  // 1..64
+};
+struct Fp8QuantRowsLdSpec {
+    std::int64_t k = 0;  // a multiple of 128
+};
+struct Fp8QuantBlocksTSpec {
+    std::int64_t n = 0, k = 0;  // the source's [N, K] per expert, multiples of 128
+};
+struct Fp8DequantRowsSpec {
+    std::int64_t k = 0;  // a multiple of 128
+};
+
+KernelSource render_fp8_quant_scatter(const Fp8QuantScatterSpec &spec);
+KernelSource render_fp8_quant_rows_ld(const Fp8QuantRowsLdSpec &spec);
+KernelSource render_fp8_quant_blocks_t(const Fp8QuantBlocksTSpec &spec);
+KernelSource render_fp8_dequant_rows(const Fp8DequantRowsSpec &spec);
+
+// Launchers on `stream` (no sync; nothing launched for 0 rows or tokens). Pointers: device, the
+// layer's 256-byte aligned regions. Shapes as in templates/kernel_args.h.
+// x [T, k] bf16 -> q [T·top_k, k] e4m3 + scales [T·top_k, k/128] through scatter_index [T, top_k].
+void fp8_quantize_scatter(Context &ctx, const Fp8QuantScatterSpec &spec, const void *x, const std::int32_t *scatter_index,
+                          std::int64_t num_tokens, void *q, float *scales, void *stream);
+// x [rows, k] bf16 -> e4m3 rows of stride q_ld bytes, scale rows of stride scale_ld floats.
+void fp8_quantize_rows_ld(Context &ctx, const Fp8QuantRowsLdSpec &spec, const void *x, std::int64_t rows, void *q,
+                          std::int64_t q_ld, float *scales, std::int64_t scale_ld, void *stream);
+// w [E, n, k] bf16 -> q[e] = the transposed e4m3 [k, q_ld] (columns 0..n of each row written),
+// scales [E, k/128, scale_ld].
+void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const void *w, std::int32_t num_experts,
+                           void *q, std::int64_t q_ld, float *scales, std::int64_t scale_ld, void *stream);
+// q [rows, k] e4m3 + scales [rows, k/128] -> x [rows, k] bf16.
+void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,
+                         std::int64_t rows, void *x, void *stream);
+
+}  // namespace moejit

@@ -1,0 +1,384 @@
+// The layer's FP8 block-scaled recipe (moe/plan_fp8.hpp has the data flow).
+#include "moe/plan_fp8.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "base/checked_math.hpp"
+#include "base/dtype.hpp"
+#include "moe/layer_gemms.hpp"
+#include "moe/plan.hpp"
+#include "ops/routing.hpp"
+#include "ops/scatter_gather.hpp"
+#include "ops/swiglu.hpp"
+
+namespace moejit {
+namespace {
+
+constexpr std::int64_t kTile = 128;
+
+bool merged(const PlanDesc &d) { return d.fc1_layout != Fc1Layout::split; }
+constexpr float kGptOssAlpha = 1.702f;
+
+// block_n 256 where N allows it (the faster variant on an H200), else 128.
+Fp8GemmSpec gemm(std::int64_t n, std::int64_t k, std::int32_t experts) {
+    return make_fp8_gemm_spec(n, k, DType::bf16, experts, n % 256 == 0 ? 256 : 128);
+}
+
+// fc1's output rows as the row quantizers see them: merged [S, 2I], split [2S, I] (g then u).
+std::int64_t gate_up_k(const PlanDesc &d) { return merged(d) ? 2 * d.intermediate_size : d.intermediate_size; }
+
+void require_tensor(const void *p, const char *name, bool needed) {
+    if (!needed) return;
+    MOEJIT_REQUIRE(p != nullptr, "{} is NULL", name);
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % 16 == 0,
+                   "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
+}
+
+void require_buffers(const Fp8Layout &L, const void *saved, std::size_t saved_size, const void *workspace,
+                     std::size_t workspace_size) {
+    require_tensor(saved, "args->saved", true);
+    require_tensor(workspace, "args->workspace", L.workspace_bytes > 0);
+    MOEJIT_REQUIRE(saved_size >= L.saved_bytes,
+                   "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})", saved_size,
+                   L.saved_bytes, L.tokens);
+    MOEJIT_REQUIRE(workspace_size >= L.workspace_bytes,
+                   "args->workspace_size is {}, expected >= {} (moejit_plan_workspace_size for T={})", workspace_size,
+                   L.workspace_bytes, L.tokens);
+}
+
+void require_weights(const PlanDesc &d, const ExpertWeights &w) {
+    require_tensor(w.w_gate, "args->w_gate", !merged(d));
+    require_tensor(w.w_up, "args->w_up", !merged(d));
+    require_tensor(w.w_gate_up, "args->w_gate_up", merged(d));
+    require_tensor(w.w_down, "args->w_down", true);
+}
+
+// The SwiGLU op's arguments over gate_up (bf16; split: g then u, [S, I] each).
+template <class Args> Args swiglu_args(const PlanDesc &d, std::int64_t rows, const char *gate_up, const float *w_s,
+                                       void *stream) {
+    Args act;
+    act.dtype = d.dtype;
+    act.rows = rows;
+    act.intermediate = d.intermediate_size;
+    act.merged = merged(d);
+    act.limit = d.swiglu_limit;
+    act.gate = merged(d) ? nullptr : gate_up;
+    act.up = merged(d) ? nullptr : gate_up + rows * d.intermediate_size * 2;
+    act.gate_up = merged(d) ? gate_up : nullptr;
+    act.w_s = w_s;
+    act.stream = stream;
+    act.interleaved = d.fc1_layout == Fc1Layout::interleaved;
+    act.activation = d.activation;
+    act.alpha = d.activation_alpha > 0.0f ? d.activation_alpha : kGptOssAlpha;
+    return act;
+}
+
+}  // namespace
+
+void validate_fp8_desc(const PlanDesc &d) {
+    if (d.dtype != DType::bf16)
+        fail(Status::unsupported,
+             "desc->dtype is {} with desc->recipe MOEJIT_RECIPE_FP8_BLOCK: the FP8 recipe takes bf16 x and weights "
+             "(MOEJIT_DTYPE_BF16)",
+             dtype_name(d.dtype));
+    if (d.hidden_size % kTile != 0)
+        fail(Status::unsupported,
+             "desc->hidden_size is {} with desc->recipe MOEJIT_RECIPE_FP8_BLOCK: the FP8 recipe supports hidden_size "
+             "and intermediate_size multiples of 128 (its 1x128 and 128x128 scale blocks)",
+             d.hidden_size);
+    if (d.intermediate_size % kTile != 0)
+        fail(Status::unsupported,
+             "desc->intermediate_size is {} with desc->recipe MOEJIT_RECIPE_FP8_BLOCK: the FP8 recipe supports "
+             "hidden_size and intermediate_size multiples of 128 (its 1x128 and 128x128 scale blocks)",
+             d.intermediate_size);
+    if (d.weights_transposed)
+        fail(Status::unsupported,
+             "desc->weights_transposed is 1 with desc->recipe MOEJIT_RECIPE_FP8_BLOCK: the FP8 recipe supports "
+             "[E,2I,H] / [E,H,I] weights only (not yet transposed ones)");
+    if (d.has_bias)
+        fail(Status::unsupported,
+             "desc->has_bias is 1 with desc->recipe MOEJIT_RECIPE_FP8_BLOCK: the FP8 recipe has no expert biases yet");
+}
+
+void require_fp8_arch(const std::string &arch) {
+    if (arch != "sm_90a")
+        fail(Status::unsupported,
+             "desc->recipe is MOEJIT_RECIPE_FP8_BLOCK, which needs an sm_90a context (Hopper); this context's arch "
+             "is {} (no bf16 fallback: create the plan with MOEJIT_RECIPE_BF16 there)",
+             arch);
+}
+
+Fp8LayerSpecs fp8_layer_specs(const PlanDesc &d) {
+    const std::int64_t H = d.hidden_size, I = d.intermediate_size;
+    const std::int32_t E = d.num_experts;
+    return Fp8LayerSpecs{gemm(merged(d) ? 2 * I : I, H, E), gemm(H, I, E), gemm(I, H, E), gemm(H, 2 * I, E)};
+}
+
+std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
+    const std::int64_t H = d.hidden_size, I = d.intermediate_size;
+    const Fp8LayerSpecs g = fp8_layer_specs(d);
+    std::vector<KernelSource> s;
+    // forward
+    s.push_back(render_fp8_quant_scatter(Fp8QuantScatterSpec{H, d.top_k}));
+    s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{merged(d) ? 2 * I : I, H}));
+    s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{H, I}));
+    s.push_back(render_fp8_group_gemm_nk(g.fc1));
+    s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{gate_up_k(d)}));  // saved gate/up
+    s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{I}));             // aw
+    s.push_back(render_fp8_group_gemm_nk(g.fc2));
+    // backward
+    s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{H}));  // dy
+    s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{H, I}));
+    s.push_back(render_fp8_group_gemm_nk(g.fc2_dgrad));
+    s.push_back(render_fp8_dequant_rows(Fp8DequantRowsSpec{gate_up_k(d)}));
+    if (merged(d))
+        s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{2 * I}));
+    else
+        s.push_back(render_fp8_quant_rows_ld(Fp8QuantRowsLdSpec{I}));
+    s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{merged(d) ? 2 * I : I, H}));
+    s.push_back(render_fp8_group_gemm_nk(g.fc1_dgrad));
+    return s;
+}
+
+Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *tokens_arg)
+    : tokens(num_tokens), rows(checked_rows(num_tokens, desc.top_k, tokens_arg)) {
+    const std::int64_t S = rows, H = desc.hidden_size, I = desc.intermediate_size, E = desc.num_experts;
+    const char *arg = tokens_arg;
+    auto bytes = [arg](std::initializer_list<std::int64_t> f) { return checked_bytes(f, arg); };
+
+    RegionAllocator saved{arg};
+    offsets = saved.take(bytes({E + 1, 4}));
+    scatter_index = saved.take(bytes({S, 4}));
+    w_s = saved.take(bytes({S, 4}));
+    gate_up_q = saved.take(bytes({S, 2, I}));
+    gate_up_scale = saved.take(bytes({S, 2 * I / kTile, 4}));
+    saved_bytes = saved.end;
+    saved_payload = saved.payload;
+    saved_regions = saved.regions;
+
+    // The weights' regions and gate_up first, shared by both calls (a call uses one or the other).
+    RegionAllocator common{arg};
+    w1_q = common.take(bytes({E, 2, I, H}));
+    w1_scale = common.take(bytes({E, 2 * I / kTile, H / kTile, 4}));
+    w2_q = common.take(bytes({E, H, I}));
+    w2_scale = common.take(bytes({E, H / kTile, I / kTile, 4}));
+    gate_up = common.take(bytes({S, 2, I, 2}));
+    RegionAllocator fwd = common, bwd = common;
+    counts = fwd.take(bytes({E, 4}));
+    routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
+    xq = fwd.take(bytes({S, H}));
+    x_scale = fwd.take(bytes({S, H / kTile, 4}));
+    aw = fwd.take(bytes({S, I, 2}));
+    awq = fwd.take(bytes({S, I}));
+    aw_scale = fwd.take(bytes({S, I / kTile, 4}));
+    y = fwd.take(bytes({S, H, 2}));
+
+    dy = bwd.take(bytes({S, H, 2}));
+    dyq = bwd.take(bytes({S, H}));
+    dy_scale = bwd.take(bytes({S, H / kTile, 4}));
+    daw = bwd.take(bytes({S, I, 2}));
+    d_gate_up = bwd.take(bytes({S, 2, I, 2}));
+    dguq = bwd.take(bytes({S, 2, I}));
+    dgu_scale = bwd.take(bytes({S, 2 * I / kTile, 4}));
+    d_w_s = bwd.take(bytes({S, 4}));
+    wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
+    workspace_bytes = std::max(fwd.end, bwd.end);
+}
+
+void Plan::fp8_forward(const ForwardArgs &a) {
+    const PlanDesc &d = desc_;
+    const Fp8Layout L(d, a.num_tokens, "args->num_tokens");
+    const bool T0 = a.num_tokens > 0;
+    const ExpertWeights &w = a.weights;
+    require_tensor(a.x, "args->x", T0);
+    require_tensor(a.selected_experts, "args->selected_experts", T0);
+    require_tensor(a.routing_weights, "args->routing_weights", T0);
+    require_weights(d, w);
+    require_tensor(a.out, "args->out", T0);
+    require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    ctx_.require_device("moejit_plan_forward");
+
+    const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
+    const std::int32_t E = d.num_experts;
+    void *stream = a.stream;
+    auto *offsets = L.offsets.in<std::int32_t>(a.saved);
+    auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
+    auto *w_s = L.w_s.in<float>(a.saved);
+    routing_index(ctx_, RoutingIndexArgs{d.index_dtype, a.selected_experts, a.num_tokens, d.top_k, d.num_experts,
+                                         L.counts.in<std::int32_t>(a.workspace), offsets, scatter_index,
+                                         L.routing.in<char>(a.workspace), L.routing.bytes, stream},
+                  kernels_.routing);
+    if (!T0) return;  // offsets are zero, nothing else is read (out has no rows)
+    scatter_weights(ctx_, WeightsScatterArgs{d.routing_dtype, a.routing_weights, scatter_index, a.num_tokens,
+                                             d.top_k, w_s, nullptr, stream},
+                    *kernels_.scatter_weights);
+    // x's 1x128 tiles, quantized once per token, straight into the scattered rows.
+    auto *xq = L.xq.in<char>(a.workspace);
+    auto *x_scale = L.x_scale.in<float>(a.workspace);
+    fp8_quantize_scatter(ctx_, Fp8QuantScatterSpec{H, d.top_k}, a.x, scatter_index, a.num_tokens, xq, x_scale, stream);
+
+    // The weights, per 128x128 block (every call: no cache of quantized weights yet).
+    auto *w1_q = L.w1_q.in<char>(a.workspace);
+    auto *w1_scale = L.w1_scale.in<float>(a.workspace);
+    auto *w2_q = L.w2_q.in<char>(a.workspace);
+    auto *w2_scale = L.w2_scale.in<float>(a.workspace);
+    const std::int64_t fc1_n = merged(d) ? 2 * I : I;
+    const std::size_t half_q = static_cast<std::size_t>(E) * I * H;                        // split: up's offset
+    const std::size_t half_scale = static_cast<std::size_t>(E) * (I / kTile) * (H / kTile);
+    if (merged(d)) {
+        fp8_quantize_blocks(ctx_, Fp8QuantBlocksSpec{fc1_n, H}, Fp8QuantBlocksOperands{w.w_gate_up, w1_q, w1_scale, E, stream});
+    } else {
+        fp8_quantize_blocks(ctx_, Fp8QuantBlocksSpec{I, H}, Fp8QuantBlocksOperands{w.w_gate, w1_q, w1_scale, E, stream});
+        fp8_quantize_blocks(ctx_, Fp8QuantBlocksSpec{I, H},
+                            Fp8QuantBlocksOperands{w.w_up, w1_q + half_q, w1_scale + half_scale, E, stream});
+    }
+    fp8_quantize_blocks(ctx_, Fp8QuantBlocksSpec{H, I}, Fp8QuantBlocksOperands{w.w_down, w2_q, w2_scale, E, stream});
+
+    // fc1 -> gate_up (bf16), kept for the backward as e4m3 tiles + scales.
+    const Fp8LayerSpecs g = fp8_layer_specs(d);
+    auto *gate_up = L.gate_up.in<char>(a.workspace);
+    if (merged(d)) {
+        fp8_group_gemm_nk(ctx_, g.fc1, Fp8GemmOperands{xq, x_scale, w1_q, w1_scale, gate_up, offsets, S, E, stream});
+    } else {
+        fp8_group_gemm_nk(ctx_, g.fc1, Fp8GemmOperands{xq, x_scale, w1_q, w1_scale, gate_up, offsets, S, E, stream});
+        fp8_group_gemm_nk(ctx_, g.fc1,
+                          Fp8GemmOperands{xq, x_scale, w1_q + half_q, w1_scale + half_scale, gate_up + S * I * 2,
+                                          offsets, S, E, stream});
+    }
+    const std::int64_t gu_k = gate_up_k(d), gu_rows = merged(d) ? S : 2 * S;
+    fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{gu_k},
+                      Fp8QuantRowsOperands{gate_up, L.gate_up_q.in<char>(a.saved), L.gate_up_scale.in<float>(a.saved),
+                                           gu_rows, stream});
+
+    // aw = SwiGLU(g, u)·w_s in bf16, quantized for fc2.
+    auto *aw = L.aw.in<char>(a.workspace);
+    SwigluForwardArgs act = swiglu_args<SwigluForwardArgs>(d, S, gate_up, w_s, stream);
+    act.aw = aw;
+    swiglu_forward(ctx_, act, kernels_.swiglu_forward);
+    auto *awq = L.awq.in<char>(a.workspace);
+    auto *aw_scale = L.aw_scale.in<float>(a.workspace);
+    fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{I}, Fp8QuantRowsOperands{aw, awq, aw_scale, S, stream});
+    void *y = L.y.in<char>(a.workspace);
+    fp8_group_gemm_nk(ctx_, g.fc2, Fp8GemmOperands{awq, aw_scale, w2_q, w2_scale, y, offsets, S, E, stream});
+    gather(ctx_,
+           GatherArgs{GatherSpec{d.dtype, d.hidden_size, d.top_k, static_cast<DType>(0)}, y, scatter_index, nullptr,
+                      a.num_tokens, a.out, stream},
+           *kernels_.gather);
+}
+
+void Plan::fp8_backward(const BackwardArgs &a) {
+    const PlanDesc &d = desc_;
+    const Fp8Layout L(d, a.num_tokens, "args->num_tokens");
+    const bool T0 = a.num_tokens > 0;
+    const ExpertWeights &w = a.weights;
+    const ExpertGrads &gr = a.grads;
+    require_tensor(a.x, "args->x", T0);
+    require_tensor(a.dout, "args->dout", T0);
+    if (T0) require_weights(d, w);
+    require_tensor(a.dx, "args->dx", T0);
+    require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
+    require_tensor(gr.dw_gate, "args->dw_gate", !merged(d));
+    require_tensor(gr.dw_up, "args->dw_up", !merged(d));
+    require_tensor(gr.dw_gate_up, "args->dw_gate_up", merged(d));
+    require_tensor(gr.dw_down, "args->dw_down", true);
+    require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    ctx_.require_device("moejit_plan_backward");
+
+    const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
+    const std::int32_t E = d.num_experts;
+    void *stream = a.stream;
+    const auto *offsets = L.offsets.in<std::int32_t>(a.saved);
+    const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
+    const auto *w_s = L.w_s.in<float>(a.saved);
+    auto *dy = L.dy.in<char>(a.workspace);
+    auto *daw = L.daw.in<char>(a.workspace);
+    auto *d_gate_up = L.d_gate_up.in<char>(a.workspace);
+    auto *d_w_s = L.d_w_s.in<float>(a.workspace);
+    const Fp8WeightGradRows wgrad_rows{S,       offsets, dy,       daw, d_gate_up, scatter_index, a.num_tokens, a.x,
+                                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes, stream};
+    if (!T0) {  // no rows: only the weight gradients (zeros, or untouched when accumulating)
+        fp8_weight_grads(wgrad_rows, gr);
+        return;
+    }
+    const Fp8LayerSpecs g = fp8_layer_specs(d);
+
+    // fc2's dgrad: daw = dyq · (W_down quantized per block, transposed to [E, I, H]).
+    scatter(ctx_, ScatterArgs{ScatterSpec{d.dtype, H, d.top_k}, a.dout, scatter_index, a.num_tokens, dy, stream},
+            *kernels_.scatter);
+    auto *dyq = L.dyq.in<char>(a.workspace);
+    auto *dy_scale = L.dy_scale.in<float>(a.workspace);
+    fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{H}, Fp8QuantRowsOperands{dy, dyq, dy_scale, S, stream});
+    auto *w2t_q = L.w2_q.in<char>(a.workspace);
+    auto *w2t_scale = L.w2_scale.in<float>(a.workspace);
+    fp8_quantize_blocks_t(ctx_, Fp8QuantBlocksTSpec{H, I}, w.w_down, E, w2t_q, H, w2t_scale, H / kTile, stream);
+    fp8_group_gemm_nk(ctx_, g.fc2_dgrad, Fp8GemmOperands{dyq, dy_scale, w2t_q, w2t_scale, daw, offsets, S, E, stream});
+
+    // The saved g, u back to bf16; the SwiGLU backward writes d_gate_up, d_w_s and (in daw's
+    // place) a·w for fc2's weight gradient.
+    auto *gate_up = L.gate_up.in<char>(a.workspace);
+    const std::int64_t gu_k = gate_up_k(d), gu_rows = merged(d) ? S : 2 * S;
+    fp8_dequantize_rows(ctx_, Fp8DequantRowsSpec{gu_k}, L.gate_up_q.in<char>(a.saved), L.gate_up_scale.in<float>(a.saved),
+                        gu_rows, gate_up, stream);
+    SwigluBackwardArgs act = swiglu_args<SwigluBackwardArgs>(d, S, gate_up, w_s, stream);
+    act.daw = daw;
+    act.aw = daw;
+    act.d_gate = merged(d) ? nullptr : d_gate_up;
+    act.d_up = merged(d) ? nullptr : d_gate_up + S * I * 2;
+    act.d_gate_up = merged(d) ? d_gate_up : nullptr;
+    act.d_w_s = d_w_s;
+    swiglu_backward(ctx_, act, kernels_.swiglu_backward);
+
+    // d_gate_up's 1x128 tiles over [S, 2I] (split: d_gate's columns, then d_up's) and W_gate_up
+    // quantized per block, transposed to [E, H, 2I] (split: [W_gateᵀ | W_upᵀ]), read before
+    // fc1's dgrad writes dxs into dy's place.
+    auto *dguq = L.dguq.in<char>(a.workspace);
+    auto *dgu_scale = L.dgu_scale.in<float>(a.workspace);
+    auto *w1t_q = L.w1_q.in<char>(a.workspace);
+    auto *w1t_scale = L.w1_scale.in<float>(a.workspace);
+    if (merged(d)) {
+        fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{2 * I}, Fp8QuantRowsOperands{d_gate_up, dguq, dgu_scale, S, stream});
+        fp8_quantize_blocks_t(ctx_, Fp8QuantBlocksTSpec{2 * I, H}, w.w_gate_up, E, w1t_q, 2 * I, w1t_scale,
+                              2 * I / kTile, stream);
+    } else {
+        const Fp8QuantRowsLdSpec rows_spec{I};
+        fp8_quantize_rows_ld(ctx_, rows_spec, d_gate_up, S, dguq, 2 * I, dgu_scale, 2 * I / kTile, stream);
+        fp8_quantize_rows_ld(ctx_, rows_spec, d_gate_up + S * I * 2, S, dguq + I, 2 * I, dgu_scale + I / kTile,
+                             2 * I / kTile, stream);
+        const Fp8QuantBlocksTSpec blocks_spec{I, H};
+        fp8_quantize_blocks_t(ctx_, blocks_spec, w.w_gate, E, w1t_q, 2 * I, w1t_scale, 2 * I / kTile, stream);
+        fp8_quantize_blocks_t(ctx_, blocks_spec, w.w_up, E, w1t_q + I, 2 * I, w1t_scale + I / kTile, 2 * I / kTile,
+                              stream);
+    }
+    // The weight gradients (bf16) read dy, then x's rows in dy's place.
+    fp8_weight_grads(wgrad_rows, gr);
+    void *dxs = dy;
+    fp8_group_gemm_nk(ctx_, g.fc1_dgrad, Fp8GemmOperands{dguq, dgu_scale, w1t_q, w1t_scale, dxs, offsets, S, E, stream});
+    gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
+                                           a.d_routing_weights, stream},
+                   *kernels_.gather_weights);
+    gather(ctx_,
+           GatherArgs{GatherSpec{d.dtype, H, d.top_k, static_cast<DType>(0)}, dxs, scatter_index, nullptr, a.num_tokens,
+                      a.dx, stream},
+           *kernels_.gather);
+}
+
+void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
+    const PlanDesc &d = desc_;
+    const std::int64_t S = r.rows, I = d.intermediate_size;
+    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, r.offsets, nullptr, r.stream, r.wgrad_split,
+                     r.wgrad_split_bytes);
+    gemms.fc2_wgrad(r.dy, r.aw, g.dw_down);
+    // dy is dead: x's rows take its place for fc1's gradients.
+    const void *xs = r.dy;
+    if (r.tokens > 0)
+        xs = scatter_rows(r.scatter_index, r.tokens, r.x, r.dy, r.stream);
+    if (merged(d)) {
+        gemms.fc1_wgrad_merged(r.d_gate_up, xs, g.dw_gate_up);
+    } else {
+        gemms.fc1_wgrad_split(r.d_gate_up, xs, g.dw_gate);
+        gemms.fc1_wgrad_split(r.d_gate_up + S * I * 2, xs, g.dw_up);
+    }
+}
+
+}  // namespace moejit

@@ -1,0 +1,88 @@
+// The layer's FP8 block-scaled recipe (issue 31; PlanDesc::recipe == Recipe::fp8_block): what it
+// accepts, where it keeps its tensors, and the kernels it runs. The calls themselves are Plan's
+// (moe/plan_fp8.cpp), so the routing, scatter, gather and SwiGLU kernels are the bf16 plan's.
+//
+// Forward (S = T·k scattered rows; every GEMM's launch bound from S):
+//   routing index, w_s scatter (bf16 plan's kernels);
+//   xq = e4m3 1x128 tiles of x, quantized once per token and written to its k scattered rows;
+//   W_gate_up (split: W_gate, W_up) and W_down quantized per 128x128 block (every call: no
+//   weight cache yet);
+//   gate_up = FP8 GEMM(xq, W1q) in bf16 -> saved as e4m3 1x128 tiles + scales;
+//   aw = SwiGLU(gate_up)·w_s (bf16) -> awq (1x128) -> y = FP8 GEMM(awq, W2q) -> weighted gather.
+// Backward:
+//   dy = scatter(dout) (bf16, for the weight gradient) -> dyq (1x128);
+//   daw = FP8 GEMM(dyq, W_downᵀ quantized per block) ; gate_up dequantized from saved;
+//   SwiGLU backward (bf16: d_gate_up, d_w_s, aw recomputed);
+//   weight gradients in bf16 (Plan::fp8_weight_grads, the one place an FP8 weight-gradient
+//   GEMM goes later);
+//   dxs = FP8 GEMM(d_gate_up quantized 1x128 over [S, 2I], W_gate_upᵀ per block) -> gather.
+// Saved between the calls: offsets, scatter_index, w_s and gate_up as e4m3 + fp32 scales:
+// 2·I + I/16 bytes per row instead of the bf16 plan's 4·I.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fp8/fp8.hpp"
+#include "fp8/fp8_layer_quant.hpp"
+#include "moe/plan_desc.hpp"
+#include "moe/plan_layout.hpp"
+#include "runtime/kernel_source.hpp"
+
+namespace moejit {
+
+// The FP8 recipe's refusals of a descriptor (called by validate_plan_desc for that recipe):
+// Status::unsupported naming the field and what is supported (dtype bf16, hidden_size and
+// intermediate_size multiples of 128, no weights_transposed, no has_bias).
+void validate_fp8_desc(const PlanDesc &desc);
+// The FP8 kernels run on sm_90a: Status::unsupported naming `arch` otherwise (never a bf16
+// fallback).
+void require_fp8_arch(const std::string &arch);
+
+// The layer's FP8 GEMMs (C bf16; block_n 256 where N allows it).
+struct Fp8LayerSpecs {
+    Fp8GemmSpec fc1;        // N = 2I merged/interleaved, I split (run for gate, then up); K = H
+    Fp8GemmSpec fc2;        // N = H, K = I
+    Fp8GemmSpec fc2_dgrad;  // N = I, K = H   (B = W_downᵀ)
+    Fp8GemmSpec fc1_dgrad;  // N = H, K = 2I  (B = W_gate_upᵀ; split: [W_gateᵀ | W_upᵀ])
+};
+Fp8LayerSpecs fp8_layer_specs(const PlanDesc &desc);
+
+// Every FP8 kernel of the layer (GEMMs and quantizers), for plan creation and warmup.
+std::vector<KernelSource> fp8_layer_sources(const PlanDesc &desc);
+
+// The FP8 plan's saved buffer and workspace for T tokens (validated as PlanLayout validates
+// it). Regions shared by name with PlanLayout mean the same thing.
+struct Fp8Layout {
+    Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *tokens_arg = "num_tokens");
+
+    std::int64_t tokens = 0, rows = 0;  // T, S
+    // saved
+    Region offsets, scatter_index, w_s;
+    Region gate_up_q;      // [S, 2I] e4m3 (split: g rows [S, I] then u rows [S, I])
+    Region gate_up_scale;  // [S, 2I/128] fp32 (split: [2S, I/128])
+    std::size_t saved_bytes = 0, saved_payload = 0, saved_regions = 0;
+    // both calls: the weights quantized for this call (forward [E, N, K], backward transposed)
+    Region w1_q, w1_scale;  // fc1's: [E, 2I, H] (split: gate's [E, I, H] then up's) / [E, H, 2I]
+    Region w2_q, w2_scale;  // fc2's: [E, H, I] / [E, I, H]
+    Region gate_up;         // [S, 2I] bf16: fc1's output (forward), the dequantized saved (backward)
+    // forward
+    Region counts, routing;
+    Region xq, x_scale;     // [S, H] e4m3, [S, H/128]
+    Region aw;              // [S, I] bf16
+    Region awq, aw_scale;   // [S, I] e4m3, [S, I/128]
+    Region y;               // [S, H] bf16
+    // backward
+    Region dy;              // [S, H] bf16: dout's rows, then x's rows, then dxs
+    Region dyq, dy_scale;   // [S, H] e4m3, [S, H/128]
+    Region daw;             // [S, I] bf16: d(a·w), then a·w recomputed
+    Region d_gate_up;       // [S, 2I] bf16 (split: d_gate then d_up)
+    Region dguq, dgu_scale; // [S, 2I] e4m3, [S, 2I/128] (split too: d_gate | d_up per row)
+    Region d_w_s;           // [S] fp32
+    Region wgrad_split;
+    std::size_t workspace_bytes = 0;
+};
+
+}  // namespace moejit

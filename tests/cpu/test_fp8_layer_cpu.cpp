@@ -1,0 +1,213 @@
+// The layer's FP8 recipe without a GPU (issue 31, layer and API): moejit_plan_warmup on a
+// compile-only sm_90a context renders and compiles every kernel of an FP8 plan (split, merged
+// and interleaved fc1; a small and a qwen3-30b-a3b shape), the FP8 kernels are exactly the
+// plan's list, the recipe field's refusals name the field and what is supported (unknown
+// recipe, another arch, another dtype, H or I not a multiple of 128, transposed weights,
+// biases), a struct_size from a 0.5-0.10 header (96 bytes, no recipe) gets bf16 whatever its
+// tail holds, and the FP8 saved buffer is about half the bf16 one (printed) with its affine
+// bound holding.
+#define BOOST_TEST_MODULE fp8_layer_cpu
+#include <boost/test/unit_test.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+
+#include "compile_only.hpp"
+#include "layer_args.h"
+#include "moe/plan.hpp"
+#include "moe/plan_fp8.hpp"
+#include "moe/plan_layout.hpp"
+#include "moejit.h"
+#include "capi_convert.hpp"
+#include "capi_struct.hpp"
+
+using moejit::test::CompileOnlyContext;
+
+namespace {
+
+moejit_plan_desc_t fp8_desc(std::int64_t H, std::int64_t I, std::int32_t E, std::int32_t k,
+                            moejit_fc1_layout_t layout = MOEJIT_FC1_MERGED) {
+    moejit_plan_desc_t d;
+    layer_desc_init(&d, H, I, E, k);
+    d.fc1_layout = layout;
+    d.recipe = MOEJIT_RECIPE_FP8_BLOCK;
+    return d;
+}
+
+bool last_error_has(const char *part) { return std::string(moejit_last_error()).find(part) != std::string::npos; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(desc_init_defaults_to_bf16_and_the_abi_pins_hold) {
+    moejit_plan_desc_t d;
+    std::memset(&d, 0xAB, sizeof d);
+    BOOST_REQUIRE(moejit_plan_desc_init(&d) == MOEJIT_SUCCESS);
+    BOOST_TEST(d.struct_size == sizeof d);
+    BOOST_TEST(d.recipe == MOEJIT_RECIPE_BF16);
+    BOOST_TEST(d.reserved_0_5_tail == 0);
+    BOOST_TEST(d.reserved0 == 0);
+    BOOST_TEST(sizeof(moejit_plan_desc_t) == 104u);
+    BOOST_TEST(offsetof(moejit_plan_desc_t, recipe) == 96u);
+    BOOST_TEST(sizeof(moejit_recipe_t) == 4u);
+    // A 0.5-0.10 caller's init (96 bytes) writes nothing past them.
+    std::memset(&d, 0xCD, sizeof d);
+    BOOST_REQUIRE(moejit_plan_desc_init_sized(&d, 96) == MOEJIT_SUCCESS);
+    BOOST_TEST(d.struct_size == 96u);
+    const auto *bytes = reinterpret_cast<const unsigned char *>(&d);
+    for (std::size_t i = 96; i < sizeof d; ++i) BOOST_TEST(bytes[i] == 0xCD);
+}
+
+// An old binary's 96-byte struct has no recipe: whatever lies past its size, and in the tail
+// padding it never named, the library reads bf16.
+BOOST_AUTO_TEST_CASE(old_struct_size_gets_bf16) {
+    for (std::uint32_t garbage : {0u, 1u, 0xFFFFFFFFu, 0x01010101u}) {
+        moejit_plan_desc_t d = fp8_desc(256, 128, 4, 2);
+        d.struct_size = 96;
+        std::memcpy(&d.reserved_0_5_tail, &garbage, 4);
+        std::memcpy(&d.recipe, &garbage, 4);
+        const moejit::PlanDesc p = moejit::to_internal(moejit::read_struct(&d, "desc"));
+        BOOST_TEST(static_cast<int>(p.recipe) == 0);
+        d.struct_size = 80;  // 0.1
+        BOOST_TEST(static_cast<int>(moejit::to_internal(moejit::read_struct(&d, "desc")).recipe) == 0);
+    }
+    // Through the C ABI: a 96-byte FP8 request on an sm_80 context is a bf16 plan (warms up),
+    // the same struct at 104 bytes is refused naming the arch.
+    CompileOnlyContext ctx("sm_80");
+    moejit_plan_desc_t d = fp8_desc(256, 128, 4, 2);
+    d.struct_size = 96;
+    int kernels = 0;
+    BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, &kernels) == MOEJIT_SUCCESS, moejit_last_error());
+    BOOST_TEST(kernels > 0);
+    d.struct_size = sizeof d;
+    BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, &kernels) == MOEJIT_ERROR_UNSUPPORTED);
+    BOOST_TEST(last_error_has("sm_80"), moejit_last_error());
+    BOOST_TEST(last_error_has("recipe"), moejit_last_error());
+}
+
+BOOST_AUTO_TEST_CASE(refusals_name_the_field_and_what_is_supported) {
+    CompileOnlyContext ctx("sm_90a");
+    struct Bad {
+        const char *what;
+        moejit_status_t status;
+        std::initializer_list<const char *> parts;
+        void (*edit)(moejit_plan_desc_t &);
+    };
+    const Bad cases[] = {
+        {"unknown recipe", MOEJIT_ERROR_INVALID_ARGUMENT, {"desc->recipe", "MOEJIT_RECIPE_FP8_BLOCK"},
+         [](moejit_plan_desc_t &d) { d.recipe = static_cast<moejit_recipe_t>(7); }},
+        {"negative recipe", MOEJIT_ERROR_INVALID_ARGUMENT, {"desc->recipe", "-1"},
+         [](moejit_plan_desc_t &d) { d.recipe = static_cast<moejit_recipe_t>(-1); }},
+        {"fp16", MOEJIT_ERROR_UNSUPPORTED, {"desc->dtype", "bf16"},
+         [](moejit_plan_desc_t &d) {
+             d.dtype = MOEJIT_DTYPE_FP16, d.weight_grad_dtype = MOEJIT_DTYPE_FP16, d.routing_dtype = MOEJIT_DTYPE_FP32;
+         }},
+        {"H 192", MOEJIT_ERROR_UNSUPPORTED, {"desc->hidden_size", "192", "multiples of 128"},
+         [](moejit_plan_desc_t &d) { d.hidden_size = 192; }},
+        {"I 64", MOEJIT_ERROR_UNSUPPORTED, {"desc->intermediate_size", "64", "multiples of 128"},
+         [](moejit_plan_desc_t &d) { d.intermediate_size = 64; }},
+        {"transposed", MOEJIT_ERROR_UNSUPPORTED, {"desc->weights_transposed"},
+         [](moejit_plan_desc_t &d) { d.weights_transposed = 1; }},
+        {"bias", MOEJIT_ERROR_UNSUPPORTED, {"desc->has_bias"}, [](moejit_plan_desc_t &d) { d.has_bias = 1; }},
+    };
+    for (const Bad &c : cases) {
+        BOOST_TEST_CONTEXT(c.what) {
+            moejit_plan_desc_t d = fp8_desc(256, 128, 4, 2);
+            c.edit(d);
+            int kernels = -1;
+            BOOST_TEST(moejit_plan_warmup(ctx.get(), &d, &kernels) == c.status, moejit_last_error());
+            for (const char *part : c.parts) BOOST_TEST(last_error_has(part), moejit_last_error());
+            BOOST_TEST(kernels == -1);  // refused before anything compiled
+            std::int64_t a = 0, b = 0;
+            BOOST_TEST(moejit_saved_size_terms(&d, &a, &b) == c.status);
+        }
+    }
+    // Another arch: refused naming it (never a silent bf16 plan), also on Ampere with sm_80.
+    for (const char *arch : {"sm_80", "sm_89"}) {
+        BOOST_TEST_CONTEXT(arch) {
+            moejit::test::CompileOnlyContext other(arch);
+            moejit_plan_desc_t d = fp8_desc(256, 128, 4, 2);
+            BOOST_TEST(moejit_plan_warmup(other.get(), &d, nullptr) == MOEJIT_ERROR_UNSUPPORTED);
+            BOOST_TEST(last_error_has("sm_90a"), moejit_last_error());
+            BOOST_TEST(last_error_has(std::string(arch).substr(0, 5).c_str()), moejit_last_error());
+            // The same desc with the bf16 recipe is fine there.
+            d.recipe = MOEJIT_RECIPE_BF16;
+            BOOST_TEST(moejit_plan_warmup(other.get(), &d, nullptr) == MOEJIT_SUCCESS, moejit_last_error());
+        }
+    }
+}
+
+// Warmup compiles every FP8 kernel for sm_90a, and the plan's list holds each FP8 kernel and the
+// bf16 weight-gradient GEMMs, not the bf16 forward GEMMs.
+BOOST_AUTO_TEST_CASE(warmup_compiles_every_fp8_layer_kernel_for_sm90a) {
+    CompileOnlyContext ctx("sm_90a");
+    struct Shape {
+        std::int64_t H, I;
+        std::int32_t E, k;
+        moejit_fc1_layout_t layout;
+    };
+    for (const Shape &s : {Shape{256, 128, 4, 2, MOEJIT_FC1_SPLIT}, Shape{256, 128, 4, 2, MOEJIT_FC1_MERGED},
+                           Shape{256, 256, 4, 1, MOEJIT_FC1_INTERLEAVED}, Shape{2048, 768, 128, 8, MOEJIT_FC1_MERGED}}) {
+        BOOST_TEST_CONTEXT("H " << s.H << " I " << s.I << " E " << s.E << " k " << s.k << " layout " << s.layout) {
+            const moejit_plan_desc_t d = fp8_desc(s.H, s.I, s.E, s.k, s.layout);
+            int kernels = 0;
+            BOOST_REQUIRE_MESSAGE(moejit_plan_warmup(ctx.get(), &d, &kernels) == MOEJIT_SUCCESS, moejit_last_error());
+            const moejit::PlanDesc p = moejit::to_internal(d);
+            std::set<std::string> names;
+            for (const auto &k : moejit::plan_kernel_sources(p, ctx.impl().config(), 90)) names.insert(k.name);
+            BOOST_TEST(kernels == static_cast<int>(names.size()));
+            int fp8_gemms = 0;
+            for (const auto &k : moejit::fp8_layer_sources(p)) {
+                BOOST_TEST(names.count(k.name) == 1u, k.name);
+                fp8_gemms += k.name.rfind("fp8_gemm_nk", 0) == 0;
+            }
+            BOOST_TEST(fp8_gemms == 4);
+            for (const std::string &n : names) {
+                // Only the weight gradients run as bf16 GEMMs (same_mn); no bf16 same_nk GEMM.
+                const bool bf16_gemm = n.find("gemm") != std::string::npos && n.rfind("fp8_", 0) != 0;
+                if (bf16_gemm) BOOST_TEST(n.find("_nk") == std::string::npos, n);
+            }
+            std::printf("fp8 layer H=%lld I=%lld E=%d k=%d layout %d: %d kernels compiled for sm_90a\n",
+                        static_cast<long long>(s.H), static_cast<long long>(s.I), s.E, s.k, s.layout, kernels);
+        }
+    }
+}
+
+// Saved bytes: FP8 keeps g, u as e4m3 + scales (2I + I/16 bytes a row) instead of bf16 (4I).
+BOOST_AUTO_TEST_CASE(saved_buffer_is_about_half_and_its_bound_holds) {
+    struct Model {
+        const char *name;
+        std::int64_t T, H, I;
+        std::int32_t E, k;
+    };
+    for (const Model &m : {Model{"qwen3-30b-a3b", 8192, 2048, 768, 128, 8}, Model{"deepseek-v3", 8192, 7168, 2048, 256, 8},
+                           Model{"mixtral-8x7b", 8192, 4096, 14336, 8, 2}}) {
+        moejit_plan_desc_t d = fp8_desc(m.H, m.I, m.E, m.k);
+        const moejit::PlanDesc fp8 = moejit::to_internal(d);
+        moejit::PlanDesc bf16 = fp8;
+        bf16.recipe = moejit::Recipe::bf16;
+        const std::size_t f = moejit::Fp8Layout(fp8, m.T).saved_bytes;
+        const std::size_t b = moejit::PlanLayout(bf16, m.T, false).saved_bytes;
+        const double ratio = static_cast<double>(f) / static_cast<double>(b);
+        std::printf("%s T=%lld: saved FP8 %.1f MiB vs bf16 %.1f MiB (%.3f); FP8 workspace %.1f MiB\n", m.name,
+                    static_cast<long long>(m.T), f / 1048576.0, b / 1048576.0, ratio,
+                    moejit::Fp8Layout(fp8, m.T).workspace_bytes / 1048576.0);
+        BOOST_TEST(ratio < 0.6);
+        BOOST_TEST(ratio > 0.45);
+        std::int64_t per_token = 0, constant = 0;
+        BOOST_REQUIRE(moejit_saved_size_terms(&d, &per_token, &constant) == MOEJIT_SUCCESS);
+        std::mt19937_64 rng(std::random_device{}());
+        for (int i = 0; i < 50; ++i) {
+            const std::int64_t T = static_cast<std::int64_t>(rng() % 20000);
+            const std::size_t saved = moejit::Fp8Layout(fp8, T).saved_bytes;
+            BOOST_TEST(static_cast<std::int64_t>(saved) <= per_token * T + constant, "T=" << T);
+        }
+    }
+    // Bad T: named, as every size query.
+    const moejit::PlanDesc p = moejit::to_internal(fp8_desc(256, 128, 4, 2));
+    BOOST_CHECK_THROW(moejit::Fp8Layout(p, -1), moejit::Error);
+    BOOST_CHECK_THROW(moejit::Fp8Layout(p, std::int64_t{1} << 40), moejit::Error);
+}

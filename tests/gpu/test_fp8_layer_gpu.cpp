@@ -1,0 +1,488 @@
+// The layer's FP8 recipe on an H200 (issue 31, layer and API; moe/plan_fp8.hpp):
+//   - the layer's own quantizer forms (templates/fp8_quant_layer.cuh) against the host mirror
+//     (src/fp8/e4m3.hpp) bit for bit: the quantizing scatter, rows into a wider operand, the
+//     transposed weight blocks (= the transpose of the forward quantization), the dequantizer;
+//   - forward and backward through the C ABI (MOEJIT_RECIPE_FP8_BLOCK) against the float64
+//     reference of tests/support/reference_moe.hpp on random inputs: duplicate routes, all
+//     routes to one expert, empty experts, T = 1, T = 0, outliers of 1e4 in a few channels of x,
+//     K = 7168 (deepseek-v3's H), split and merged fc1; every output NaN-filled before the calls
+//     and checked written; ||out - ref|| / ||ref|| printed per output and gradient (FP8 e4m3
+//     with block scales: a few 1e-2, the bound checked is 0.1, 0.15 with outliers);
+//   - a disabled case, `benchmark` (--run_test=benchmark): FP8 vs bf16 layer forward and
+//     forward + backward time and TFLOP/s on qwen3-30b-a3b, deepseek-v3 and mixtral-8x7b.
+// Exits 77 (skipped) without a GPU; prints "skipping" on a device that is not sm_90a.
+#include "gpu_main.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "fp8/e4m3.hpp"
+#include "fp8/fp8_layer_quant.hpp"
+#include "layer_args.h"
+#include "reference_moe.hpp"
+#include "runtime/context.hpp"
+#include "runtime/driver.hpp"
+
+MOEJIT_GPU_TEST_MAIN("fp8_layer_gpu")
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+
+bool hopper() {
+    if (internal_ctx().arch() == "sm_90a") return true;
+    std::printf("skipping: the context is %s, the FP8 layer needs sm_90a\n", internal_ctx().arch().c_str());
+    return false;
+}
+
+std::mt19937_64 case_rng(const char *name) {
+    return std::mt19937_64(test_seed() ^ std::hash<std::string>{}(name));
+}
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, float scale, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<std::uint16_t> v(n);
+    for (auto &b : v) b = float_to_bf16(u(rng));
+    return v;
+}
+
+std::vector<float> as_float(const std::vector<std::uint16_t> &bits) {
+    std::vector<float> f(bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) f[i] = bf16_to_float(bits[i]);
+    return f;
+}
+
+std::vector<double> to_double(const std::vector<float> &v) { return {v.begin(), v.end()}; }
+
+std::vector<double> bf16_to_double(const std::vector<std::uint16_t> &bits) {
+    std::vector<double> d(bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) d[i] = bf16_to_float(bits[i]);
+    return d;
+}
+
+std::size_t count_mismatch(const std::vector<std::uint8_t> &a, const std::vector<std::uint8_t> &b) {
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        bad += !(a[i] == b[i] || (fp8::e4m3_is_nan(a[i]) && fp8::e4m3_is_nan(b[i])));
+    return bad;
+}
+
+std::size_t count_scale_mismatch(const std::vector<float> &a, const std::vector<float> &b) {
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], 4) != 0;
+    return bad;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the quantizer forms
+
+BOOST_AUTO_TEST_CASE(layer_quantizers_match_the_host_mirror) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("layer_quantizers");
+    Context &ctx = internal_ctx();
+    // Quantizing scatter: T tokens, k routes each, one dropped (-1) route; rows no route names
+    // stay poisoned.
+    {
+        const std::int64_t T = 37, K = 384;
+        const int k = 3;
+        std::vector<std::uint16_t> x = random_bf16(static_cast<std::size_t>(T * K), 2.0f, rng);
+        x[5 * K + 7] = float_to_bf16(1e4f);  // an outlier: its tile only
+        std::vector<std::int32_t> index(static_cast<std::size_t>(T * k));
+        std::vector<std::int64_t> perm(static_cast<std::size_t>(T * k));
+        for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<std::int64_t>(i);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (std::size_t i = 0; i < perm.size(); ++i) index[i] = static_cast<std::int32_t>(perm[i]);
+        index[4] = -1;  // dropped
+        DeviceBuffer dx = DeviceBuffer::from(x), di = DeviceBuffer::from(index);
+        DeviceBuffer q(static_cast<std::size_t>(T * k * K)), s(static_cast<std::size_t>(T * k * (K / 128)) * 4);
+        q.poison(), s.poison();
+        fp8_quantize_scatter(ctx, {K, k}, dx.get(), di.as<std::int32_t>(), T, q.get(), s.as<float>(), nullptr);
+        const fp8::Quantized host = fp8::quantize_rows(x, T, K);
+        const auto gq = q.download<std::uint8_t>();
+        const auto gs = s.download<float>();
+        std::size_t bad = 0;
+        for (std::int64_t t = 0; t < T; ++t)
+            for (int j = 0; j < k; ++j) {
+                const std::int32_t r = index[static_cast<std::size_t>(t * k + j)];
+                if (r < 0) continue;
+                for (std::int64_t c = 0; c < K; ++c)
+                    bad += gq[static_cast<std::size_t>(r * K + c)] != host.q[static_cast<std::size_t>(t * K + c)];
+                for (std::int64_t b = 0; b < K / 128; ++b)
+                    bad += std::memcmp(&gs[static_cast<std::size_t>(r * (K / 128) + b)],
+                                       &host.scales[static_cast<std::size_t>(t * (K / 128) + b)], 4) != 0;
+            }
+        BOOST_TEST(bad == 0u, "quantize_scatter: " << bad << " bytes or scales differ from the host mirror");
+        // The dropped route's row (perm[4]) is not written.
+        const std::int64_t dropped = perm[4];
+        BOOST_TEST(gq[static_cast<std::size_t>(dropped * K)] == 0xFF);
+    }
+    // Rows into a wider operand (columns [128, 384) of a [rows, 512] matrix).
+    {
+        const std::int64_t rows = 70, K = 256, ld = 512;
+        const std::vector<std::uint16_t> x = random_bf16(static_cast<std::size_t>(rows * K), 0.5f, rng);
+        DeviceBuffer dx = DeviceBuffer::from(x);
+        DeviceBuffer q(static_cast<std::size_t>(rows * ld)), s(static_cast<std::size_t>(rows * (ld / 128)) * 4);
+        q.poison(), s.poison();
+        fp8_quantize_rows_ld(ctx, {K}, dx.get(), rows, q.as<char>() + 128, ld, s.as<float>() + 1, ld / 128, nullptr);
+        const fp8::Quantized host = fp8::quantize_rows(x, rows, K);
+        const auto gq = q.download<std::uint8_t>();
+        const auto gs = s.download<float>();
+        std::size_t bad = 0, touched = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+            for (std::int64_t c = 0; c < ld; ++c) {
+                const std::uint8_t got = gq[static_cast<std::size_t>(r * ld + c)];
+                if (c >= 128 && c < 128 + K)
+                    bad += got != host.q[static_cast<std::size_t>(r * K + c - 128)];
+                else
+                    touched += got != 0xFF;
+            }
+            for (std::int64_t b = 0; b < K / 128; ++b)
+                bad += std::memcmp(&gs[static_cast<std::size_t>(r * 4 + 1 + b)],
+                                   &host.scales[static_cast<std::size_t>(r * 2 + b)], 4) != 0;
+        }
+        BOOST_TEST(bad == 0u, "quantize_rows_ld: " << bad << " differ from the host mirror");
+        BOOST_TEST(touched == 0u, "quantize_rows_ld wrote " << touched << " bytes outside its columns");
+    }
+    // Transposed blocks: q_t[e][k][n] == quantize_blocks(w)[e][n][k], scales transposed.
+    {
+        const std::int64_t E = 3, N = 256, K = 384;
+        std::vector<std::uint16_t> w = random_bf16(static_cast<std::size_t>(E * N * K), 0.05f, rng);
+        w[static_cast<std::size_t>(N * K + 3 * K + 200)] = float_to_bf16(-3e3f);
+        DeviceBuffer dw = DeviceBuffer::from(w);
+        DeviceBuffer q(static_cast<std::size_t>(E * K * N)), s(static_cast<std::size_t>(E * (K / 128) * (N / 128)) * 4);
+        q.poison(), s.poison();
+        fp8_quantize_blocks_t(ctx, {N, K}, dw.get(), static_cast<std::int32_t>(E), q.get(), N, s.as<float>(), N / 128,
+                              nullptr);
+        const fp8::Quantized host = fp8::quantize_blocks(w, E, N, K);
+        std::vector<std::uint8_t> host_t(host.q.size());
+        std::vector<float> host_ts(host.scales.size());
+        for (std::int64_t e = 0; e < E; ++e) {
+            for (std::int64_t n = 0; n < N; ++n)
+                for (std::int64_t c = 0; c < K; ++c)
+                    host_t[static_cast<std::size_t>((e * K + c) * N + n)] = host.q[static_cast<std::size_t>((e * N + n) * K + c)];
+            for (std::int64_t nb = 0; nb < N / 128; ++nb)
+                for (std::int64_t kb = 0; kb < K / 128; ++kb)
+                    host_ts[static_cast<std::size_t>((e * (K / 128) + kb) * (N / 128) + nb)] =
+                        host.scales[static_cast<std::size_t>((e * (N / 128) + nb) * (K / 128) + kb)];
+        }
+        const std::size_t bad_q = count_mismatch(q.download<std::uint8_t>(), host_t);
+        const std::size_t bad_s = count_scale_mismatch(s.download<float>(), host_ts);
+        BOOST_TEST(bad_q == 0u, "quantize_blocks_t: " << bad_q << " bytes differ from the transposed host mirror");
+        BOOST_TEST(bad_s == 0u, "quantize_blocks_t: " << bad_s << " scales differ");
+    }
+    // Dequantize: bf16(e4m3 · scale) of the host's quantization.
+    {
+        const std::int64_t rows = 33, K = 256;
+        const std::vector<std::uint16_t> x = random_bf16(static_cast<std::size_t>(rows * K), 8.0f, rng);
+        const fp8::Quantized host = fp8::quantize_rows(x, rows, K);
+        DeviceBuffer q = DeviceBuffer::from(host.q), s = DeviceBuffer::from(host.scales);
+        DeviceBuffer out(static_cast<std::size_t>(rows * K) * 2);
+        out.poison();
+        fp8_dequantize_rows(ctx, {K}, q.get(), s.as<float>(), rows, out.get(), nullptr);
+        const auto got = out.download<std::uint16_t>();
+        std::size_t bad = 0;
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t c = 0; c < K; ++c) {
+                const float want = round_to_bf16(fp8::e4m3_to_float(host.q[static_cast<std::size_t>(r * K + c)]) *
+                                                 host.scales[static_cast<std::size_t>(r * (K / 128) + c / 128)]);
+                bad += bf16_to_float(got[static_cast<std::size_t>(r * K + c)]) != want;
+            }
+        BOOST_TEST(bad == 0u, "dequantize_rows: " << bad << " values differ");
+    }
+}
+
+// ---------------------------------------------------------------- the layer vs float64
+
+namespace {
+
+enum class Routing { distinct, duplicates, all_to_one, empty_experts };
+
+struct LayerCase {
+    const char *name;
+    std::int64_t T, H, I;
+    std::int32_t E, k;
+    Routing routing = Routing::distinct;
+    moejit_fc1_layout_t layout = MOEJIT_FC1_MERGED;
+    bool outliers = false;
+    double tolerance = 0.1;
+};
+
+std::vector<std::int64_t> make_routes(const LayerCase &c, std::mt19937_64 &rng) {
+    std::vector<std::int64_t> sel(static_cast<std::size_t>(c.T * c.k));
+    for (std::int64_t t = 0; t < c.T; ++t) {
+        std::vector<std::int64_t> experts(static_cast<std::size_t>(c.E));
+        for (std::int32_t e = 0; e < c.E; ++e) experts[static_cast<std::size_t>(e)] = e;
+        std::shuffle(experts.begin(), experts.end(), rng);
+        for (std::int32_t j = 0; j < c.k; ++j) {
+            std::int64_t e = experts[static_cast<std::size_t>(j % c.E)];
+            switch (c.routing) {
+            case Routing::distinct: break;
+            case Routing::duplicates: e = (j % 2 == 1) ? sel[static_cast<std::size_t>(t * c.k + j - 1)] : e; break;
+            case Routing::all_to_one: e = 0; break;
+            case Routing::empty_experts: e = e % std::max(1, c.E / 4); break;  // only the first quarter
+            }
+            sel[static_cast<std::size_t>(t * c.k + j)] = e;
+        }
+    }
+    return sel;
+}
+
+// Per expert [I,H] gate rows then [I,H] up rows: [E,2I,H].
+std::vector<std::uint16_t> merge_fc1(const std::vector<std::uint16_t> &g, const std::vector<std::uint16_t> &u,
+                                     std::int64_t E, std::int64_t I, std::int64_t H) {
+    std::vector<std::uint16_t> m(static_cast<std::size_t>(E * 2 * I * H));
+    for (std::int64_t e = 0; e < E; ++e) {
+        std::copy_n(g.begin() + e * I * H, I * H, m.begin() + e * 2 * I * H);
+        std::copy_n(u.begin() + e * I * H, I * H, m.begin() + e * 2 * I * H + I * H);
+    }
+    return m;
+}
+
+std::vector<double> merge_fc1(const std::vector<float> &g, const std::vector<float> &u, std::int64_t E, std::int64_t I,
+                              std::int64_t H) {
+    std::vector<double> m(static_cast<std::size_t>(E * 2 * I * H));
+    for (std::int64_t e = 0; e < E; ++e) {
+        std::copy_n(g.begin() + e * I * H, I * H, m.begin() + e * 2 * I * H);
+        std::copy_n(u.begin() + e * I * H, I * H, m.begin() + e * 2 * I * H + I * H);
+    }
+    return m;
+}
+
+moejit_plan_t make_plan(const LayerCase &c, moejit_recipe_t recipe) {
+    moejit_plan_desc_t d;
+    layer_desc_init(&d, c.H, c.I, c.E, c.k);
+    d.fc1_layout = c.layout;
+    d.routing_dtype = MOEJIT_DTYPE_FP32;
+    d.recipe = recipe;
+    moejit_plan_t plan = nullptr;
+    MOEJIT_TEST_OK(moejit_plan_create(gpu_context(), &d, &plan));
+    return plan;
+}
+
+void run_layer_case(const LayerCase &c) {
+    BOOST_TEST_CONTEXT(c.name) {
+        std::mt19937_64 rng = case_rng(c.name);
+        const std::int64_t T = c.T, H = c.H, I = c.I, E = c.E, k = c.k;
+        const bool merged = c.layout != MOEJIT_FC1_SPLIT;
+        std::vector<std::uint16_t> x = random_bf16(static_cast<std::size_t>(T * H), 1.0f, rng);
+        if (c.outliers)  // a few hot channels, as LLM activations have
+            for (std::int64_t t = 0; t < T; ++t)
+                for (std::int64_t ch : {std::int64_t{3}, H / 2 + 5, H - 1})
+                    x[static_cast<std::size_t>(t * H + ch)] = float_to_bf16((t % 2 ? -1.0f : 1.0f) * 1e4f);
+        const std::vector<std::uint16_t> wg = random_bf16(static_cast<std::size_t>(E * I * H), 1.0f / std::sqrt(float(H)), rng);
+        const std::vector<std::uint16_t> wu = random_bf16(static_cast<std::size_t>(E * I * H), 1.0f / std::sqrt(float(H)), rng);
+        const std::vector<std::uint16_t> wd = random_bf16(static_cast<std::size_t>(E * H * I), 1.0f / std::sqrt(float(I)), rng);
+        const std::vector<std::uint16_t> dout = random_bf16(static_cast<std::size_t>(T * H), 1.0f, rng);
+        const std::vector<std::int64_t> sel = make_routes(c, rng);
+        std::vector<float> rw(static_cast<std::size_t>(T * k));
+        std::uniform_real_distribution<float> wdist(0.05f, 1.0f);
+        for (float &w : rw) w = wdist(rng);
+
+        // float64 reference (the bf16 storage model of reference_moe.hpp; FP8's own error dominates).
+        const std::vector<float> xf = as_float(x), wgf = as_float(wg), wuf = as_float(wu), wdf = as_float(wd),
+                                 doutf = as_float(dout);
+        MoeRefConfig cfg;
+        cfg.tokens = T, cfg.hidden = H, cfg.intermediate = I, cfg.experts = static_cast<std::int32_t>(E);
+        cfg.top_k = static_cast<std::int32_t>(k);
+        const MoeRefResult ref = moe_reference(cfg, MoeRefInputs{xf, sel, rw, wgf, wuf, wdf, doutf});
+
+        DeviceBuffer d_x = DeviceBuffer::from(x), d_sel = DeviceBuffer::from(sel), d_rw = DeviceBuffer::from(rw);
+        DeviceBuffer d_dout = DeviceBuffer::from(dout), d_wd = DeviceBuffer::from(wd);
+        DeviceBuffer d_wg, d_wu, d_wgu;
+        if (merged)
+            d_wgu = DeviceBuffer::from(merge_fc1(wg, wu, E, I, H));
+        else
+            d_wg = DeviceBuffer::from(wg), d_wu = DeviceBuffer::from(wu);
+        moejit_plan_t plan = make_plan(c, MOEJIT_RECIPE_FP8_BLOCK);
+        std::size_t saved_bytes = 0, workspace_bytes = 0;
+        MOEJIT_TEST_OK(moejit_plan_saved_size(plan, T, &saved_bytes));
+        MOEJIT_TEST_OK(moejit_plan_workspace_size(plan, T, &workspace_bytes));
+        DeviceBuffer out(static_cast<std::size_t>(std::max<std::int64_t>(T * H, 1)) * 2), saved(saved_bytes),
+            workspace(workspace_bytes);
+        DeviceBuffer dx(out.bytes()), drw(static_cast<std::size_t>(std::max<std::int64_t>(T * k, 1)) * 4);
+        DeviceBuffer dwd(static_cast<std::size_t>(E * H * I) * 2), dwg, dwu, dwgu;
+        if (merged)
+            dwgu = DeviceBuffer(static_cast<std::size_t>(E * 2 * I * H) * 2);
+        else
+            dwg = DeviceBuffer(static_cast<std::size_t>(E * I * H) * 2), dwu = DeviceBuffer(dwg.bytes());
+        for (DeviceBuffer *b : {&out, &saved, &workspace, &dx, &drw, &dwd, &dwg, &dwu, &dwgu}) b->poison();
+
+        moejit_forward_args_t f;
+        moejit_forward_args_init(&f);
+        f.num_tokens = T;
+        f.x = d_x.get(), f.selected_experts = d_sel.get(), f.routing_weights = d_rw.get();
+        f.w_gate = d_wg.get(), f.w_up = d_wu.get(), f.w_gate_up = d_wgu.get(), f.w_down = d_wd.get();
+        f.out = out.get();
+        f.saved = saved.get(), f.saved_size = saved.bytes();
+        f.workspace = workspace.get(), f.workspace_size = workspace.bytes();
+        MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
+        workspace.poison();  // the backward must not read the forward's workspace
+        moejit_backward_args_t b;
+        layer_backward_args(&f, &b);
+        b.dout = d_dout.get(), b.dx = dx.get(), b.d_routing_weights = drw.get();
+        b.dw_gate = dwg.get(), b.dw_up = dwu.get(), b.dw_gate_up = dwgu.get(), b.dw_down = dwd.get();
+        MOEJIT_TEST_OK(moejit_plan_backward(plan, &b));
+        synchronize();
+        moejit_plan_destroy(plan);
+
+        auto check = [&](const char *what, const std::vector<double> &got, const std::vector<double> &want) {
+            const double err = relative_error(got, want);
+            std::printf("fp8 layer %-34s %-16s rel err %.4f%s\n", c.name, what, err,
+                        all_finite(got) ? "" : " (NOT ALL WRITTEN / non-finite)");
+            BOOST_TEST(all_finite(got), what << ": an output was not written (NaN) or is not finite");
+            BOOST_TEST(err < c.tolerance, what << ": relative error " << err << " (bound " << c.tolerance << ")");
+        };
+        if (T > 0) {
+            check("out", bf16_to_double(out.download<std::uint16_t>()), to_double(ref.out));
+            check("dx", bf16_to_double(dx.download<std::uint16_t>()), to_double(merged ? ref.dx_merged : ref.dx_split));
+            check("d_routing_weights", to_double(drw.download<float>()), to_double(ref.d_routing_weights));
+        }
+        std::vector<double> got_dwd = bf16_to_double(dwd.download<std::uint16_t>());
+        if (T == 0) {
+            BOOST_TEST(std::all_of(got_dwd.begin(), got_dwd.end(), [](double v) { return v == 0.0; }),
+                       "T = 0: dw_down must be written with zeros");
+            return;
+        }
+        check("dw_down", got_dwd, to_double(ref.dw_down));
+        if (merged) {
+            check("dw_gate_up", bf16_to_double(dwgu.download<std::uint16_t>()), merge_fc1(ref.dw_gate, ref.dw_up, E, I, H));
+        } else {
+            check("dw_gate", bf16_to_double(dwg.download<std::uint16_t>()), to_double(ref.dw_gate));
+            check("dw_up", bf16_to_double(dwu.download<std::uint16_t>()), to_double(ref.dw_up));
+        }
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(layer_matches_float64) {
+    if (!hopper()) return;
+    const LayerCase cases[] = {
+        {"merged random T=200", 200, 256, 256, 8, 2},
+        {"split random T=200", 200, 256, 256, 8, 2, Routing::distinct, MOEJIT_FC1_SPLIT},
+        {"merged duplicates", 150, 384, 128, 6, 4, Routing::duplicates},
+        {"split duplicates", 150, 384, 128, 6, 4, Routing::duplicates, MOEJIT_FC1_SPLIT},
+        {"all to expert 0", 300, 256, 256, 8, 2, Routing::all_to_one},
+        {"empty experts", 260, 256, 384, 16, 2, Routing::empty_experts},
+        {"T=1", 1, 256, 256, 8, 4},
+        {"T=1 split", 1, 256, 128, 4, 1, Routing::distinct, MOEJIT_FC1_SPLIT},
+        {"T=0", 0, 256, 128, 4, 2},
+        {"outliers 1e4", 200, 512, 256, 8, 2, Routing::distinct, MOEJIT_FC1_MERGED, true, 0.15},
+        {"K=7168 (deepseek-v3 H)", 64, 7168, 256, 8, 2},
+        {"K=7168 split", 48, 7168, 256, 4, 2, Routing::distinct, MOEJIT_FC1_SPLIT},
+    };
+    for (const LayerCase &c : cases) run_layer_case(c);
+}
+
+// An FP8 plan's experts entry refuses (no FP8 form yet), naming the recipe.
+BOOST_AUTO_TEST_CASE(experts_entry_refuses_fp8) {
+    if (!hopper()) return;
+    const LayerCase c{"experts", 4, 256, 128, 4, 2};
+    moejit_plan_t plan = make_plan(c, MOEJIT_RECIPE_FP8_BLOCK);
+    moejit_experts_forward_args_t a;
+    moejit_experts_forward_args_init(&a);
+    BOOST_TEST(moejit_plan_experts_forward(plan, &a) == MOEJIT_ERROR_UNSUPPORTED);
+    BOOST_TEST(std::string(moejit_last_error()).find("RECIPE_FP8_BLOCK") != std::string::npos, moejit_last_error());
+    moejit_plan_destroy(plan);
+}
+
+// ---------------------------------------------------------------- benchmark
+
+namespace {
+
+// n bf16 values from a 1 Mi-element random pattern, repeated (host generation of billions of
+// values would dominate the run; the values do not change the work).
+void fill_device_bf16(DeviceBuffer &b, float scale, std::mt19937_64 &rng) {
+    const std::size_t n = b.bytes() / 2, chunk = std::min<std::size_t>(n, std::size_t{1} << 20);
+    const std::vector<std::uint16_t> pattern = random_bf16(chunk, scale, rng);
+    DeviceBuffer p = DeviceBuffer::from(pattern);
+    for (std::size_t at = 0; at < n; at += chunk)
+        MOEJIT_CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(b.get()) + at * 2, reinterpret_cast<CUdeviceptr>(p.get()),
+                                    std::min(chunk, n - at) * 2, nullptr));
+    synchronize();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
+    if (!hopper()) return;
+    struct Model {
+        const char *name;
+        std::int64_t T, H, I;
+        std::int32_t E, k;
+    };
+    for (const Model &m : {Model{"qwen3-30b-a3b", 8192, 2048, 768, 128, 8}, Model{"deepseek-v3", 8192, 7168, 2048, 256, 8},
+                           Model{"mixtral-8x7b", 8192, 4096, 14336, 8, 2}}) {
+        std::mt19937_64 rng = case_rng(m.name);
+        const LayerCase c{m.name, m.T, m.H, m.I, m.E, m.k};
+        const std::int64_t T = m.T, H = m.H, I = m.I, E = m.E, k = m.k, S = T * k;
+        // Balanced random routing: k distinct experts per token.
+        std::vector<std::int64_t> sel = make_routes(c, rng);
+        std::vector<float> rw(static_cast<std::size_t>(T * k), 1.0f / static_cast<float>(k));
+        DeviceBuffer x(static_cast<std::size_t>(T * H) * 2), dout(x.bytes());
+        DeviceBuffer wgu(static_cast<std::size_t>(E * 2 * I * H) * 2), wd(static_cast<std::size_t>(E * H * I) * 2);
+        fill_device_bf16(x, 1.0f, rng), fill_device_bf16(dout, 1.0f, rng);
+        fill_device_bf16(wgu, 1.0f / std::sqrt(float(H)), rng), fill_device_bf16(wd, 1.0f / std::sqrt(float(I)), rng);
+        DeviceBuffer d_sel = DeviceBuffer::from(sel), d_rw = DeviceBuffer::from(rw);
+        DeviceBuffer out(x.bytes()), dx(x.bytes()), drw(static_cast<std::size_t>(T * k) * 4);
+        DeviceBuffer dwgu(wgu.bytes()), dwd(wd.bytes());
+        const double fwd_flop = 6.0 * S * H * I, bwd_flop = 12.0 * S * H * I;
+        double fwd_ms[2] = {0, 0}, step_ms[2] = {0, 0};
+        for (moejit_recipe_t recipe : {MOEJIT_RECIPE_BF16, MOEJIT_RECIPE_FP8_BLOCK}) {
+            moejit_plan_t plan = make_plan(c, recipe);
+            std::size_t saved_bytes = 0, workspace_bytes = 0;
+            MOEJIT_TEST_OK(moejit_plan_saved_size(plan, T, &saved_bytes));
+            MOEJIT_TEST_OK(moejit_plan_workspace_size(plan, T, &workspace_bytes));
+            DeviceBuffer saved(saved_bytes), workspace(workspace_bytes);
+            moejit_forward_args_t f;
+            moejit_forward_args_init(&f);
+            f.num_tokens = T, f.x = x.get(), f.selected_experts = d_sel.get(), f.routing_weights = d_rw.get();
+            f.w_gate_up = wgu.get(), f.w_down = wd.get(), f.out = out.get();
+            f.saved = saved.get(), f.saved_size = saved.bytes(), f.workspace = workspace.get();
+            f.workspace_size = workspace.bytes();
+            moejit_backward_args_t b;
+            layer_backward_args(&f, &b);
+            b.dout = dout.get(), b.dx = dx.get(), b.d_routing_weights = drw.get();
+            b.dw_gate_up = dwgu.get(), b.dw_down = dwd.get();
+            auto time_ms = [&](bool with_backward) {
+                for (int i = 0; i < 2; ++i) {  // warm up
+                    MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
+                    if (with_backward) MOEJIT_TEST_OK(moejit_plan_backward(plan, &b));
+                }
+                CUevent start, stop;
+                MOEJIT_CU(cuEventCreate(&start, 0));
+                MOEJIT_CU(cuEventCreate(&stop, 0));
+                constexpr int kIters = 10;
+                MOEJIT_CU(cuEventRecord(start, nullptr));
+                for (int i = 0; i < kIters; ++i) {
+                    MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
+                    if (with_backward) MOEJIT_TEST_OK(moejit_plan_backward(plan, &b));
+                }
+                MOEJIT_CU(cuEventRecord(stop, nullptr));
+                MOEJIT_CU(cuEventSynchronize(stop));
+                float ms = 0;
+                MOEJIT_CU(cuEventElapsedTime(&ms, start, stop));
+                MOEJIT_CU(cuEventDestroy(start));
+                MOEJIT_CU(cuEventDestroy(stop));
+                return static_cast<double>(ms) / kIters;
+            };
+            const int r = recipe == MOEJIT_RECIPE_FP8_BLOCK;
+            fwd_ms[r] = time_ms(false);
+            step_ms[r] = time_ms(true);
+            std::printf("layer benchmark %s T=%lld H=%lld I=%lld E=%lld k=%lld %s: forward %.3f ms (%.0f TFLOP/s), "
+                        "forward+backward %.3f ms (%.0f TFLOP/s); saved %.1f MiB, workspace %.1f MiB\n",
+                        m.name, (long long)T, (long long)H, (long long)I, (long long)E, (long long)k,
+                        r ? "fp8-block" : "bf16     ", fwd_ms[r], fwd_flop / (fwd_ms[r] * 1e-3) / 1e12, step_ms[r],
+                        (fwd_flop + bwd_flop) / (step_ms[r] * 1e-3) / 1e12, saved_bytes / 1048576.0,
+                        workspace_bytes / 1048576.0);
+            moejit_plan_destroy(plan);
+        }
+        std::printf("layer benchmark %s: fp8-block vs bf16 speedup forward %.2fx, forward+backward %.2fx\n", m.name,
+                    fwd_ms[0] / fwd_ms[1], step_ms[0] / step_ms[1]);
+    }
+}

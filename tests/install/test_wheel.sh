@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The portable wheel as a pip user gets it (CPU is enough): packaging/build_wheel.sh's wheel
+# (or the one given) installed into a new venv that sees the system's packages (torch), then
+#  - tests/install/check_wheel.py on it (tag, stripped, symbol versions, contents);
+#  - python -m moejit.warmup and the moejit-warmup command run the shipped tool;
+#  - `import moejit.warmup` leaves moejit.warmup(context, ...) callable;
+#  - tests/python/test_nvrtc_rule.py against the installed library and tool: the NVRTC rule, and
+#    a cache warmed by the wheel's moejit-warmup is complete for a process that imported torch
+#    first, with JIT off.
+# Usage: test_wheel.sh [WHEEL]   (PYTHON: the interpreter for the venv, default python3)
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+python=${PYTHON:-python3}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+wheel=${1:-}
+if [[ -z $wheel ]]; then
+  wheel=$("$src/packaging/build_wheel.sh" | tail -1)
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moejit-wheel.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+unset MOEJIT_LIBRARY MOEJIT_NVRTC MOEJIT_WARMUP
+
+"$python" "$src/tests/install/check_wheel.py" "$wheel" || fail "check_wheel.py $wheel"
+"$python" -m venv --system-site-packages "$tmp/venv"
+py=$tmp/venv/bin/python
+"$py" -m pip install --disable-pip-version-check --no-deps --force-reinstall "$wheel" >"$tmp/install.log" 2>&1 ||
+  { cat "$tmp/install.log"; fail "pip install $wheel"; }
+cd "$tmp"  # the installed package, not the checkout's
+pkg=$("$py" -c 'import os, moejit; print(os.path.dirname(moejit.__file__))')
+[[ $pkg == "$tmp"/venv/* ]] || fail "moejit imported from $pkg, not the venv"
+
+"$py" -m moejit.warmup --version | tee "$tmp/version.txt"
+grep -q "NVRTC" "$tmp/version.txt" || fail "python -m moejit.warmup --version"
+"$tmp/venv/bin/moejit-warmup" --list-presets >/dev/null || fail "moejit-warmup --list-presets"
+set +e; "$py" -m moejit.warmup --no-such-option 2>/dev/null; rc=$?; set -e
+[[ $rc == 2 ]] || fail "python -m moejit.warmup --no-such-option: exit $rc, expected the tool's 2"
+"$py" - <<'PY' || fail "moejit.warmup callable after import moejit.warmup"
+import moejit, moejit.warmup
+assert callable(moejit.warmup), moejit.warmup
+with moejit.Context(compile_only=True, arch="sm_90a", cache_dir="", jit="off", log=False) as ctx:
+    try:
+        moejit.warmup(ctx, dtype="bfloat16", hidden_size=256, intermediate_size=128, num_experts=4, top_k=2)
+    except moejit.errors.JitDisabledError:
+        pass  # reached the library: the call went through
+print("moejit.warmup: callable after import moejit.warmup")
+PY
+MOEJIT_LIBRARY=$pkg/libmoejit.so MOEJIT_WARMUP=$pkg/moejit-warmup \
+  "$py" -m pytest -q -p no:cacheprovider "$src/tests/python/test_nvrtc_rule.py" || fail "test_nvrtc_rule.py with the wheel"
+echo "wheel test: ok ($(basename "$wheel"))"
