@@ -53,7 +53,7 @@ def test_nvrtc_version_is_a_major_minor_tuple(lib):
     assert all(type(p) is int for p in v)
     assert int(v) == moejit.nvrtc_version_number()
     assert moejit.NvrtcVersion(12, 8) < moejit.NvrtcVersion(13, 0) == (13, 0)
-    assert int(moejit.NvrtcVersion(12, 8)) == 1208 and str(moejit.NvrtcVersion(13, 0)) == "13.0"
+    assert int(moejit.NvrtcVersion(12, 8)) == 1208 and str(moejit.NvrtcVersion(13, 0)) == "(13, 0)"
 
 
 def test_context_without_a_driver_hints_compile_only(lib):
