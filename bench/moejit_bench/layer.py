@@ -4,7 +4,8 @@ For every shape: moejit.torch vs a torch._grouped_mm layer with autograd vs a pe
 loop, forward and forward+backward, on the same inputs (routing from a softmax top-k of random
 logits), timed with CUDA events (median of reps after warm-up), with a dense 8192^3 GEMM
 measured in the same run as the practical ceiling. FLOPs: forward 6*S*H*I, backward 12*S*H*I,
-S = T*k. The table comes last; --json writes every number.
+S = T*k. The table comes last; --json writes every number, --plot FILE.png draws it
+(matplotlib), and --from-json FILE prints and draws a saved run without a GPU.
 
 Optional fused peers (moejit_bench/peers_fast.py, installed separately): sonicmoe (SonicMoE, QuACK GEMMs
 at tuned=False; --sonic-tuned adds a sonicmoe-tuned row that autotunes first, minutes per shape)
@@ -27,6 +28,8 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from moejit import core
+
+from . import plot
 
 try:  # --help works without PyTorch; running the benchmark needs it
     import torch
@@ -266,14 +269,17 @@ def run_shape(name, dims, args, dtype, dense_tflops) -> Dict[str, object]:
 
 
 def _num(value: Optional[float], fmt: str) -> str:
-    return format(value, fmt) if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return format(value, fmt)
+    width = fmt[:len(fmt) - len(fmt.lstrip("0123456789"))]  # keep the column: "9.1f" -> 9
+    return "-".rjust(int(width or 0))
 
 
 def format_table(records, dense_tflops, peers=None) -> str:
     header = (f"{'shape':<18} {'impl':<14} {'fwd ms':>9} {'fwd TF/s':>9} {'f+b ms':>9} "
               f"{'f+b TF/s':>9} {'bwd TF/s':>9} {'f+b/dense':>9} {'saved MB':>9} "
               f"{'peak MB':>9}  note")
-    lines = [f"dense 8192^3 GEMM ceiling: {dense_tflops:.0f} TFLOP/s"]
+    lines = [f"dense 8192^3 GEMM ceiling: {_num(dense_tflops, '.0f')} TFLOP/s"]
     lines += [f"peer {impl}: {status}" for impl, status in (peers or {}).items()]
     lines += [header, "-" * len(header)]
     for rec in records:
@@ -323,6 +329,12 @@ def parse_args(argv=None):
                    help="seconds the eager loop may take per shape before it is skipped")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write all results as JSON")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw the results (TFLOP/s with the dense ceiling, peak memory) to FILE "
+                        "(.png, .svg, .pdf); needs matplotlib")
+    p.add_argument("--from-json", metavar="PATH",
+                   help="run nothing: print (and with --plot draw) the results a --json run "
+                        "saved; needs no GPU and no PyTorch")
     args = p.parse_args(argv)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     args.reps = args.reps if args.reps is not None else (5 if args.quick else 20)
@@ -342,8 +354,37 @@ def parse_args(argv=None):
     return args
 
 
+def from_json(args) -> int:
+    """--from-json: the saved run's table, and its picture with --plot."""
+    try:
+        run = plot.load_run(args.from_json)
+    except plot.PlotError as e:
+        log(str(e))
+        return 2
+    print(format_table(run["results"], run.get("dense_tflops"), run.get("peers")))
+    return draw_plot(run, args.plot) if args.plot else 0
+
+
+def draw_plot(run, path) -> int:
+    try:
+        plot.draw(run, path)
+    except plot.PlotError as e:
+        log(str(e))
+        return 2
+    log(f"wrote {path}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.plot:  # before anything runs: a long run must not end without its picture
+        try:
+            plot.require_matplotlib()
+        except plot.PlotError as e:
+            log(str(e))
+            return 2
+    if args.from_json:
+        return from_json(args)
     if torch is None:
         log(f"moejit_bench needs PyTorch, which could not be imported ({_TORCH_IMPORT_ERROR})")
         return 2
@@ -378,7 +419,7 @@ def main(argv=None) -> int:
                 json.dump(run, f, indent=2)
             os.replace(tmp, args.json)
     print(format_table(records, dense, args.peer_status))
-    return 0
+    return draw_plot(run, args.plot) if args.plot else 0
 
 
 if __name__ == "__main__":

@@ -53,15 +53,15 @@ def library_version_number() -> int:
 
 class NvrtcVersion(NamedTuple):
     """The NVRTC version the library loaded, as (major, minor): compares and prints like a
-    tuple, (13, 0) >= (12, 8); int() of it is the C ABI's major * 100 + minor."""
+    plain tuple, (13, 0) >= (12, 8); int() of it is the C ABI's major * 100 + minor."""
     major: int
     minor: int
 
     def __int__(self) -> int:
         return self.major * 100 + self.minor
 
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor}"
+    def __repr__(self) -> str:
+        return tuple.__repr__(self)
 
 
 def nvrtc_version_number() -> int:

@@ -62,8 +62,10 @@ except ImportError as _e:  # fail at the import, saying how to get it
                       "install it with: pip install moejit[torch]") from _e
 import torch.distributed as dist
 from torch import nn
+from torch.nn import functional as F
 
 from . import errors
+from ._functional import _limit, _ops, _require_tensors, experts
 
 __all__ = ["RoutePlan", "route_plan", "combine_routes", "place_routes", "expert_parallel_moe",
            "expert_parallel_grouped_mm", "ExpertParallelMoE", "moejit_local_experts",
@@ -156,11 +158,10 @@ def moejit_local_experts(x_rows: torch.Tensor, local_ids: torch.Tensor,
     (moejit.torch.experts, moejit_plan_experts_* in moejit.h): the rows grouped by local
     expert (group_rows), the experts run over R rows with the routing weights inside, and the
     results put back in receive order. Every grid comes from R."""
-    from . import torch as mt
     order, offsets = group_rows(local_ids, w_gate_up.shape[0])
     xs = x_rows.index_select(0, order)
     ws = row_weights.index_select(0, order).float()
-    ys = mt.experts(xs, offsets, w_gate_up, w_down, ws, swiglu_limit)
+    ys = experts(xs, offsets, w_gate_up, w_down, ws, swiglu_limit)
     # The inverse permutation: receive position order[i] gets sorted row i.
     inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(),
                                                                       device=order.device))
@@ -174,26 +175,41 @@ def moejit_layer_local_experts(x_rows: torch.Tensor, local_ids: torch.Tensor,
     """The local experts through moejit's whole layer with top_k = 1 (its routing index,
     scatter and gather of one route per row instead of group_rows): what the pre-dispatched
     entry saves, for benchmarks."""
-    from . import torch as mt
+    where = "moejit.distributed.moejit_layer_local_experts"
+    _require_tensors(where, x_rows=x_rows, local_ids=local_ids, row_weights=row_weights,
+                     w_gate_up=w_gate_up, w_down=w_down)
     rows = x_rows.shape[0]
-    return mt.fused_moe_merged(x_rows, local_ids.view(rows, 1), row_weights.view(rows, 1),
-                               w_gate_up, w_down, swiglu_limit)
+    # moejit.torch.fused_moe_merged's plain SwiGLU call: the same op, the same checks.
+    out, _ = _ops.fused_moe_merged(x_rows, local_ids.view(rows, 1), row_weights.view(rows, 1),
+                                   w_gate_up, w_down, _limit(where, swiglu_limit))
+    return out
 
 
 def grouped_mm_local_experts(x_rows: torch.Tensor, local_ids: torch.Tensor,
                              row_weights: torch.Tensor, w_gate_up: torch.Tensor,
                              w_down: torch.Tensor, swiglu_limit: Optional[float] = None
                              ) -> torch.Tensor:
-    """The baseline: the local experts through torch._grouped_mm (moejit.peers.grouped_mm_layer
-    with top_k = 1: rows sorted by expert on the device, one grouped GEMM per projection)."""
-    from .peers import grouped_mm_layer
+    """The baseline: the local experts through torch._grouped_mm (rows grouped by expert with
+    group_rows, one grouped GEMM per projection, SwiGLU with moejit's limit in between, the
+    routing weight on h as moejit applies it); differentiable by autograd."""
     rows = x_rows.shape[0]
     if rows == 0:
         # Nothing to multiply; keep the weights in the graph so they get (zero) gradients.
         link = (w_gate_up.sum() + w_down.sum() + row_weights.sum()).to(x_rows.dtype) * 0
         return x_rows * 0 + link  # [0, H]
-    return grouped_mm_layer(x_rows, local_ids.view(rows, 1), row_weights.view(rows, 1),
-                            w_gate_up=w_gate_up, w_down=w_down, swiglu_limit=swiglu_limit)
+    order, offsets = group_rows(local_ids, w_gate_up.shape[0])
+    ends = offsets[1:]  # torch._grouped_mm's offs: each group's end row
+    xs = x_rows.index_select(0, order)
+    inter = w_gate_up.shape[1] // 2
+    gu = torch._grouped_mm(xs, w_gate_up.transpose(-2, -1), offs=ends)
+    g, u = gu[:, :inter], gu[:, inter:]
+    if swiglu_limit is not None:
+        g, u = g.clamp(max=swiglu_limit), u.clamp(min=-swiglu_limit, max=swiglu_limit)
+    h = F.silu(g) * u * row_weights.index_select(0, order).unsqueeze(1).to(g.dtype)
+    ys = torch._grouped_mm(h, w_down.transpose(-2, -1), offs=ends)
+    inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(),
+                                                                      device=order.device))
+    return ys.index_select(0, inverse)
 
 
 # ------------------------------------------------------------------ transport

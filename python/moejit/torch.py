@@ -67,7 +67,11 @@ from torch.autograd.function import once_differentiable
 from . import _capi, _experts_op, _op, errors  # noqa: F401  (_experts_op registers its ops)
 from ._op import (_plans, clear_caches, configure,  # noqa: F401  (_plans: tests look)
                   saved_bytes_bound)
-from .core import ACTIVATIONS, swiglu_alpha
+# The argument checks and the experts entry live in _functional (moejit.distributed uses them
+# too, without importing this module).
+from ._functional import (_alpha, _flag, _limit, _require_tensors,  # noqa: F401
+                          experts)
+from .core import ACTIVATIONS
 
 __all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configure",
            "saved_bytes_bound"]
@@ -95,27 +99,6 @@ def _require_cuda_device(where: str, device) -> None:
             f"{where}: device={device!r} is a {resolved.type} device; moejit's kernels run on "
             "CUDA devices only: device='cuda' (or 'meta' to materialise later with "
             ".to_empty(device='cuda'))")
-
-
-def _require_tensors(where: str, **tensors) -> None:
-    for name, tensor in tensors.items():
-        if not isinstance(tensor, torch.Tensor):
-            raise errors.InvalidArgumentError(
-                f"{where}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
-
-
-def _limit(where: str, swiglu_limit) -> float:
-    """None -> 0.0 (the ops' "no limit"); the ops check the value itself (as float32)."""
-    if swiglu_limit is None:
-        return 0.0
-    if isinstance(swiglu_limit, bool) or not isinstance(swiglu_limit, (int, float)):
-        raise errors.InvalidArgumentError(
-            f"{where}: swiglu_limit must be None or a positive float, got {swiglu_limit!r}")
-    if not swiglu_limit > 0:  # also NaN
-        raise errors.InvalidArgumentError(
-            f"{where}: swiglu_limit must be None (no limit) or a finite value > 0, got "
-            f"{swiglu_limit!r}")
-    return float(swiglu_limit)
 
 
 def _megatron_weight_grad(weight: torch.Tensor) -> Optional[torch.Tensor]:
@@ -256,27 +239,6 @@ class _GatedMainGradFunction(torch.autograd.Function):
                 *(None if p is None else _megatron_weight_grad(p) for p in ctx.params))
 
 
-def _alpha(where: str, activation: str, alpha) -> float:
-    """core.check_activation_alpha without ctypes (torch.compile traces this function); the
-    op checks the value again as float32."""
-    if activation == "swiglu":
-        return swiglu_alpha(alpha, f"{where}: ")
-    if alpha is None:
-        return _capi.GPT_OSS_ALPHA
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
-            not (0.0 < alpha <= 3.4e38):  # also NaN
-        raise errors.InvalidArgumentError(
-            f"{where}: alpha must be None (gpt-oss's {_capi.GPT_OSS_ALPHA}) or a finite value "
-            f"> 0, got {alpha!r}")
-    return float(alpha)
-
-
-def _flag(where: str, name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise errors.InvalidArgumentError(f"{where}: {name} must be True or False, got {value!r}")
-    return value
-
-
 def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
                      routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
                      w_down: torch.Tensor, swiglu_limit: Optional[float] = None, *,
@@ -343,38 +305,6 @@ def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
     out, _ = _ops.fused_moe_gated(x, selected_experts, routing_weights, w_gate_up, w_down,
                                   b_gate_up, b_down, *options)
     return out
-
-
-def experts(xs: torch.Tensor, expert_offsets: torch.Tensor, w_gate_up: torch.Tensor,
-            w_down: torch.Tensor, row_weights: Optional[torch.Tensor] = None,
-            swiglu_limit: Optional[float] = None, *, activation: str = "swiglu",
-            alpha: Optional[float] = None, interleaved: bool = False,
-            weights_transposed: bool = False, b_gate_up: Optional[torch.Tensor] = None,
-            b_down: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The experts on rows already grouped by expert (since 0.6; moejit.h's
-    moejit_plan_experts_*): no routing, scatter or gather. For expert parallelism (the rows a
-    rank received) and for callers that route by themselves.
-
-    xs [R, H] bf16/fp16, the rows of expert e at [expert_offsets[e], expert_offsets[e+1]);
-    expert_offsets int32 [E+1] on xs' device, expert_offsets[0] = 0, non-decreasing,
-    expert_offsets[E] = R (read on the device only: not checked); row_weights float32 [R] or
-    None (1). The weights and keywords are fused_moe_merged's. Returns ys [R, H] with
-    ys[r] = w[r]·(h(xs[r]·W1ᵀ + b1)·W2ᵀ + b2), differentiable in xs, row_weights, the weights
-    and the biases (torch.ops.moejit.experts, moejit/_experts_op.py).
-    """
-    where = "moejit.torch.experts"
-    _require_tensors(where, xs=xs, expert_offsets=expert_offsets, w_gate_up=w_gate_up,
-                     w_down=w_down)
-    if not isinstance(activation, str) or activation not in ACTIVATIONS:
-        raise errors.InvalidArgumentError(
-            f"{where}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got "
-            f"{activation!r}")
-    options = (_limit(where, swiglu_limit), activation, _alpha(where, activation, alpha),
-               _flag(where, "interleaved", interleaved),
-               _flag(where, "weights_transposed", weights_transposed))
-    ys, _ = _ops.experts(xs, expert_offsets, row_weights, w_gate_up, w_down, b_gate_up, b_down,
-                         *options)
-    return ys
 
 
 class _DirectFunction(torch.autograd.Function):

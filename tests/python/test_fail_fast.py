@@ -26,13 +26,15 @@ def _run_without_torch(statement: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-@pytest.mark.parametrize("module", ["moejit.torch", "moejit.distributed"])
-def test_import_without_torch_names_the_extra(module):
+@pytest.mark.parametrize("module, extra", [("moejit.torch", "torch"),
+                                           ("moejit.distributed", "torch"),
+                                           ("moejit.integrations.transformers", "transformers")])
+def test_import_without_torch_names_the_extra(module, extra):
     result = _run_without_torch(f"import {module}")
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError:"), result.stderr[-2000:]
-    assert "pip install moejit[torch]" in last and "PyTorch" in last, last
+    assert f"pip install moejit[{extra}]" in last and "PyTorch" in last, last
 
 
 def test_package_and_torch_names_without_torch():
@@ -53,7 +55,7 @@ def test_nvrtc_version_is_a_major_minor_tuple(lib):
     assert all(type(p) is int for p in v)
     assert int(v) == moejit.nvrtc_version_number()
     assert moejit.NvrtcVersion(12, 8) < moejit.NvrtcVersion(13, 0) == (13, 0)
-    assert int(moejit.NvrtcVersion(12, 8)) == 1208 and str(moejit.NvrtcVersion(13, 0)) == "13.0"
+    assert int(moejit.NvrtcVersion(12, 8)) == 1208 and str(moejit.NvrtcVersion(13, 0)) == "(13, 0)"
 
 
 def test_context_without_a_driver_hints_compile_only(lib):

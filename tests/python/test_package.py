@@ -98,7 +98,7 @@ def test_nvrtc_version_is_plausible(lib):
     assert (11, 0) <= v < (100, 0) and 0 <= v.minor < 100, v
     # the C ABI's number, also through int() (what nvrtc_version() returned before 0.10)
     assert int(v) == moejit.nvrtc_version_number() == v.major * 100 + v.minor
-    assert str(v) == f"{v.major}.{v.minor}"
+    assert str(v) == repr(v) == f"({v.major}, {v.minor})"
 
 
 def test_torch_names_need_torch():

@@ -42,7 +42,11 @@ import math
 import sys
 from typing import Optional, Tuple, Union
 
-import torch
+try:
+    import torch
+except ImportError as _e:  # fail at the import, saying how to get it
+    raise ImportError(f"moejit.integrations.transformers needs PyTorch, which is not importable "
+                      f"here ({_e}); install it with: pip install moejit[transformers]") from _e
 
 __all__ = ["register", "is_registered", "moejit_experts_forward", "NAME"]
 
