@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <mutex>
 
 #include "base/error.hpp"
@@ -60,10 +61,34 @@ CUresult read_param_layout(CUfunction function, ParamLayout &layout, const Logge
 
 }  // namespace
 
+namespace {
+
+// The prebuilt tier's STAMP: "nvrtc <major*100+minor>" and "headers <hex digest>" lines, written
+// by packaging/make_prebuilt.py from packaging/prebuilt_stamp.cpp. false when unreadable.
+bool read_prebuilt_stamp(const std::string &folder, std::string &nvrtc_version, std::string &headers) {
+    std::ifstream in(folder + "/STAMP");
+    std::string word, value;
+    while (in >> word >> value) {
+        if (word == "nvrtc") nvrtc_version = value;
+        else if (word == "headers") headers = value;
+    }
+    return !nvrtc_version.empty() && !headers.empty();
+}
+
+}  // namespace
+
 JitEngine::JitEngine(JitOptions options)
     : options_(std::move(options)), options_sorted_(default_nvrtc_options()) {
     std::sort(options_sorted_.begin(), options_sorted_.end());
     disk_ = std::make_unique<DiskCache>(options_.cache_dir, options_.log);
+    if (!options_.prebuilt_dir.empty()) {
+        if (read_prebuilt_stamp(options_.prebuilt_dir, prebuilt_nvrtc_, prebuilt_headers_))
+            prebuilt_ = std::make_unique<DiskCache>(options_.prebuilt_dir, options_.log, DiskCache::Shipped{});
+        else
+            warn_once(options_.log, "prebuilt-stamp:" + options_.prebuilt_dir,
+                      fmt::format("moejit: prebuilt kernels in {} are not used: no readable STAMP file",
+                                  options_.prebuilt_dir));
+    }
 }
 
 JitEngine::~JitEngine() {
@@ -78,6 +103,15 @@ const std::string &JitEngine::cache_dir() const {
 }
 
 Digest JitEngine::key(const KernelSource &source) const {
+    const std::string version = std::to_string(nvrtc_version());
+    // Another NVRTC in the process (PyTorch's) does not change the rule's choice; say so once.
+    if (const std::string &other = nvrtc().other_loaded; !other.empty())
+        warn_once(options_.log, "nvrtc-other-loaded", other);
+    return key_with(source, version, cuda_headers_digest());
+}
+
+Digest JitEngine::key_with(const KernelSource &source, const std::string &nvrtc_version_text,
+                           const std::string &headers_digest) const {
     // Canonical, length-prefixed record (docs/DESIGN.md §4). Any field change changes the key.
     Sha256 h;
     h.field("moejit-kernel-key");
@@ -93,11 +127,8 @@ Digest JitEngine::key(const KernelSource &source) const {
     h.field(std::to_string(options_sorted_.size()));
     for (const std::string &o : options_sorted_) h.field(o);
     h.field(options_.arch);
-    h.field(std::to_string(nvrtc_version()));
-    // Another NVRTC in the process (PyTorch's) does not change the rule's choice; say so once.
-    if (const std::string &other = nvrtc().other_loaded; !other.empty())
-        warn_once(options_.log, "nvrtc-other-loaded", other);
-    h.field(cuda_headers_digest());  // the toolkit headers NVRTC compiles against (runtime/cuda_headers.hpp)
+    h.field(nvrtc_version_text);
+    h.field(headers_digest);  // the toolkit headers NVRTC compiles against (runtime/cuda_headers.hpp)
     h.field(MOEJIT_VERSION_STRING);
     return h.finish();
 }
@@ -138,10 +169,20 @@ Kernel &JitEngine::get(const KernelSource &source) {
 }
 
 void JitEngine::resolve(const KernelSource &source, Slot &slot) {
-    Digest k = key(source);
     CachedKernel entry;
     auto load_start = std::chrono::steady_clock::now();
-    DiskCache::Lookup lookup = disk_->load(source.name, k, entry);
+    // The prebuilt tier first: its key needs no NVRTC (its build's values), so a hit works
+    // where no NVRTC is installed. A miss or a bad entry falls through to the user's cache.
+    DiskCache::Lookup lookup = DiskCache::Lookup::miss;
+    if (prebuilt_ && prebuilt_->usable()) {
+        lookup = prebuilt_->load(source.name, key_with(source, prebuilt_nvrtc_, prebuilt_headers_), entry);
+        if (lookup == DiskCache::Lookup::rejected) count([](CacheCounters &c) { ++c.disk_rejects; });
+    }
+    Digest k{};
+    if (lookup != DiskCache::Lookup::hit) {
+        k = key(source);
+        lookup = disk_->load(source.name, k, entry);
+    }
     if (lookup == DiskCache::Lookup::hit) {
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
@@ -150,6 +191,14 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
             c.disk_load_seconds += seconds;
         });
     } else {
+        compile_and_publish(source, k, lookup, entry);
+    }
+    load_resolved(source, slot, entry);
+}
+
+void JitEngine::compile_and_publish(const KernelSource &source, const Digest &k, DiskCache::Lookup lookup,
+                                    CachedKernel &entry) {
+    {
         count([&](CacheCounters &c) {
             ++c.misses;
             if (lookup == DiskCache::Lookup::rejected) ++c.disk_rejects;
@@ -177,8 +226,11 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
                                                   source.name, options_.arch, compiled.seconds));
         entry.function = std::move(compiled.lowered_name);
         entry.cubin = std::move(compiled.cubin);
-        disk_->store(source.name, k, entry);
+        disk_->store(source.name, k, entry);  // the user's cache only, never the prebuilt tier
     }
+}
+
+void JitEngine::load_resolved(const KernelSource &source, Slot &slot, CachedKernel &entry) {
     slot.kernel.name = source.name;
     slot.kernel.param_bytes = source.param_bytes;
     if (options_.load_modules) {
