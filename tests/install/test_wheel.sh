@@ -12,6 +12,7 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 python=${PYTHON:-python3}
 fail() { echo "FAIL: $*" >&2; exit 1; }
+count_entries() { { find "$1" -name '*.cubin' 2>/dev/null || true; } | wc -l; }
 wheel=${1:-}
 if [[ -z $wheel ]]; then
   wheel=$("$src/packaging/build_wheel.sh" | tail -1)
@@ -60,14 +61,14 @@ if [[ -n $tier ]]; then
   "$tmp/venv/bin/moejit-warmup" --arch sm_90a --cache-dir "$tmp/user-cache" --preset "${presets%% *}" \
     >"$tmp/warm.log" 2>&1 || { tail -20 "$tmp/warm.log"; fail "moejit-warmup of a prebuilt preset"; }
   grep "summary:" "$tmp/warm.log"
-  user=$(ls "$tmp"/user-cache/*/*.cubin 2>/dev/null | wc -l)
+  user=$(count_entries "$tmp/user-cache")
   [[ $user == 0 ]] || fail "kernels found in the prebuilt tier were published to the user cache ($user)"
   "$tmp/venv/bin/moejit-warmup" --arch sm_90a --cache-dir "$tmp/user-cache" --dtype bf16 --spec 256,128,4,2 \
     >"$tmp/warm.log" 2>&1 || { tail -20 "$tmp/warm.log"; fail "moejit-warmup of a shape outside the tier"; }
   grep "summary:" "$tmp/warm.log"
   after=$(cd "$tier" && ls -l --time-style=+%s.%N)
   [[ $before == "$after" ]] || fail "the prebuilt tier changed"
-  user=$(ls "$tmp"/user-cache/*/*.cubin 2>/dev/null | wc -l)
+  user=$(count_entries "$tmp/user-cache")
   [[ $user -gt 0 ]] || fail "a shape outside the tier was not cached in the user cache"
   echo "prebuilt tier: $(ls "$tier" | grep -c cubin) kernels ($presets), found with no NVRTC; $user compiled into the user cache, the tier unchanged"
 fi
