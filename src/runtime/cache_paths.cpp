@@ -42,7 +42,7 @@ std::optional<std::string> check_one(const std::string &path, bool parent, bool 
     const bool owner_ok = st.st_uid == me || ((parent || root_may_own) && st.st_uid == 0);
     if (!owner_ok)
         return fmt::format("{} is owned by uid {}, not by uid {} (this process){}; moejit only uses cache "
-                           "folders nobody else can write", path, st.st_uid, me, parent ? " or root" : "");
+                           "folders nobody else can write", path, st.st_uid, me, parent || root_may_own ? " or root" : "");
     const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
     if (others_write && !(parent && (st.st_mode & S_ISVTX)))
         return fmt::format("{} is writable by group or others (mode {}); moejit only uses cache folders nobody "

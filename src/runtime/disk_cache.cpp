@@ -52,8 +52,9 @@ DiskCache::DiskCache(std::string folder, Logger log, bool shipped) : folder_(std
     if (std::optional<std::string> why = shipped ? untrusted_shipped_folder(folder_) : untrusted_cache_folder(folder_)) {
         // Whoever can write a cache folder can run code on this GPU (docs/DESIGN.md, cache trust).
         warn_once(log_, "refused:" + folder_,
-                  fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
-                              folder_, *why));
+                  shipped ? fmt::format("moejit: the prebuilt kernels in {} are not used ({})", folder_, *why)
+                          : fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
+                                        folder_, *why));
         return;
     }
     usable_ = true;

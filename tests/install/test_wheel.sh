@@ -56,6 +56,16 @@ if [[ -n $tier ]]; then
   # JIT off, an empty user cache and no NVRTC at all: every kernel must come from the tier.
   MOEJIT_NVRTC=/nonexistent/libnvrtc.so.13 "$tmp/venv/bin/moejit-warmup" "${args[@]}" >"$tmp/check.log" 2>&1 ||
     { tail -20 "$tmp/check.log"; fail "moejit-warmup --check against the prebuilt tier (no NVRTC)"; }
+  # A tier others can write is not trusted (whoever writes it runs code on the GPU): refused,
+  # with a warning, so the same check finds nothing.
+  chmod g+w "$tier"
+  set +e
+  MOEJIT_NVRTC=/nonexistent/libnvrtc.so.13 "$tmp/venv/bin/moejit-warmup" "${args[@]}" --verbose >"$tmp/refused.log" 2>&1
+  rc=$?
+  set -e
+  chmod g-w "$tier"
+  [[ $rc != 0 ]] || fail "a group-writable prebuilt tier was used"
+  grep -q "prebuilt kernels in .* are not used" "$tmp/refused.log" || { tail -5 "$tmp/refused.log"; fail "no warning for a group-writable tier"; }
   # JIT on with a user cache: tier hits publish nothing; a shape outside the tier compiles into
   # the user cache only.
   "$tmp/venv/bin/moejit-warmup" --arch sm_90a --cache-dir "$tmp/user-cache" --preset "${presets%% *}" \
