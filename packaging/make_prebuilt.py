@@ -5,8 +5,12 @@ into a scratch cache, whose <version>/ folder becomes OUT/<version>/, with a STA
 library puts into the tier's keys). Folders 0755, files 0644: the library refuses a tier that
 group or others can write.
 
-usage: make_prebuilt.py --warmup EXE --stamp EXE --out DIR --done FILE [--arch sm_90a]
-                        [--preset NAME]...   (no --preset: every preset of --list-presets)
+usage: make_prebuilt.py --warmup EXE --library-dir DIR --stamp EXE --out DIR --done FILE
+                        [--arch sm_90a] [--preset NAME]...   (no --preset: every preset)
+
+--library-dir (the build's libmoejit.so) goes first on LD_LIBRARY_PATH: meson-python rewrites
+the built moejit-warmup's RUNPATH in place to the wheel's $ORIGIN, so in a reused build folder
+the tool no longer finds the build's library by itself.
 """
 
 import argparse
@@ -16,14 +20,16 @@ import subprocess
 import sys
 
 
-def presets(warmup):
-    out = subprocess.run([warmup, "--list-presets"], check=True, capture_output=True, text=True).stdout
+def presets(warmup, env):
+    out = subprocess.run([warmup, "--list-presets"], check=True, capture_output=True, text=True,
+                         env=env).stdout
     return [line.split()[0] for line in out.splitlines()[1:] if line.strip()]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--warmup", required=True)
+    p.add_argument("--library-dir", required=True)
     p.add_argument("--stamp", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--done", required=True)
@@ -31,7 +37,9 @@ def main():
     p.add_argument("--preset", action="append", default=[])
     args = p.parse_args()
 
-    names = args.preset or presets(args.warmup)
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [args.library_dir, env.get("LD_LIBRARY_PATH")]))
+    names = args.preset or presets(args.warmup, env)
     scratch = args.out + ".scratch"
     for folder in (args.out, scratch):
         shutil.rmtree(folder, ignore_errors=True)
@@ -40,7 +48,7 @@ def main():
     for name in names:
         command += ["--preset", name]
     print("make_prebuilt:", " ".join(command), flush=True)
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
     stamp = subprocess.run([args.stamp], check=True, capture_output=True, text=True).stdout
 
     (version,) = [d for d in os.listdir(scratch) if os.path.isdir(os.path.join(scratch, d))]
