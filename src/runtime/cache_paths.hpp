@@ -27,6 +27,13 @@ std::string versioned_cache_dir(const std::string &root);
 // Why `folder` (holding cache files) or its parent breaks the rules above; nullopt when it is
 // trusted. A folder or parent that does not exist yet is fine (moejit creates it 0700).
 std::optional<std::string> untrusted_cache_folder(const std::string &folder);
+// The same rules for a read-only folder shipped with the library (the prebuilt tier): the folder
+// may also be owned by root (a system-wide install), like its parent.
+std::optional<std::string> untrusted_shipped_folder(const std::string &folder);
+
+// The read-only tier of prebuilt kernels shipped with the library (docs/DESIGN.md §4.10):
+// <folder of libmoejit.so>/moejit-kernels/<library version>, or "" when that is not a folder.
+std::string prebuilt_kernels_dir();
 
 // The mode bits folders moejit creates get.
 inline constexpr unsigned kCacheFolderMode = 0700;

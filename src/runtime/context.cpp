@@ -85,6 +85,7 @@ Context::Context(const ContextOptions &options)
     jit.jit_enabled = config_.jit.value;
     jit.load_modules = !compile_only_;
     jit.cache_dir = versioned_cache_dir(cache_root(options.cache_dir));
+    jit.prebuilt_dir = prebuilt_kernels_dir();
     jit.max_shared_per_block = max_shared_per_block_;
     jit.log = log_;
     try {

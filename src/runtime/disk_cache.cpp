@@ -43,13 +43,18 @@ void warn_once(const Logger &log, const std::string &key, const std::string &mes
     log(LogLevel::warning, message);
 }
 
-DiskCache::DiskCache(std::string folder, Logger log) : folder_(std::move(folder)), log_(log) {
+DiskCache::DiskCache(std::string folder, Logger log) : DiskCache(std::move(folder), log, false) {}
+
+DiskCache::DiskCache(std::string folder, Logger log, Shipped) : DiskCache(std::move(folder), log, true) {}
+
+DiskCache::DiskCache(std::string folder, Logger log, bool shipped) : folder_(std::move(folder)), log_(log) {
     if (folder_.empty()) return;
-    if (std::optional<std::string> why = untrusted_cache_folder(folder_)) {
+    if (std::optional<std::string> why = shipped ? untrusted_shipped_folder(folder_) : untrusted_cache_folder(folder_)) {
         // Whoever can write a cache folder can run code on this GPU (docs/DESIGN.md, cache trust).
         warn_once(log_, "refused:" + folder_,
-                  fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
-                              folder_, *why));
+                  shipped ? fmt::format("moejit: the prebuilt kernels in {} are not used ({})", folder_, *why)
+                          : fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
+                                        folder_, *why));
         return;
     }
     usable_ = true;

@@ -42,6 +42,10 @@ public:
     // Checks that `folder` may be used (see above); when it may not, logs one warning (per
     // folder and process) and behaves as an always-missing cache (memory-only caching).
     DiskCache(std::string folder, Logger log);
+    // A read-only folder shipped with the library (the prebuilt tier): trusted when owned by
+    // this user or root (untrusted_shipped_folder); never stored into (store() is not called).
+    struct Shipped {};
+    DiskCache(std::string folder, Logger log, Shipped);
 
     bool usable() const { return usable_.load(); }
     const std::string &folder() const { return folder_; }
@@ -60,6 +64,7 @@ public:
     bool store(const std::string &name, const Digest &key, const CachedKernel &entry) const;
 
 private:
+    DiskCache(std::string folder, Logger log, bool shipped);
     bool ensure_folder() const;
 
     std::string folder_;

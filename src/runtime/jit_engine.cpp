@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <mutex>
 
 #include "base/error.hpp"
@@ -73,10 +74,34 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+namespace {
+
+// The prebuilt tier's STAMP: "nvrtc <major*100+minor>" and "headers <hex digest>" lines, written
+// by packaging/make_prebuilt.py from packaging/prebuilt_stamp.cpp. false when unreadable.
+bool read_prebuilt_stamp(const std::string &folder, std::string &nvrtc_version, std::string &headers) {
+    std::ifstream in(folder + "/STAMP");
+    std::string word, value;
+    while (in >> word >> value) {
+        if (word == "nvrtc") nvrtc_version = value;
+        else if (word == "headers") headers = value;
+    }
+    return !nvrtc_version.empty() && !headers.empty();
+}
+
+}  // namespace
+
 JitEngine::JitEngine(JitOptions options)
     : options_(std::move(options)), options_sorted_(default_nvrtc_options()) {
     std::sort(options_sorted_.begin(), options_sorted_.end());
     disk_ = std::make_unique<DiskCache>(options_.cache_dir, options_.log);
+    if (!options_.prebuilt_dir.empty()) {
+        if (read_prebuilt_stamp(options_.prebuilt_dir, prebuilt_nvrtc_, prebuilt_headers_))
+            prebuilt_ = std::make_unique<DiskCache>(options_.prebuilt_dir, options_.log, DiskCache::Shipped{});
+        else
+            warn_once(options_.log, "prebuilt-stamp:" + options_.prebuilt_dir,
+                      fmt::format("moejit: prebuilt kernels in {} are not used: no readable STAMP file",
+                                  options_.prebuilt_dir));
+    }
 }
 
 JitEngine::~JitEngine() {
@@ -91,6 +116,15 @@ const std::string &JitEngine::cache_dir() const {
 }
 
 Digest JitEngine::key(const KernelSource &source) const {
+    const std::string version = std::to_string(nvrtc_version());
+    // Another NVRTC in the process (PyTorch's) does not change the rule's choice; say so once.
+    if (const std::string &other = nvrtc().other_loaded; !other.empty())
+        warn_once(options_.log, "nvrtc-other-loaded", other);
+    return key_with(source, version, cuda_headers_digest());
+}
+
+Digest JitEngine::key_with(const KernelSource &source, const std::string &nvrtc_version_text,
+                           const std::string &headers_digest) const {
     // Canonical, length-prefixed record (docs/DESIGN.md §4). Any field change changes the key.
     Sha256 h;
     h.field("moejit-kernel-key");
@@ -106,11 +140,8 @@ Digest JitEngine::key(const KernelSource &source) const {
     h.field(std::to_string(options_sorted_.size()));
     for (const std::string &o : options_sorted_) h.field(o);
     h.field(options_.arch);
-    h.field(std::to_string(nvrtc_version()));
-    // Another NVRTC in the process (PyTorch's) does not change the rule's choice; say so once.
-    if (const std::string &other = nvrtc().other_loaded; !other.empty())
-        warn_once(options_.log, "nvrtc-other-loaded", other);
-    h.field(cuda_headers_digest());  // the toolkit headers NVRTC compiles against (runtime/cuda_headers.hpp)
+    h.field(nvrtc_version_text);
+    h.field(headers_digest);  // the toolkit headers NVRTC compiles against (runtime/cuda_headers.hpp)
     h.field(MOEJIT_VERSION_STRING);
     return h.finish();
 }
@@ -152,10 +183,22 @@ Kernel &JitEngine::get(const KernelSource &source) {
 
 void JitEngine::resolve(const KernelSource &source, Slot &slot) {
     const auto resolve_start = std::chrono::steady_clock::now();
-    Digest k = key(source);
     CachedKernel entry;
     auto load_start = std::chrono::steady_clock::now();
-    DiskCache::Lookup lookup = disk_->load(source.name, k, entry);
+    const char *from = "disk";
+    // The prebuilt tier first: its key needs no NVRTC (its build's values), so a hit works
+    // where no NVRTC is installed. A miss or a bad entry falls through to the user's cache.
+    DiskCache::Lookup lookup = DiskCache::Lookup::miss;
+    if (prebuilt_ && prebuilt_->usable()) {
+        lookup = prebuilt_->load(source.name, key_with(source, prebuilt_nvrtc_, prebuilt_headers_), entry);
+        if (lookup == DiskCache::Lookup::rejected) count([](CacheCounters &c) { ++c.disk_rejects; });
+        if (lookup == DiskCache::Lookup::hit) from = "prebuilt";
+    }
+    Digest k{};
+    if (lookup != DiskCache::Lookup::hit) {
+        k = key(source);
+        lookup = disk_->load(source.name, k, entry);
+    }
     // The per-kernel breakdown of the debug line at the end (dev/gpu/cold_start.py reads it).
     double read_s = 0, compile_wall_s = 0, compile_cpu_s = 0, store_s = 0, module_load_s = 0;
     if (lookup == DiskCache::Lookup::hit) {
@@ -177,6 +220,7 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
                  source.name, to_hex(k), options_.arch,
                  disk_->usable() ? " " + disk_->folder() : std::string(" (no disk cache)"));
         read_s = seconds_since(load_start);
+        from = "nvrtc";
         CompiledKernel compiled;
         const double cpu_start = thread_cpu_seconds();
         const auto compile_start = std::chrono::steady_clock::now();
@@ -199,7 +243,7 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
         entry.function = std::move(compiled.lowered_name);
         entry.cubin = std::move(compiled.cubin);
         const auto store_start = std::chrono::steady_clock::now();
-        disk_->store(source.name, k, entry);
+        disk_->store(source.name, k, entry);  // the user's cache only, never the prebuilt tier
         store_s = seconds_since(store_start);
     }
     slot.kernel.name = source.name;
@@ -242,7 +286,7 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
     options_.log(LogLevel::debug,
                  fmt::format("moejit: kernel timing name={} from={} total_s={:.6f} disk_read_s={:.6f} "
                              "compile_wall_s={:.6f} compile_cpu_s={:.6f} store_s={:.6f} module_load_s={:.6f}",
-                             source.name, lookup == DiskCache::Lookup::hit ? "disk" : "nvrtc",
+                             source.name, from,
                              seconds_since(resolve_start), read_s, compile_wall_s, compile_cpu_s, store_s,
                              module_load_s));
     slot.ready.store(true, std::memory_order_release);

@@ -53,6 +53,9 @@ struct JitOptions {
     bool jit_enabled = true;
     bool load_modules = true;  // false: compile-only (no driver calls at all)
     std::string cache_dir;   // versioned folder; "" = memory only
+    // The read-only tier of prebuilt kernels shipped with the library (prebuilt_kernels_dir(),
+    // docs/DESIGN.md §4.10), looked up before cache_dir and never written; "" = none.
+    std::string prebuilt_dir;
     // The device's opt-in shared memory per block: every loaded kernel may use all of it
     // beyond its static shared memory (0: leave the driver's 48 KiB default).
     int max_shared_per_block = 0;
@@ -75,6 +78,10 @@ public:
 
     // The canonical cache key (sha256 of the length-prefixed record of docs/DESIGN.md §4).
     Digest key(const KernelSource &source) const;
+    // The same record with the NVRTC version (major*100+minor, as text) and the toolkit headers'
+    // digest given, not this process's: the prebuilt tier's key, with its build's values.
+    Digest key_with(const KernelSource &source, const std::string &nvrtc_version,
+                    const std::string &headers_digest) const;
     // NVRTC options, sorted, without the arch.
     const std::vector<std::string> &nvrtc_options() const { return options_sorted_; }
 
@@ -97,6 +104,10 @@ private:
     JitOptions options_;
     std::vector<std::string> options_sorted_;
     std::unique_ptr<DiskCache> disk_;
+    // The prebuilt tier and the NVRTC version and headers digest its kernels were built with
+    // (its STAMP file); no tier when prebuilt_dir is "" or its STAMP is unreadable.
+    std::unique_ptr<DiskCache> prebuilt_;
+    std::string prebuilt_nvrtc_, prebuilt_headers_;
     // Guards slots_ only (lookups and insertions), never held across other work.
     mutable std::mutex slots_mutex_;
     // Keyed by the full source text (in memory only; std::hash is fine here). Slots never

@@ -107,7 +107,7 @@ def check(wheel):
         for n in names:
             if re.search(r"\.(cpython|abi3|pypy)[^/]*\.so$", n):
                 problems.append(f"{n}: a Python extension module (the wheel is for every Python)")
-            if n.endswith(".so") and n != "moejit/libmoejit.so" and not n.startswith("moejit/kernels/"):
+            if n.endswith(".so") and n != "moejit/libmoejit.so" and not n.startswith("moejit/moejit-kernels/"):
                 problems.append(f"{n}: an unexpected shared library")
         warmup_info = z.getinfo("moejit/moejit-warmup") if "moejit/moejit-warmup" in names else None
         if warmup_info and not (warmup_info.external_attr >> 16) & stat.S_IXUSR:
@@ -120,8 +120,15 @@ def check(wheel):
             with open(path, "wb") as f:
                 f.write(data)
             check_elf(n, path, glibc_tag, problems, report)
-        kernels = [n for n in names if n.startswith("moejit/kernels/")]
+        kernels = [n for n in names if n.startswith("moejit/moejit-kernels/")]
         report.append(f"prebuilt kernels: {len(kernels)} files" if kernels else "prebuilt kernels: none")
+        if kernels:  # -Dprebuilt_kernels=true: moejit-kernels/<version>/ with a STAMP and entries
+            tier = f"moejit/moejit-kernels/{m['version']}/"
+            if tier + "STAMP" not in names:
+                problems.append(f"{tier}STAMP missing (the library would not use the tier)")
+            for n in kernels:
+                if not n.startswith(tier) or not (n.endswith(".cubin") or n == tier + "STAMP"):
+                    problems.append(f"{n}: not an entry of {tier}")
     auditwheel = shutil.which("auditwheel") or shutil.which("auditwheel", path=os.path.dirname(sys.executable))
     if auditwheel:
         out = subprocess.run([auditwheel, "show", wheel], capture_output=True, text=True)
