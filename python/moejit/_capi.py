@@ -61,6 +61,9 @@ FC1_INTERLEAVED = 2  # since 0.5
 ACTIVATION_SWIGLU = 0
 ACTIVATION_GPT_OSS = 1  # since 0.5
 
+RECIPE_BF16 = 0  # moejit_recipe_t, since 0.11
+RECIPE_FP8_BLOCK = 1
+
 # moejit_device_error_t (since 0.11): bits of the context's device error word.
 DEVICE_ERROR_EXPERT_OFFSETS = 1
 
