@@ -49,7 +49,7 @@ struct Failure {
 const char *kHelp = R"(usage: moejit-warmup [--preset NAME | --spec H,I,E,k[,limit] | --spec-file FILE]...
                      [--arch ARCH] [--cache-dir DIR] [--jobs N] [--dtype bf16|fp16]
                      [--tokens-hint N[,N...]] [--gather on|off] [--fuse-swiglu on|off]
-                     [--gemm-tile TILE|heuristic] [--check] [--verbose]
+                     [--gemm-tile TILE|heuristic] [--recipe bf16|fp8-block] [--check] [--verbose]
        moejit-warmup --info | --clear [--cache-dir DIR]
        moejit-warmup --list-presets | --help | --version
 
@@ -72,6 +72,11 @@ Options:
   --jobs N               parallel compile workers (default: the number of usable cores)
   --dtype bf16|fp16      warm only this layer dtype (default: both)
   --tokens-hint N[,N..]  typical token counts per micro-batch (guide tile choice; default 0)
+  --recipe bf16|fp8-block
+                         the plans' recipe (desc->recipe; default bf16). fp8-block warms the FP8
+                         block-scaled plans (their quantizers and FP8 GEMMs and the bf16 kernels
+                         they keep): bf16 layers only (implies --dtype bf16), sm_90a only, H and I
+                         multiples of 128; gpt-oss presets are refused (no FP8 form yet)
   --check                compile nothing (JIT off): exit 3 and list what is missing if the cache
                          does not cover every plan variant; changes nothing on disk (a corrupt
                          entry is reported, not removed)
@@ -195,6 +200,11 @@ Args parse_args(int argc, char **argv) {
                 if (comma == std::string::npos) break;
                 start = comma + 1;
             }
+        } else if (arg == "--recipe") {
+            std::string r = take();
+            if (r == "bf16") a.variants.recipe = MOEJIT_RECIPE_BF16;
+            else if (r == "fp8-block") a.variants.recipe = MOEJIT_RECIPE_FP8_BLOCK;
+            else throw UsageError(fmt::format("--recipe \"{}\": expected bf16 or fp8-block", r));
         } else if (arg == "--gather" || arg == "--fuse-swiglu" || arg == "--gemm-tile") {
             apply_config_flag(a.run, arg, take());
         } else if (arg == "--check") a.check = flag();
@@ -208,6 +218,11 @@ Args parse_args(int argc, char **argv) {
     }
     if (a.check && a.clear)
         throw UsageError("--check and --clear together would always fail; run them separately");
+    if (a.variants.recipe == MOEJIT_RECIPE_FP8_BLOCK) {
+        if (dtype_given && a.variants.dtypes != std::vector<moejit_dtype_t>{MOEJIT_DTYPE_BF16})
+            throw UsageError("--recipe fp8-block runs bf16 layers only; drop --dtype fp16");
+        a.variants.dtypes = {MOEJIT_DTYPE_BF16};
+    }
     if (!a.help && !a.list && !a.version && !a.info && !a.clear && a.specs.empty())
         throw UsageError("nothing to do: give --preset NAME, --spec H,I,E,k or --spec-file FILE "
                          "(or --info, --clear, --list-presets; see --help)");

@@ -66,7 +66,7 @@ import torch
 
 from . import _capi, errors
 from ._validate import LayerSpec, TensorInfo, check_layer
-from .core import Context, Plan, _switch
+from .core import Context, Plan, _switch, recipe_code
 
 __all__ = ["saved_bytes_bound", "clear_caches", "configure", "OPS"]
 
@@ -100,7 +100,7 @@ def _debug_poison() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def saved_size_terms(hidden_size: int, intermediate_size: int, num_experts: int, top_k: int,
-                     element_size: int = 2, experts_entry: bool = False):
+                     element_size: int = 2, experts_entry: bool = False, recipe: str = "bf16"):
     """(bytes per token, constant bytes) of the library's own affine bound of `saved`
     (moejit_saved_size_terms, or moejit_experts_saved_size_terms per row): the layout lives in
     the library alone (src/moe/plan_layout.*), this only asks it."""
@@ -110,7 +110,7 @@ def saved_size_terms(hidden_size: int, intermediate_size: int, num_experts: int,
             f"element_size must be 2 (bfloat16 or float16 layers), got {element_size}")
     desc = core.plan_desc(dtype="bfloat16",
                           hidden_size=hidden_size, intermediate_size=intermediate_size,
-                          num_experts=num_experts, top_k=top_k)
+                          num_experts=num_experts, top_k=top_k, recipe=recipe)
     per_unit, constant = ctypes.c_int64(), ctypes.c_int64()
     query = (_capi.lib().moejit_experts_saved_size_terms if experts_entry
              else _capi.lib().moejit_saved_size_terms)
@@ -119,13 +119,15 @@ def saved_size_terms(hidden_size: int, intermediate_size: int, num_experts: int,
 
 
 def saved_bytes_bound(num_tokens, hidden_size: int, intermediate_size: int, num_experts: int,
-                      top_k: int, element_size: int = 2):
+                      top_k: int, element_size: int = 2, recipe: str = "bf16"):
     """Bytes of the `saved` tensor for T tokens: the library's upper bound of
-    moejit_plan_saved_size, affine in T (works on SymInts)."""
+    moejit_plan_saved_size, affine in T (works on SymInts). recipe: "bf16" or "fp8-block"
+    (whose saved g, u are e4m3 + scales: about half)."""
     # The terms come from the library, so the layer's dimensions must be plain ints (int() of
     # a SymInt specializes it, as the weights' shapes are in practice); only T stays symbolic.
     per_token, constant = saved_size_terms(int(hidden_size), int(intermediate_size),
-                                           int(num_experts), int(top_k), int(element_size))
+                                           int(num_experts), int(top_k), int(element_size),
+                                           recipe=recipe)
     return num_tokens * per_token + constant
 
 
@@ -175,7 +177,8 @@ def _plan(spec: LayerSpec, device: torch.device, main_grad: bool = False) -> Pla
                     routing_dtype=spec.routing_dtype, tokens_hint=bucket,
                     activation=spec.activation,
                     activation_alpha=spec.alpha if spec.activation == "gpt_oss" else None,
-                    weights_transposed=spec.weights_transposed, has_bias=spec.has_bias)
+                    weights_transposed=spec.weights_transposed, has_bias=spec.has_bias,
+                    recipe=spec.recipe)
         _plans[key] = plan
         return plan
 
@@ -270,7 +273,8 @@ def _check_like(where: str, name: str, tensor: torch.Tensor, shape: Sequence[int
 
 def _saved_bound(spec: LayerSpec) -> int:
     return saved_bytes_bound(spec.num_tokens, spec.hidden_size, spec.intermediate_size,
-                             spec.num_experts, spec.top_k, _ELEMENT_SIZE[spec.dtype])
+                             spec.num_experts, spec.top_k, _ELEMENT_SIZE[spec.dtype],
+                             recipe=spec.recipe)
 
 
 def _check_saved(where: str, saved: torch.Tensor, spec: LayerSpec) -> None:
@@ -311,10 +315,12 @@ def _within_bound(where, needed, bound, size, bound_name):
     return bound
 
 
-def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated):
+def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, recipe="bf16",
+             **gated):
     """gated: fused_moe_gated's keywords (activation, alpha, interleaved, weights_transposed,
-    b_gate_up, b_down), see check()."""
-    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated)
+    b_gate_up, b_down), see check(). recipe: "bf16" or "fp8-block" (the plan's)."""
+    spec = _with_recipe(where, check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down,
+                                     swiglu_limit, **gated), recipe)
     _check_alignment(where, x=x, w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
                      **_bias_names(gated))
     device = x.device
@@ -334,18 +340,32 @@ def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, *
     return out, saved
 
 
-def _forward_fake(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated):
-    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated)
+def _forward_fake(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit,
+                  recipe="bf16", **gated):
+    spec = _with_recipe(where, check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down,
+                                     swiglu_limit, **gated), recipe)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     saved = x.new_empty((_saved_bound(spec),), dtype=torch.uint8)
     return out, saved
 
 
+def _recipe_kwargs(recipe: str) -> Dict[str, str]:
+    """recipe for _forward / _backward only when it is not the default, so that the bf16 call
+    is the one it has always been (test emulations replace those two functions)."""
+    return {} if recipe == "bf16" else {"recipe": recipe}
+
+
+def _with_recipe(where: str, spec: LayerSpec, recipe: str) -> LayerSpec:
+    recipe_code(recipe, where)  # an unknown recipe names the choices
+    return spec._replace(recipe=recipe)
+
+
 def _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
-                     swiglu_limit, main_grads=None, **gated):
+                     swiglu_limit, main_grads=None, recipe="bf16", **gated):
     """The backward ops' checks (real and fake): the layer, dout, saved, and the main_grad
     buffers ({weight or bias name: tensor}, float32 of its shape, contiguous, x's device)."""
-    spec = check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, **gated)
+    spec = _with_recipe(where, check(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down,
+                                     swiglu_limit, **gated), recipe)
     if not isinstance(dout, torch.Tensor) or tuple(dout.shape) != tuple(x.shape):
         raise errors.InvalidArgumentError(
             f"{where}: the output gradient must have x's shape {list(x.shape)}, got "
@@ -374,12 +394,12 @@ def _prepare_dout(dout: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, swiglu_limit,
-              main_grads=None, **gated):
+              main_grads=None, recipe="bf16", **gated):
     """Returns (dx, d_routing_weights, {name: dW}) or, with main_grads {name: fp32 buffer},
     (dx, d_routing_weights, {}) after adding the weight gradients into main_grads. With
     biases (gated b_gate_up and b_down) the dicts also hold "b_gate_up" and "b_down"."""
     spec = _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
-                            swiglu_limit, main_grads, **gated)
+                            swiglu_limit, main_grads, recipe, **gated)
     biases = _bias_names(gated)
     _check_alignment(where, x=x, w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
                      saved=saved, **biases)
@@ -432,47 +452,50 @@ _W = "torch.ops.moejit."
 @torch.library.custom_op("moejit::fused_moe", mutates_args=())
 def fused_moe(x: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor,
               w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
-              swiglu_limit: float) -> Tuple[torch.Tensor, torch.Tensor]:
+              swiglu_limit: float, recipe: str = "bf16") -> Tuple[torch.Tensor, torch.Tensor]:
     return _forward(_W + "fused_moe", x, selected_experts, routing_weights, w_gate, w_up, None,
-                    w_down, swiglu_limit)
+                    w_down, swiglu_limit, **_recipe_kwargs(recipe))
 
 
 @fused_moe.register_fake
-def _(x, selected_experts, routing_weights, w_gate, w_up, w_down, swiglu_limit):
+def _(x, selected_experts, routing_weights, w_gate, w_up, w_down, swiglu_limit, recipe="bf16"):
     return _forward_fake(_W + "fused_moe", x, selected_experts, routing_weights, w_gate, w_up,
-                         None, w_down, swiglu_limit)
+                         None, w_down, swiglu_limit, **_recipe_kwargs(recipe))
 
 
 @torch.library.custom_op("moejit::fused_moe_merged", mutates_args=())
 def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
                      routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
-                     w_down: torch.Tensor, swiglu_limit: float
+                     w_down: torch.Tensor, swiglu_limit: float, recipe: str = "bf16"
                      ) -> Tuple[torch.Tensor, torch.Tensor]:
     return _forward(_W + "fused_moe_merged", x, selected_experts, routing_weights, None, None,
-                    w_gate_up, w_down, swiglu_limit)
+                    w_gate_up, w_down, swiglu_limit, **_recipe_kwargs(recipe))
 
 
 @fused_moe_merged.register_fake
-def _(x, selected_experts, routing_weights, w_gate_up, w_down, swiglu_limit):
+def _(x, selected_experts, routing_weights, w_gate_up, w_down, swiglu_limit, recipe="bf16"):
     return _forward_fake(_W + "fused_moe_merged", x, selected_experts, routing_weights, None,
-                         None, w_gate_up, w_down, swiglu_limit)
+                         None, w_gate_up, w_down, swiglu_limit, **_recipe_kwargs(recipe))
 
 
 @torch.library.custom_op("moejit::fused_moe_backward", mutates_args=())
 def fused_moe_backward(dout: torch.Tensor, x: torch.Tensor, selected_experts: torch.Tensor,
                        routing_weights: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
-                       w_down: torch.Tensor, saved: torch.Tensor, swiglu_limit: float
+                       w_down: torch.Tensor, saved: torch.Tensor, swiglu_limit: float,
+                       recipe: str = "bf16"
                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                   torch.Tensor]:
     dx, drw, g = _backward(_W + "fused_moe_backward", dout, x, selected_experts,
-                           routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit)
+                           routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit,
+                           **_recipe_kwargs(recipe))
     return dx, drw, g["w_gate"], g["w_up"], g["w_down"]
 
 
 @fused_moe_backward.register_fake
-def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, swiglu_limit):
+def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, swiglu_limit,
+      recipe="bf16"):
     _backward_common(_W + "fused_moe_backward", dout, x, selected_experts, routing_weights,
-                     w_gate, w_up, None, w_down, saved, swiglu_limit)
+                     w_gate, w_up, None, w_down, saved, swiglu_limit, **_recipe_kwargs(recipe))
     return _like(x), _like(routing_weights), _like(w_gate), _like(w_up), _like(w_down)
 
 
@@ -480,18 +503,21 @@ def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, s
 def fused_moe_merged_backward(dout: torch.Tensor, x: torch.Tensor,
                               selected_experts: torch.Tensor, routing_weights: torch.Tensor,
                               w_gate_up: torch.Tensor, w_down: torch.Tensor,
-                              saved: torch.Tensor, swiglu_limit: float
+                              saved: torch.Tensor, swiglu_limit: float, recipe: str = "bf16"
                               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                          torch.Tensor]:
     dx, drw, g = _backward(_W + "fused_moe_merged_backward", dout, x, selected_experts,
-                           routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit)
+                           routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit,
+                           **_recipe_kwargs(recipe))
     return dx, drw, g["w_gate_up"], g["w_down"]
 
 
 @fused_moe_merged_backward.register_fake
-def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, saved, swiglu_limit):
+def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, saved, swiglu_limit,
+      recipe="bf16"):
     _backward_common(_W + "fused_moe_merged_backward", dout, x, selected_experts,
-                     routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit)
+                     routing_weights, None, None, w_gate_up, w_down, saved, swiglu_limit,
+                     recipe=recipe)
     return _like(x), _like(routing_weights), _like(w_gate_up), _like(w_down)
 
 
@@ -662,25 +688,26 @@ def _no_gradient_for_saved(ctx, saved):
 
 
 def _setup_context(ctx, inputs, output):
-    x, sel, rw, *weights, swiglu_limit = inputs
+    x, sel, rw, *weights, swiglu_limit, recipe = inputs
     _, saved = output
     ctx.save_for_backward(x, sel, rw, *weights, saved)
     ctx.swiglu_limit = swiglu_limit
+    ctx.recipe = recipe
     _no_gradient_for_saved(ctx, saved)
 
 
 def _fused_moe_backward(ctx, dout, _dsaved):
     x, sel, rw, w_gate, w_up, w_down, saved = ctx.saved_tensors
     dx, drw, dw_gate, dw_up, dw_down = torch.ops.moejit.fused_moe_backward(
-        dout, x, sel, rw, w_gate, w_up, w_down, saved, ctx.swiglu_limit)
-    return dx, None, drw, dw_gate, dw_up, dw_down, None
+        dout, x, sel, rw, w_gate, w_up, w_down, saved, ctx.swiglu_limit, ctx.recipe)
+    return dx, None, drw, dw_gate, dw_up, dw_down, None, None
 
 
 def _fused_moe_merged_backward(ctx, dout, _dsaved):
     x, sel, rw, w_gate_up, w_down, saved = ctx.saved_tensors
     dx, drw, dw_gate_up, dw_down = torch.ops.moejit.fused_moe_merged_backward(
-        dout, x, sel, rw, w_gate_up, w_down, saved, ctx.swiglu_limit)
-    return dx, None, drw, dw_gate_up, dw_down, None
+        dout, x, sel, rw, w_gate_up, w_down, saved, ctx.swiglu_limit, ctx.recipe)
+    return dx, None, drw, dw_gate_up, dw_down, None, None
 
 
 # The gated ops' autograd, shared with the experts op (_experts_op.py): inputs (x, the routing

@@ -41,6 +41,7 @@ class LayerSpec(NamedTuple):
     interleaved: bool = False       # fc1 column 2i = gate i, 2i+1 = up i
     weights_transposed: bool = False  # w_gate_up [E, H, 2I], w_down [E, I, H]
     has_bias: bool = False          # b_gate_up [E, 2I], b_down [E, H]
+    recipe: str = "bf16"            # since 0.11: "bf16" or "fp8-block" (set by moejit._op)
 
 
 def _fmt(shape: Sequence[int]) -> str:

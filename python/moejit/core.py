@@ -236,6 +236,17 @@ def _log_trampoline(log: Callable[[int, str], None]):
 
 
 ACTIVATIONS = {"swiglu": _capi.ACTIVATION_SWIGLU, "gpt_oss": _capi.ACTIVATION_GPT_OSS}
+# moejit_recipe_t (since 0.11): the layer's GEMM number format.
+RECIPES = {"bf16": _capi.RECIPE_BF16, "fp8-block": _capi.RECIPE_FP8_BLOCK}
+
+
+def recipe_code(recipe: str, where: str = "recipe") -> int:
+    """moejit_recipe_t of a recipe name; an unknown one is an InvalidArgumentError (a
+    ValueError) naming the choices."""
+    if not isinstance(recipe, str) or recipe not in RECIPES:
+        raise errors.InvalidArgumentError(
+            f"{where}: recipe must be one of {', '.join(map(repr, RECIPES))}, got {recipe!r}")
+    return RECIPES[recipe]
 
 
 def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_experts: int,
@@ -244,7 +255,7 @@ def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_exp
               index_dtype: DType = "int64", routing_dtype: Optional[DType] = None,
               tokens_hint: int = 0, interleaved: bool = False, activation: str = "swiglu",
               activation_alpha: Optional[float] = None, weights_transposed: bool = False,
-              has_bias: bool = False) -> _capi.PlanDesc:
+              has_bias: bool = False, recipe: str = "bf16") -> _capi.PlanDesc:
     """A moejit_plan_desc_t. swiglu_limit None means no limit; weight_grad_dtype and
     routing_dtype default to dtype.
 
@@ -279,6 +290,7 @@ def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_exp
     desc.activation_alpha = check_activation_alpha(activation, activation_alpha)
     desc.weights_transposed = 1 if weights_transposed else 0
     desc.has_bias = 1 if has_bias else 0
+    desc.recipe = recipe_code(recipe)  # since 0.11: "bf16" or "fp8-block" (MOEJIT_RECIPE_*)
     desc.swiglu_limit = check_swiglu_limit(swiglu_limit)
     desc.weight_grad_dtype = _capi.dtype_code(weight_grad_dtype) if weight_grad_dtype is not None \
         else code

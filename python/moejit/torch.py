@@ -71,7 +71,7 @@ from ._op import (_plans, clear_caches, configure,  # noqa: F401  (_plans: tests
 # too, without importing this module).
 from ._functional import (_alpha, _flag, _limit, _require_tensors,  # noqa: F401
                           experts)
-from .core import ACTIVATIONS
+from .core import ACTIVATIONS, recipe_code, swiglu_alpha
 
 __all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configure",
            "saved_bytes_bound"]
@@ -164,9 +164,20 @@ class _MainGradFunction(torch.autograd.Function):
                 *(_megatron_weight_grad(w) for w in ctx.weights))
 
 
+def _recipe(where: str, recipe, main_grads=None) -> str:
+    """The recipe name, checked: InvalidArgumentError (a ValueError) naming the choices."""
+    recipe_code(recipe, where)
+    if recipe != "bf16" and main_grads is not None:
+        raise errors.InvalidArgumentError(
+            f"{where}: main_grads (accumulate_into_main_grad) with recipe={recipe!r} is not "
+            "supported yet; use recipe='bf16'")
+    return recipe
+
+
 def _fused(where: str, x, selected_experts, routing_weights, weights: Sequence[torch.Tensor],
-           swiglu_limit, main_grads) -> torch.Tensor:
+           swiglu_limit, main_grads, recipe: str = "bf16") -> torch.Tensor:
     limit = _limit(where, swiglu_limit)
+    recipe = _recipe(where, recipe, main_grads)
     merged = len(weights) == 2
     if main_grads is not None:
         main_grads = tuple(main_grads)
@@ -179,14 +190,15 @@ def _fused(where: str, x, selected_experts, routing_weights, weights: Sequence[t
         return _MainGradFunction.apply(x, selected_experts, routing_weights, limit, main_grads,
                                        *weights)
     op = _ops.fused_moe_merged if merged else _ops.fused_moe
-    out, _ = op(x, selected_experts, routing_weights, *weights, limit)
+    out, _ = op(x, selected_experts, routing_weights, *weights, limit, recipe)
     return out
 
 
 def fused_moe(x: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor,
               w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
               swiglu_limit: Optional[float] = None, *,
-              main_grads: Optional[Sequence[torch.Tensor]] = None) -> torch.Tensor:
+              main_grads: Optional[Sequence[torch.Tensor]] = None,
+              recipe: str = "bf16") -> torch.Tensor:
     """The MoE expert layer with split fc1 weights.
 
     x [..., H] bf16/fp16 (any leading shape); selected_experts [..., k] int32/int64 in [0, E);
@@ -198,12 +210,18 @@ def fused_moe(x: torch.Tensor, selected_experts: torch.Tensor, routing_weights: 
     main_grads: None, or float32 (g_gate, g_up, g_down) of the weights' shapes: the backward
     adds the weight gradients into them in float32 (Megatron's main_grad) and the weights get
     no gradient. Bad arguments raise moejit.InvalidArgumentError, before anything launches.
+
+    recipe (since 0.11): "bf16" (default) or "fp8-block": the forward and input-gradient GEMMs
+    in FP8 e4m3 with block scales (activations 1x128, weights 128x128; sm_90a, bfloat16 x,
+    H and I multiples of 128; weight gradients still bf16; the weights are quantized on every
+    call). Not with main_grads yet. An unknown recipe is a ValueError naming the choices.
     """
     where = "moejit.torch.fused_moe"
+    recipe = _recipe(where, recipe, main_grads)
     _require_tensors(where, x=x, selected_experts=selected_experts,
                      routing_weights=routing_weights, w_gate=w_gate, w_up=w_up, w_down=w_down)
     return _fused(where, x, selected_experts, routing_weights, (w_gate, w_up, w_down),
-                  swiglu_limit, main_grads)
+                  swiglu_limit, main_grads, recipe)
 
 
 class _GatedMainGradFunction(torch.autograd.Function):
@@ -246,7 +264,8 @@ def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
                      activation: str = "swiglu", alpha: Optional[float] = None,
                      interleaved: bool = False, weights_transposed: bool = False,
                      b_gate_up: Optional[torch.Tensor] = None,
-                     b_down: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     b_down: Optional[torch.Tensor] = None,
+                     recipe: str = "bf16") -> torch.Tensor:
     """As fused_moe, with one fc1 weight w_gate_up [E, 2I, H] (gate rows first) and w_down
     [E, H, I]; main_grads: None or float32 (g_gate_up, g_down).
 
@@ -265,6 +284,9 @@ def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
     float32 tensors (g_gate_up, g_down, g_b_gate_up, g_b_down), and the biases, like the
     weights, get no .grad. gpt-oss: activation="gpt_oss", swiglu_limit=7.0, interleaved=True,
     weights_transposed=True and its biases.
+
+    recipe: as fused_moe's; "fp8-block" with the 0.4 layer only (swiglu, gate rows first, no
+    weights_transposed, no biases) for now.
     """
     where = "moejit.torch.fused_moe_merged"
     _require_tensors(where, x=x, selected_experts=selected_experts,
@@ -284,10 +306,15 @@ def fused_moe_merged(x: torch.Tensor, selected_experts: torch.Tensor,
     has_bias = b_gate_up is not None
     if has_bias:
         _require_tensors(where, b_gate_up=b_gate_up, b_down=b_down)
+    recipe = _recipe(where, recipe, main_grads)
     if activation == "swiglu" and not (interleaved or weights_transposed or has_bias):
         # The 0.4 layer: its own ops, unchanged.
         return _fused(where, x, selected_experts, routing_weights, (w_gate_up, w_down),
-                      swiglu_limit, main_grads)
+                      swiglu_limit, main_grads, recipe)
+    if recipe != "bf16":
+        raise errors.InvalidArgumentError(
+            f"{where}: recipe={recipe!r} supports the swiglu layer with gate rows first, no "
+            "weights_transposed and no biases for now; use recipe='bf16' with these options")
     options = (_limit(where, swiglu_limit), activation, resolved_alpha, interleaved,
                weights_transposed)
     if main_grads is not None:
@@ -349,13 +376,18 @@ class MoEExperts(nn.Module):
     gradients into each parameter's `main_grad` (a float32 tensor of its shape that the
     training framework allocates, e.g. Megatron's DDP wrapper), read when the backward runs;
     the parameters' .grad stays None (or Megatron's dummy when the parameter has the
-    `grad_added_to_main_grad` attribute)."""
+    `grad_added_to_main_grad` attribute).
+
+    recipe (since 0.11): "bf16" (default) or "fp8-block" (fused_moe's FP8 block-scaled
+    recipe); not with accumulate_into_main_grad yet. An unknown recipe is a ValueError."""
 
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, *,
                  merged: bool = False, swiglu_limit: Optional[float] = None,
-                 accumulate_into_main_grad: bool = False,
+                 accumulate_into_main_grad: bool = False, recipe: str = "bf16",
                  device=None, dtype: Optional[torch.dtype] = None) -> None:
         super().__init__()
+        self.recipe = _recipe("MoEExperts", recipe,
+                              main_grads=() if accumulate_into_main_grad else None)
         for name, value in (("num_experts", num_experts), ("hidden_size", hidden_size),
                             ("intermediate_size", intermediate_size)):
             if not isinstance(value, int) or value < 1:
@@ -402,12 +434,14 @@ class MoEExperts(nn.Module):
                                            _limit(where, self.swiglu_limit), None, *weights)
         if self.merged:
             return fused_moe_merged(x, selected_experts, routing_weights, *weights,
-                                    self.swiglu_limit)
-        return fused_moe(x, selected_experts, routing_weights, *weights, self.swiglu_limit)
+                                    self.swiglu_limit, recipe=self.recipe)
+        return fused_moe(x, selected_experts, routing_weights, *weights, self.swiglu_limit,
+                         recipe=self.recipe)
 
     def extra_repr(self) -> str:
         limit = f", swiglu_limit={self.swiglu_limit}" if self.swiglu_limit else ""
         main = ", accumulate_into_main_grad" if self.accumulate_into_main_grad else ""
+        recipe = f", recipe={self.recipe!r}" if self.recipe != "bf16" else ""
         return (f"num_experts={self.num_experts}, hidden_size={self.hidden_size}, "
                 f"intermediate_size={self.intermediate_size}, "
-                f"{'merged' if self.merged else 'split'}{limit}{main}")
+                f"{'merged' if self.merged else 'split'}{limit}{main}{recipe}")

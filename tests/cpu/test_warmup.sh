@@ -108,6 +108,11 @@ usage_tests() {
     run bad_dtype --spec $SPEC --arch $ARCH --dtype fp8
     expect_rc 2 "--dtype fp8"
     expect_text err '"fp8"'
+    run bad_recipe --spec $SPEC --arch $ARCH --recipe fp8
+    expect_rc 2 "--recipe fp8"
+    expect_text err 'expected bf16 or fp8-block'
+    run fp8_fp16 --spec $SPEC --arch $ARCH --recipe fp8-block --dtype fp16
+    expect_rc 2 "--recipe fp8-block --dtype fp16"
     run bad_option --spec $SPEC --arch $ARCH --frobnicate
     expect_rc 2 "unknown option"
     expect_text err '--frobnicate'
@@ -342,6 +347,18 @@ cache_tests() {
     [ "$(entries "$d1")" = 0 ] || fail "entries left after --clear"
     run check_cleared --check --spec $SPEC --arch $ARCH --dtype bf16 --cache-dir "$d1"
     expect_rc 3 "--check after --clear"
+
+    # --recipe fp8-block warms the FP8 plans' kernels (sm_90a; H, I multiples of 128), and
+    # --check then finds them all; another arch is refused naming it.
+    run warm_fp8 --spec 256,128,4,2 --arch sm_90a --recipe fp8-block --cache-dir "$TMP/d8"
+    expect_rc 0 "--recipe fp8-block warmup"
+    expect_field failures -eq 0
+    [ "$(field compiled)" -gt 0 ] || fail "--recipe fp8-block compiled nothing"
+    run check_fp8 --check --spec 256,128,4,2 --arch sm_90a --recipe fp8-block --cache-dir "$TMP/d8"
+    expect_rc 0 "--check after the fp8-block warmup"
+    run fp8_sm80 --spec 256,128,4,2 --arch sm_80 --recipe fp8-block --cache-dir "$TMP/d8"
+    expect_rc 4 "--recipe fp8-block on sm_80"
+    expect_text err 'sm_80'
 }
 
 case "$MODE" in

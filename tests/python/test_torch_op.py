@@ -23,19 +23,20 @@ BF16 = torch.bfloat16
 
 SCHEMAS = {
     "fused_moe": "moejit::fused_moe(Tensor x, Tensor selected_experts, Tensor routing_weights, "
-                 "Tensor w_gate, Tensor w_up, Tensor w_down, float swiglu_limit) -> "
-                 "(Tensor, Tensor)",
+                 "Tensor w_gate, Tensor w_up, Tensor w_down, float swiglu_limit, "
+                 "str recipe=\"bf16\") -> (Tensor, Tensor)",
     "fused_moe_merged": "moejit::fused_moe_merged(Tensor x, Tensor selected_experts, "
                         "Tensor routing_weights, Tensor w_gate_up, Tensor w_down, "
-                        "float swiglu_limit) -> (Tensor, Tensor)",
+                        "float swiglu_limit, str recipe=\"bf16\") -> (Tensor, Tensor)",
     "fused_moe_backward": "moejit::fused_moe_backward(Tensor dout, Tensor x, "
                           "Tensor selected_experts, Tensor routing_weights, Tensor w_gate, "
-                          "Tensor w_up, Tensor w_down, Tensor saved, float swiglu_limit) -> "
-                          "(Tensor, Tensor, Tensor, Tensor, Tensor)",
+                          "Tensor w_up, Tensor w_down, Tensor saved, float swiglu_limit, "
+                          "str recipe=\"bf16\") -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     "fused_moe_merged_backward": "moejit::fused_moe_merged_backward(Tensor dout, Tensor x, "
                                  "Tensor selected_experts, Tensor routing_weights, "
                                  "Tensor w_gate_up, Tensor w_down, Tensor saved, "
-                                 "float swiglu_limit) -> (Tensor, Tensor, Tensor, Tensor)",
+                                 "float swiglu_limit, str recipe=\"bf16\") -> "
+                                 "(Tensor, Tensor, Tensor, Tensor)",
     "fused_moe_backward_main_grad": "moejit::fused_moe_backward_main_grad(Tensor dout, "
                                     "Tensor x, Tensor selected_experts, "
                                     "Tensor routing_weights, Tensor w_gate, Tensor w_up, "

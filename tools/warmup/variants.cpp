@@ -50,6 +50,7 @@ std::vector<WarmupJob> enumerate_jobs(const std::vector<ModelSpec> &specs, const
                     d.index_dtype = index_dtypes[at[index]];
                     d.routing_dtype = at[routing] ? MOEJIT_DTYPE_FP32 : dtype;
                     d.tokens_hint = options.tokens_hints[static_cast<std::size_t>(at[hint])];
+                    d.recipe = options.recipe;
                     job.wave = static_cast<int>(std::count_if(at.begin(), at.end(), [](int v) { return v != 0; }));
                     job.label = fmt::format("{} {} {} wgrad={}{} index={} routing={}", spec.name, dtype_name(dtype),
                                             layout, dtype_name(d.weight_grad_dtype),
@@ -57,6 +58,7 @@ std::vector<WarmupJob> enumerate_jobs(const std::vector<ModelSpec> &specs, const
                                             dtype_name(d.routing_dtype));
                     if (options.tokens_hints.size() > 1 || d.tokens_hint != 0)
                         job.label += fmt::format(" tokens_hint={}", d.tokens_hint);
+                    if (d.recipe == MOEJIT_RECIPE_FP8_BLOCK) job.label += " recipe=fp8-block";
                     jobs.push_back(std::move(job));
                 }
                 // Next point of the mixed-radix counter.

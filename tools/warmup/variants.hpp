@@ -30,6 +30,7 @@ struct WarmupJob {
 struct VariantOptions {
     std::vector<moejit_dtype_t> dtypes{MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16};
     std::vector<std::int64_t> tokens_hints{0};
+    moejit_recipe_t recipe = MOEJIT_RECIPE_BF16;  // --recipe (every job's)
 };
 
 // `defaults` comes from moejit_plan_desc_init (struct_size and fields this tool does not vary).
