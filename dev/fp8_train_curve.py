@@ -188,7 +188,8 @@ def eager_experts(x, sel, rw, w_gate_up, w_down):
     """The layer (SwiGLU, gate rows first, weight before fc2) with plain torch ops: the dry
     run's CPU stand-in for moejit's kernels."""
     inter = w_gate_up.shape[1] // 2
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    out = torch.zeros(x.shape, dtype=acc, device=x.device)
     for e in range(w_gate_up.shape[0]):
         t_idx, j_idx = torch.where(sel == e)
         if t_idx.numel() == 0:
@@ -196,7 +197,7 @@ def eager_experts(x, sel, rw, w_gate_up, w_down):
         gu = x[t_idx] @ w_gate_up[e].t()
         a = F.silu(gu[:, :inter]) * gu[:, inter:]
         a = a * rw[t_idx, j_idx].unsqueeze(1).to(a.dtype)
-        out = out.index_add(0, t_idx, (a @ w_down[e].t()).float())
+        out = out.index_add(0, t_idx, (a @ w_down[e].t()).to(acc))
     return out.to(x.dtype)
 
 

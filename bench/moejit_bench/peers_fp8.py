@@ -13,12 +13,16 @@ GEMM in FP8 e4m3 with float32 row-wise scales:
     SwiGLU and the routing weight in bf16; fc2 the same on the quantized SwiGLU output;
   * backward, dgrad: dA = _scaled_grouped_mm(dYq [S,N], (W^T quantized per row over N)^T, offs),
     one GEMM for fc1 (gate and up gradients side by side against [W_gate; W_up]);
-  * backward, wgrad: bf16 torch._grouped_mm(dY^T, A, offs) -> [E, N, K]. Not FP8: row-wise
+  * backward, wgrad: bf16 torch._grouped_mm(dY^T, A, offs) -> [E, N, K] (dY^T column-major,
+    A row-major: torch's own _grouped_mm backward layout, which takes any group size, empty
+    groups included). Not FP8: row-wise
     scales for the wgrad would lie along the ragged token axis (one scale per expert group and
     row, segment reductions) and _scaled_grouped_mm's 2d-2d (ragged-K) case needs every group's
     start 16-byte aligned, i.e. token groups padded to multiples of 16; moejit's fp8-block recipe
     keeps its weight gradients in bf16 too, so the two compare like for like.
-Accumulation is float32 with use_fast_accum=False (FAST_ACCUM). Outputs are bf16.
+Accumulation is float32 with use_fast_accum=False (FAST_ACCUM). Outputs are bf16. The FP8
+GEMMs are the 2d-3d case (ragged M), which takes any group size; H and I must be multiples of
+16 (16-byte rows of e4m3), as every reference shape is.
 
 The real op needs CUDA sm_89+ (the benchmark runs on an H200); tests/python/test_bench_fp8.py
 checks the quantizers against float64 on the CPU and the layer through an emulation of the op
@@ -83,8 +87,8 @@ class _Fp8GroupedLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads: Optional[torch.Tensor]):
         a, offs, *weights = ctx.saved_tensors
-        grads = [g if g is not None else torch.zeros(a.shape[0], w.shape[1], dtype=a.dtype,
-                                                     device=a.device)
+        grads = [g.contiguous() if g is not None else
+                 torch.zeros(a.shape[0], w.shape[1], dtype=a.dtype, device=a.device)
                  for g, w in zip(grads, weights)]
         d_a = None
         if ctx.needs_input_grad[0]:

@@ -328,3 +328,74 @@ def test_real_op_matches_emulation():
     got = peers_fp8._fp8_grouped(aq.cuda(), sa.cuda(), wq.cuda(), sw.cuda(), offs.cuda())
     assert rel(got.cpu(), want) < 1e-2
     assert not math.isnan(got.float().sum().item())
+
+
+# ------------------------------------------------------------------ dev/fp8_train_curve.py (CPU)
+
+
+def train_curve():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "dev" / "fp8_train_curve.py"
+    spec = importlib.util.spec_from_file_location("fp8_train_curve", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_curve_args():
+    tc = train_curve()
+    args = tc.parse_args([])
+    assert (args.steps, args.lr, args.batch, args.seq, args.hidden, args.intermediate,
+            args.experts, args.top_k, args.layers, args.vocab) == \
+        (300, 1e-3, 8, 256, 512, 256, 8, 2, 4, 1000)
+    assert args.recipes == ["bf16", "fp8-block"] and args.tail == 50
+    assert args.intermediate % 128 == 0 and args.hidden % 128 == 0  # fp8-block's shapes
+    dry = tc.parse_args(["--dry-run"])
+    assert dry.steps == 1 and dry.tail == 1 and dry.seq <= 64
+    for bad in (["--recipes", "bf16,fp4"], ["--recipes", "bf16,bf16"], ["--top-k", "9"],
+                ["--steps", "0"], ["--hidden", "100"]):
+        with pytest.raises(SystemExit):
+            tc.parse_args(bad)
+
+
+def test_train_curve_data_is_fixed_and_learnable():
+    tc = train_curve()
+    args = tc.parse_args(["--steps", "3", "--batch", "2", "--seq", "32", "--vocab", "50"])
+    a, entropy = tc.make_data(args)
+    b, _ = tc.make_data(args)
+    assert a.shape == (3, 2, 32) and torch.equal(a, b)
+    assert 0 <= int(a.min()) and int(a.max()) < 50
+    assert 0 < entropy < math.log(4) < math.log(50)  # 4 successors: far below uniform
+    g = torch.Generator().manual_seed(0)
+    chain = tc.MarkovChain(50, 4, g)
+    seq = chain.sample(1, 200, g)[0]
+    for prev, nxt in zip(seq[:-1].tolist(), seq[1:].tolist()):
+        assert nxt in chain.successors[prev].tolist()
+
+
+def test_train_curve_eager_stand_in_matches_reference():
+    tc = train_curve()
+    x, sel, rw, weights, _ = inputs(T=20, E=4, H=32, I=16, k=2, merged=True, seed=7)
+    x, rw = x.double(), rw.double()
+    w = {k: v.double() for k, v in weights.items()}
+    got = tc.eager_experts(x, sel, rw, w["w_gate_up"], w["w_down"])
+    want = eager_loop_layer(x, sel, rw, **w)
+    assert rel(got, want) < 1e-12
+
+
+def test_train_curve_swap_keeps_the_model():
+    """The swapped experts modules compute what the model's own did (CPU, eager stand-in)."""
+    pytest.importorskip("transformers")
+    tc = train_curve()
+    args = tc.parse_args(["--hidden", "128", "--intermediate", "128", "--layers", "1",
+                          "--heads", "2", "--vocab", "64", "--seq", "16", "--experts", "4"])
+    model = tc.build_model(args, "bf16")
+    ids = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits.float()
+    assert tc.swap_experts(model, "bf16", "cpu") == 1
+    assert isinstance(model.model.layers[0].mlp.experts, tc.RecipeExperts)
+    with torch.no_grad():
+        after = model(input_ids=ids).logits.float()
+    assert rel(after, before) < 2e-2
