@@ -334,7 +334,9 @@ def _num(value: Optional[float], fmt: str) -> str:
 
 
 def format_table(records, dense_tflops, peers=None, fp8_dense_tflops=None) -> str:
-    header = (f"{'shape':<18} {'impl':<14} {'fwd ms':>9} {'fwd TF/s':>9} {'f+b ms':>9} "
+    # the impl column: 14 wide, wider for a longer name (scaled_grouped_mm)
+    iw = max([14] + [len(impl) for rec in records for impl in rec["impls"]])
+    header = (f"{'shape':<18} {'impl':<{iw}} {'fwd ms':>9} {'fwd TF/s':>9} {'f+b ms':>9} "
               f"{'f+b TF/s':>9} {'bwd TF/s':>9} {'f+b/dense':>9} {'saved MB':>9} "
               f"{'peak MB':>9}  note")
     lines = [f"dense 8192^3 GEMM ceiling: {_num(dense_tflops, '.0f')} TFLOP/s"]
@@ -349,7 +351,7 @@ def format_table(records, dense_tflops, peers=None, fp8_dense_tflops=None) -> st
             if "wrong" in r:
                 note = f"WRONG (not timed): {r['wrong']}"
             lines.append(
-                f"{rec['shape']:<18} {impl:<14} {_num(r.get('fwd_ms'), '9.3f')} "
+                f"{rec['shape']:<18} {impl:<{iw}} {_num(r.get('fwd_ms'), '9.3f')} "
                 f"{_num(r.get('fwd_tflops'), '9.1f')} {_num(r.get('fwd_bwd_ms'), '9.3f')} "
                 f"{_num(r.get('fwd_bwd_tflops'), '9.1f')} {_num(r.get('bwd_tflops'), '9.1f')} "
                 f"{_num(r.get('fwd_bwd_of_dense'), '9.1%')} {_num(r.get('saved_mb'), '9.0f')} "
@@ -363,12 +365,12 @@ def format_table(records, dense_tflops, peers=None, fp8_dense_tflops=None) -> st
         if "out_rel_diff_vs_grouped_mm" in rec:
             ratios.append(f"|out-peer|/|peer| {rec['out_rel_diff_vs_grouped_mm']:.1e}")
         if ratios:
-            lines.append(f"{'':<18} {'':<14} " + "; ".join(ratios))
-        lines += fp8_table_lines(rec)
+            lines.append(f"{'':<18} {'':<{iw}} " + "; ".join(ratios))
+        lines += fp8_table_lines(rec, iw)
     return "\n".join(lines)
 
 
-def fp8_table_lines(rec) -> List[str]:
+def fp8_table_lines(rec, iw: int = 14) -> List[str]:
     """The FP8 ratio line of a shape (nothing when it ran no FP8 row)."""
     parts = []
     for key, num, den in FP8_RATIOS:
@@ -383,7 +385,7 @@ def fp8_table_lines(rec) -> List[str]:
                          f"f+b {r['fwd_bwd_of_fp8_dense']:.1%}")
         if r.get("out_rel_err_vs_bf16") is not None:
             parts.append(f"{impl} |out-bf16|/|bf16| {r['out_rel_err_vs_bf16']:.1e}")
-    return [f"{'':<18} {'':<14} " + "; ".join(parts)] if parts else []
+    return [f"{'':<18} {'':<{iw}} " + "; ".join(parts)] if parts else []
 
 
 def parse_args(argv=None):

@@ -89,6 +89,10 @@ def test_table_with_fp8():
     assert "moejit-fp8 |out-bf16|/|bf16| 3.1e-02" in table
     rows = [ln for ln in lines if ln.startswith("qwen3-30b-a3b")]
     assert [ln.split()[1] for ln in rows] == ["moejit", "moejit-fp8", "scaled_grouped_mm"]
+    # the impl column widens for the longest name: every row's numbers stay under the header's
+    header = next(ln for ln in lines if ln.startswith("shape"))
+    end = header.index("fwd ms") + len("fwd ms")
+    assert all(ln[end - len("1.000"):end] == "1.000" for ln in rows), table
 
 
 def test_table_without_fp8_is_unchanged():
