@@ -270,6 +270,8 @@ def train(args, recipe: str, data: torch.Tensor, device: str) -> Dict[str, objec
         opt.step()
         sched.step()
         losses.append(loss.detach().float())
+        if (step + 1) % args.log_every == 0:  # progress, should a time limit cut the run short
+            log(f"  {recipe} step {step + 1}: loss {losses[-1].item():.4f}")
     values = torch.stack(losses).cpu().tolist()
     seconds = time.perf_counter() - t0
     bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
@@ -316,30 +318,34 @@ def main(argv=None) -> int:
         f"{args.experts} experts top-{args.top_k}, {args.layers} layers, vocab {args.vocab}, "
         f"batch {args.batch} x seq {args.seq}, {args.steps} steps, lr {args.lr}, "
         f"seed {args.seed}, device {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}")
-    runs = []
+    runs, failed = [], {}
     for recipe in args.recipes:
         try:
             run = train(args, recipe, data, device)
-        except Exception as e:  # setup or kernel failure: name it, then stop
-            log(f"{recipe}: FAILED: {type(e).__name__}: {e}")
-            return 2
+        except Exception as e:  # setup or kernel failure: named, the other recipes still run
+            failed[recipe] = f"{type(e).__name__}: {e}"
+            log(f"{recipe}: FAILED: {failed[recipe]}")
+            continue
         log(f"{recipe}: {run['params'] / 1e6:.1f} M parameters, {run['experts_swapped']} "
             f"experts modules swapped, {run['seconds']:.1f} s, first loss "
             f"{run['losses'][0]:.4f}, last {run['losses'][-1]:.4f}")
         runs.append(run)
-    if len({r["first_param_sum"] for r in runs}) != 1:
+    status = 2 if failed or not runs else 0
+    if len({r["first_param_sum"] for r in runs}) > 1:
         log("initial weights differ between recipes: the comparison is void")
-        return 2
-    verdict = report(args, runs, entropy)
+        status = 2
+    verdict = report(args, runs, entropy) if runs else {}
+    if status == 0 and not args.dry_run and not all(v["ok"] for v in verdict.values()):
+        status = 1
     if args.json:
         out = {"args": {k: v for k, v in vars(args).items()}, "entropy": entropy,
-               "torch": torch.__version__, "runs": runs, "verdict": verdict}
+               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+               "torch": torch.__version__, "runs": runs, "failed": failed,
+               "verdict": verdict, "status": status}
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
         log(f"wrote {args.json}")
-    if args.dry_run:
-        return 0
-    return 0 if all(v["ok"] for v in verdict.values()) else 1
+    return status
 
 
 if __name__ == "__main__":
