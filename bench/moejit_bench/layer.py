@@ -12,6 +12,14 @@ at tuned=False; --sonic-tuned adds a sonicmoe-tuned row that autotunes first, mi
 and quack (VeOmni's QuACK grouped-GEMM backend). A peer that is missing or fails is a skip line
 with the reason; each peer is checked against moejit (forward output and dx, relative error
 < 2e-2) before it is timed, and one that disagrees is reported WRONG and not timed.
+
+FP8 (issue 31, opt-in via --impls): moejit-fp8 (moejit.torch with recipe="fp8-block": e4m3 with
+1x128 / 128x128 block scales) and scaled_grouped_mm (moejit_bench/peers_fp8.py: the layer on
+torch._scaled_grouped_mm with row-wise scales, weight gradients in bf16 as moejit's). With either
+selected, an 8192^3 e4m3 torch._scaled_mm (row-wise scales) is measured as the FP8 dense ceiling
+beside the bf16 one; each FP8 row records its output's relative difference from the bf16
+grouped_mm layer (out_rel_err_vs_bf16), and the table adds moejit-fp8/moejit,
+moejit-fp8/scaled_grouped_mm and the FP8 rows' fraction of the FP8 ceiling.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from . import plot
 try:  # --help works without PyTorch; running the benchmark needs it
     import torch
 
-    from . import peers_fast
+    from . import peers_fast, peers_fp8
     from .peers import eager_loop_layer, grouped_mm_layer, routing_all_to_expert0, routing_topk
 except ImportError as _torch_missing:
     torch = None
@@ -57,6 +65,8 @@ IMPLS = ("moejit", "grouped_mm", "eager")
 # Opt-in (--impls): moejit under torch.compile(fullgraph=True), and moejit through a plain
 # autograd.Function without the custom-op dispatch (the binding before torch.ops.moejit).
 EXTRA_IMPLS = ("moejit-compile", "moejit-direct")
+# FP8 (opt-in): moejit's fp8-block recipe and the torch._scaled_grouped_mm row-wise peer.
+FP8_IMPLS = ("moejit-fp8", "scaled_grouped_mm")
 # Optional peers (moejit_bench/peers_fast.py): skipped with the reason when not installed.
 PEER_IMPLS = ("sonicmoe", "sonicmoe-tuned", "quack", "quack-tuned")  # = peers_fast.PEER_IMPLS
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
@@ -97,6 +107,16 @@ def moejit_layer(x, sel, rw, w_gate=None, w_up=None, w_gate_up=None, w_down=None
     return mt.fused_moe(x, sel, rw, w_gate, w_up, w_down, swiglu_limit)
 
 
+def moejit_fp8_layer(x, sel, rw, w_gate=None, w_up=None, w_gate_up=None, w_down=None,
+                     swiglu_limit=None):
+    """moejit's layer with the FP8 block-scaled recipe (moejit >= 0.11)."""
+    import moejit.torch as mt
+    if w_gate_up is not None:
+        return mt.fused_moe_merged(x, sel, rw, w_gate_up, w_down, swiglu_limit,
+                                   recipe="fp8-block")
+    return mt.fused_moe(x, sel, rw, w_gate, w_up, w_down, swiglu_limit, recipe="fp8-block")
+
+
 def moejit_direct_layer(x, sel, rw, **kwargs):
     import moejit.torch as mt
     return mt._fused_direct(x, sel, rw, **kwargs)
@@ -112,7 +132,9 @@ def moejit_compile_layer(x, sel, rw, **kwargs):
 
 
 LAYERS = ({"moejit": moejit_layer, "grouped_mm": grouped_mm_layer, "eager": eager_loop_layer,
-           "moejit-compile": moejit_compile_layer, "moejit-direct": moejit_direct_layer}
+           "moejit-compile": moejit_compile_layer, "moejit-direct": moejit_direct_layer,
+           "moejit-fp8": moejit_fp8_layer,
+           "scaled_grouped_mm": peers_fp8.scaled_grouped_mm_layer}
           if torch is not None else {})
 
 
@@ -201,7 +223,8 @@ def step_memory(fwd, inputs, dout) -> Dict[str, float]:
     return {"saved_mb": saved / 2**20, "peak_mb": peak / 2**20}
 
 
-def run_shape(name, dims, args, dtype, dense_tflops) -> Dict[str, object]:
+def run_shape(name, dims, args, dtype, dense_tflops,
+              fp8_dense_tflops: Optional[float] = None) -> Dict[str, object]:
     T, E, H, I, k = dims
     S = T * k
     flops_fwd = 6.0 * S * H * I
@@ -238,6 +261,12 @@ def run_shape(name, dims, args, dtype, dense_tflops) -> Dict[str, object]:
                 bwd_ms = r["fwd_bwd_ms"] - r["fwd_ms"]
                 r["bwd_tflops"] = flops_bwd / (bwd_ms * 1e-3) / 1e12 if bwd_ms > 0 else None
                 r["fwd_bwd_of_dense"] = r["fwd_bwd_tflops"] / dense_tflops
+                if impl in FP8_IMPLS and fp8_dense_tflops:
+                    r["fwd_of_fp8_dense"] = r["fwd_tflops"] / fp8_dense_tflops
+                    r["fwd_bwd_of_fp8_dense"] = r["fwd_bwd_tflops"] / fp8_dense_tflops
+                if impl in FP8_IMPLS:
+                    r["out_rel_err_vs_bf16"] = fp8_rel_err(LAYERS[impl], x, sel, rw, weights,
+                                                           limit)
                 if impl in ("moejit", "grouped_mm"):
                     with torch.no_grad():
                         outs[impl] = LAYERS[impl](x, sel, rw, swiglu_limit=limit,
@@ -262,10 +291,39 @@ def run_shape(name, dims, args, dtype, dense_tflops) -> Dict[str, object]:
         for metric in ("fwd_tflops", "fwd_bwd_tflops"):
             if ours.get(metric) and theirs.get(metric):
                 record[f"ratio_{metric}_vs_{peer}"] = ours[metric] / theirs[metric]
+    fp8_ratios(record)
     del x, sel, rw, weights, dout, outs, ref
     gc.collect()
     torch.cuda.empty_cache()
     return record
+
+
+def fp8_rel_err(layer, x, sel, rw, weights, limit) -> Optional[float]:
+    """||out - out_bf16|| / ||out_bf16||: an FP8 layer's output against the bf16 grouped_mm
+    layer's on the same inputs (not a gate: the FP8 error is expected, its size is reported)."""
+    try:
+        with torch.no_grad():
+            ref = grouped_mm_layer(x, sel, rw, swiglu_limit=limit, **weights).float()
+            out = layer(x, sel, rw, swiglu_limit=limit, **weights).float()
+            return ((out - ref).norm() / ref.norm()).item()
+    except Exception as e:  # the timings stand; only the comparison is missing
+        log(f"FP8 output comparison failed: {type(e).__name__}: {e}")
+        return None
+
+
+# (ratio key suffix, numerator impl, denominator impl), the FP8 ratios of a shape's record
+FP8_RATIOS = (("moejit-fp8_vs_moejit", "moejit-fp8", "moejit"),
+              ("moejit-fp8_vs_scaled_grouped_mm", "moejit-fp8", "scaled_grouped_mm"))
+
+
+def fp8_ratios(record) -> None:
+    """record["ratio_<metric>_<key>"] for FP8_RATIOS where both sides were timed."""
+    impls = record["impls"]
+    for key, num, den in FP8_RATIOS:
+        a, b = impls.get(num, {}), impls.get(den, {})
+        for metric in ("fwd_tflops", "fwd_bwd_tflops"):
+            if a.get(metric) and b.get(metric):
+                record[f"ratio_{metric}_{key}"] = a[metric] / b[metric]
 
 
 def _num(value: Optional[float], fmt: str) -> str:
@@ -275,11 +333,16 @@ def _num(value: Optional[float], fmt: str) -> str:
     return "-".rjust(int(width or 0))
 
 
-def format_table(records, dense_tflops, peers=None) -> str:
-    header = (f"{'shape':<18} {'impl':<14} {'fwd ms':>9} {'fwd TF/s':>9} {'f+b ms':>9} "
+def format_table(records, dense_tflops, peers=None, fp8_dense_tflops=None) -> str:
+    # the impl column: 14 wide, wider for a longer name (scaled_grouped_mm)
+    iw = max([14] + [len(impl) for rec in records for impl in rec["impls"]])
+    header = (f"{'shape':<18} {'impl':<{iw}} {'fwd ms':>9} {'fwd TF/s':>9} {'f+b ms':>9} "
               f"{'f+b TF/s':>9} {'bwd TF/s':>9} {'f+b/dense':>9} {'saved MB':>9} "
               f"{'peak MB':>9}  note")
     lines = [f"dense 8192^3 GEMM ceiling: {_num(dense_tflops, '.0f')} TFLOP/s"]
+    if fp8_dense_tflops is not None:
+        lines.append(f"dense 8192^3 FP8 e4m3 row-wise GEMM ceiling (torch._scaled_mm): "
+                     f"{_num(fp8_dense_tflops, '.0f')} TFLOP/s")
     lines += [f"peer {impl}: {status}" for impl, status in (peers or {}).items()]
     lines += [header, "-" * len(header)]
     for rec in records:
@@ -288,7 +351,7 @@ def format_table(records, dense_tflops, peers=None) -> str:
             if "wrong" in r:
                 note = f"WRONG (not timed): {r['wrong']}"
             lines.append(
-                f"{rec['shape']:<18} {impl:<14} {_num(r.get('fwd_ms'), '9.3f')} "
+                f"{rec['shape']:<18} {impl:<{iw}} {_num(r.get('fwd_ms'), '9.3f')} "
                 f"{_num(r.get('fwd_tflops'), '9.1f')} {_num(r.get('fwd_bwd_ms'), '9.3f')} "
                 f"{_num(r.get('fwd_bwd_tflops'), '9.1f')} {_num(r.get('bwd_tflops'), '9.1f')} "
                 f"{_num(r.get('fwd_bwd_of_dense'), '9.1%')} {_num(r.get('saved_mb'), '9.0f')} "
@@ -302,8 +365,27 @@ def format_table(records, dense_tflops, peers=None) -> str:
         if "out_rel_diff_vs_grouped_mm" in rec:
             ratios.append(f"|out-peer|/|peer| {rec['out_rel_diff_vs_grouped_mm']:.1e}")
         if ratios:
-            lines.append(f"{'':<18} {'':<14} " + "; ".join(ratios))
+            lines.append(f"{'':<18} {'':<{iw}} " + "; ".join(ratios))
+        lines += fp8_table_lines(rec, iw)
     return "\n".join(lines)
+
+
+def fp8_table_lines(rec, iw: int = 14) -> List[str]:
+    """The FP8 ratio line of a shape (nothing when it ran no FP8 row)."""
+    parts = []
+    for key, num, den in FP8_RATIOS:
+        fb = rec.get(f"ratio_fwd_bwd_tflops_{key}")
+        if fb:
+            fw = rec.get(f"ratio_fwd_tflops_{key}")
+            parts.append(f"{num}/{den}: fwd {_num(fw, '.2f')}x, f+b {fb:.2f}x")
+    for impl in FP8_IMPLS:
+        r = rec["impls"].get(impl, {})
+        if r.get("fwd_bwd_of_fp8_dense"):
+            parts.append(f"{impl} of FP8 dense: fwd {_num(r.get('fwd_of_fp8_dense'), '.1%')}, "
+                         f"f+b {r['fwd_bwd_of_fp8_dense']:.1%}")
+        if r.get("out_rel_err_vs_bf16") is not None:
+            parts.append(f"{impl} |out-bf16|/|bf16| {r['out_rel_err_vs_bf16']:.1e}")
+    return [f"{'':<18} {'':<{iw}} " + "; ".join(parts)] if parts else []
 
 
 def parse_args(argv=None):
@@ -320,7 +402,7 @@ def parse_args(argv=None):
                    help="softmax top-k of random logits, or every route to expert 0")
     p.add_argument("--swiglu-limit", type=float, default=None)
     p.add_argument("--impls", default=",".join(IMPLS),
-                   help="subset of " + ",".join(IMPLS + EXTRA_IMPLS + PEER_IMPLS))
+                   help="subset of " + ",".join(IMPLS + EXTRA_IMPLS + FP8_IMPLS + PEER_IMPLS))
     p.add_argument("--sonic-tuned", action="store_true",
                    help="also time SonicMoE with QuACK's autotuning (minutes per shape), as "
                         "sonicmoe-tuned")
@@ -339,9 +421,10 @@ def parse_args(argv=None):
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     args.reps = args.reps if args.reps is not None else (5 if args.quick else 20)
     args.impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    unknown = [i for i in args.impls if i not in IMPLS + EXTRA_IMPLS + PEER_IMPLS]
+    known = IMPLS + EXTRA_IMPLS + FP8_IMPLS + PEER_IMPLS
+    unknown = [i for i in args.impls if i not in known]
     if unknown:
-        p.error(f"unknown --impls {unknown}; choose from {IMPLS + EXTRA_IMPLS + PEER_IMPLS}")
+        p.error(f"unknown --impls {unknown}; choose from {known}")
     if args.sonic_tuned and "sonicmoe-tuned" not in args.impls:
         at = args.impls.index("sonicmoe") + 1 if "sonicmoe" in args.impls else len(args.impls)
         args.impls.insert(at, "sonicmoe-tuned")
@@ -361,7 +444,8 @@ def from_json(args) -> int:
     except plot.PlotError as e:
         log(str(e))
         return 2
-    print(format_table(run["results"], run.get("dense_tflops"), run.get("peers")))
+    print(format_table(run["results"], run.get("dense_tflops"), run.get("peers"),
+                       run.get("fp8_dense_tflops")))
     return draw_plot(run, args.plot) if args.plot else 0
 
 
@@ -406,19 +490,27 @@ def main(argv=None) -> int:
         log(f"peer {impl}: {status}")
     dense = dense_ceiling(dtype, args.warmup, args.reps)
     log(f"dense 8192^3 {args.dtype} GEMM: {dense:.1f} TFLOP/s")
+    fp8_dense = None
+    if any(impl in FP8_IMPLS for impl in args.impls):
+        try:
+            fp8_dense = peers_fp8.fp8_dense_ceiling(time_ms, args.warmup, args.reps)
+            log(f"dense 8192^3 FP8 e4m3 row-wise GEMM: {fp8_dense:.1f} TFLOP/s")
+        except Exception as e:  # the FP8 rows still run; their fraction of it is left out
+            log(f"FP8 dense ceiling unavailable: {type(e).__name__}: {e}")
     run = {"device": device, "torch": torch.__version__, "moejit": version, "dtype": args.dtype,
            "layout": args.layout, "routing": args.routing, "swiglu_limit": args.swiglu_limit,
            "warmup": args.warmup, "reps": args.reps, "dense_tflops": dense,
+           "fp8_dense_tflops": fp8_dense,
            "peers": args.peer_status, "results": []}
     records = run["results"]
     for name in args.shape_names:
-        records.append(run_shape(name, SHAPES[name], args, dtype, dense))
+        records.append(run_shape(name, SHAPES[name], args, dtype, dense, fp8_dense))
         if args.json:  # after every shape: a run cut short by a time limit keeps what it measured
             tmp = args.json + ".tmp"
             with open(tmp, "w") as f:
                 json.dump(run, f, indent=2)
             os.replace(tmp, args.json)
-    print(format_table(records, dense, args.peer_status))
+    print(format_table(records, dense, args.peer_status, fp8_dense))
     return draw_plot(run, args.plot) if args.plot else 0
 
 
