@@ -178,7 +178,7 @@ setup_main() {
         # Installed: check again, for real this time.
         local recheck
         # torch is optional: its install failing was reported above and its tests skip.
-        recheck=$(MOEJIT_SETUP=check MOEJIT_SETUP_PRETEND_MISSING= MOEJIT_VENV="$venv" MOEJIT_TORCH_TESTS=0 \
+        recheck=$(MOEJIT_SETUP=check MOEJIT_SETUP_PRETEND_MISSING='' MOEJIT_VENV="$venv" MOEJIT_TORCH_TESTS=0 \
             bash "$root/scripts/setup.sh" "$purpose" 2>&1) || {
             echo "$recheck" >&2; echo "setup: still missing after installing (above)" >&2; return 1; }
         echo "setup: done ($(setup_describe "$purpose" "$venv"))"
@@ -213,7 +213,8 @@ setup_run() {
     "$@"
 }
 setup_describe() {
-    local out="meson $(meson --version 2>/dev/null || echo '?'), ninja $(ninja --version 2>/dev/null || echo '?')"
+    local out
+    out="meson $(meson --version 2>/dev/null || echo '?'), ninja $(ninja --version 2>/dev/null || echo '?')"
     out+=", $(${CXX:-c++} --version 2>/dev/null | head -1)"
     if [ "$1" = test ] && [ -x "$2/bin/python" ]; then
         out+=", venv $2"

@@ -20,8 +20,14 @@ setup_or_exit test
 build=${BUILD_DIR:-build}
 ran=(); skipped=()
 t0=$(date +%s)
-# -Dtests=enabled: a missing Boost.Test is an error here, not a build without tests.
-[ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=release -Dtests=enabled
+# -Dtests=enabled: a missing Boost.Test is an error here, not a build without tests (also for a
+# folder scripts/main.sh configured before Boost.Test was installed).
+if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" --buildtype=release -Dtests=enabled
+elif [ "$(meson introspect --buildoptions "$build" | python3 -c 'import json, sys
+print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "tests"))')" != enabled ]; then
+    meson configure "$build" -Dtests=enabled
+fi
 ninja -C "$build"
 t1=$(date +%s); ran+=("release build in $build: $((t1 - t0)) s")
 meson test -C "$build" --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" --no-suite experimental "$@"

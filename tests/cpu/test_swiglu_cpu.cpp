@@ -171,9 +171,15 @@ BOOST_AUTO_TEST_CASE(args_init_and_handles) {
         auto ok = valid_args(false);
         expect_error(entry(nullptr, &ok), MOEJIT_ERROR_INVALID_ARGUMENT, "context");
         expect_error(entry(context.get(), nullptr), MOEJIT_ERROR_INVALID_ARGUMENT, "args");
-        auto bad = ok;
-        bad.struct_size = sizeof(moejit_swiglu_args_t) + 8;
-        expect_error(entry(context.get(), &bad), MOEJIT_ERROR_INVALID_ARGUMENT, "struct_size");
+        // A newer header's larger struct with a field this library does not know set: the
+        // library reads those 8 bytes, so they must exist (on the stack they did not: ASan).
+        struct {
+            moejit_swiglu_args_t args;
+            unsigned char newer[8];
+        } bad{ok, {0, 0, 0, 1, 0, 0, 0, 0}};
+        static_assert(sizeof bad == sizeof(moejit_swiglu_args_t) + 8, "no padding before the newer bytes");
+        bad.args.struct_size = sizeof(moejit_swiglu_args_t) + sizeof bad.newer;
+        expect_error(entry(context.get(), &bad.args), MOEJIT_ERROR_INVALID_ARGUMENT, "struct_size");
         // Valid arguments reach the device check: a compile-only context cannot launch.
         expect_error(entry(context.get(), &ok), MOEJIT_ERROR_INVALID_ARGUMENT, "compile-only");
     }
