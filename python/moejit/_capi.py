@@ -125,69 +125,29 @@ class _Struct(ctypes.Structure):
 _LAYOUTS = _header.struct_layouts({"moejit_log_fn": moejit_log_fn})
 
 
-class ContextOptions(_Struct):
-    """moejit_context_options_t."""
-    _fields_ = _LAYOUTS["moejit_context_options_t"]
-
-
-class CacheStats(_Struct):
-    """moejit_cache_stats_t."""
-    _fields_ = _LAYOUTS["moejit_cache_stats_t"]
-
-
-class GroupGemmNkArgs(_Struct):
-    """moejit_group_gemm_nk_args_t."""
-    _fields_ = _LAYOUTS["moejit_group_gemm_nk_args_t"]
-
-
-class GroupGemmMnArgs(_Struct):
-    """moejit_group_gemm_mn_args_t."""
-    _fields_ = _LAYOUTS["moejit_group_gemm_mn_args_t"]
-
-
-class SwigluArgs(_Struct):
-    """moejit_swiglu_args_t."""
-    _fields_ = _LAYOUTS["moejit_swiglu_args_t"]
-
-
-class PlanDesc(_Struct):
-    """moejit_plan_desc_t."""
-    _fields_ = _LAYOUTS["moejit_plan_desc_t"]
-
-
-class ForwardArgs(_Struct):
-    """moejit_forward_args_t."""
-    _fields_ = _LAYOUTS["moejit_forward_args_t"]
-
-
-class BackwardArgs(_Struct):
-    """moejit_backward_args_t."""
-    _fields_ = _LAYOUTS["moejit_backward_args_t"]
-
-
-class ExpertsForwardArgs(_Struct):
-    """moejit_experts_forward_args_t (since 0.6)."""
-    _fields_ = _LAYOUTS["moejit_experts_forward_args_t"]
-
-
-class ExpertsBackwardArgs(_Struct):
-    """moejit_experts_backward_args_t (since 0.6)."""
-    _fields_ = _LAYOUTS["moejit_experts_backward_args_t"]
-
-
 # Each struct, its C name and the function that initialises it.
-STRUCTS: Dict[Type[_Struct], Tuple[str, str]] = {
-    ContextOptions: ("moejit_context_options_t", "moejit_context_options_init"),
-    CacheStats: ("moejit_cache_stats_t", "moejit_cache_stats_init"),
-    GroupGemmNkArgs: ("moejit_group_gemm_nk_args_t", "moejit_group_gemm_nk_args_init"),
-    GroupGemmMnArgs: ("moejit_group_gemm_mn_args_t", "moejit_group_gemm_mn_args_init"),
-    SwigluArgs: ("moejit_swiglu_args_t", "moejit_swiglu_args_init"),
-    PlanDesc: ("moejit_plan_desc_t", "moejit_plan_desc_init"),
-    ForwardArgs: ("moejit_forward_args_t", "moejit_forward_args_init"),
-    BackwardArgs: ("moejit_backward_args_t", "moejit_backward_args_init"),
-    ExpertsForwardArgs: ("moejit_experts_forward_args_t", "moejit_experts_forward_args_init"),
-    ExpertsBackwardArgs: ("moejit_experts_backward_args_t", "moejit_experts_backward_args_init"),
-}
+STRUCTS: Dict[Type[_Struct], Tuple[str, str]] = {}
+
+
+def _struct(py_name: str, c_name: str, doc_note: str = "") -> Type[_Struct]:
+    """The ctypes class for struct c_name, registered in STRUCTS with its *_init() function."""
+    cls = type(py_name, (_Struct,), {"__doc__": f"{c_name}{doc_note}.", "__module__": __name__,
+                                     "_fields_": _LAYOUTS[c_name]})
+    STRUCTS[cls] = (c_name, c_name[:-len("_t")] + "_init")
+    return cls
+
+
+ContextOptions = _struct("ContextOptions", "moejit_context_options_t")
+CacheStats = _struct("CacheStats", "moejit_cache_stats_t")
+GroupGemmNkArgs = _struct("GroupGemmNkArgs", "moejit_group_gemm_nk_args_t")
+GroupGemmMnArgs = _struct("GroupGemmMnArgs", "moejit_group_gemm_mn_args_t")
+SwigluArgs = _struct("SwigluArgs", "moejit_swiglu_args_t")
+PlanDesc = _struct("PlanDesc", "moejit_plan_desc_t")
+ForwardArgs = _struct("ForwardArgs", "moejit_forward_args_t")
+BackwardArgs = _struct("BackwardArgs", "moejit_backward_args_t")
+ExpertsForwardArgs = _struct("ExpertsForwardArgs", "moejit_experts_forward_args_t", " (since 0.6)")
+ExpertsBackwardArgs = _struct("ExpertsBackwardArgs", "moejit_experts_backward_args_t", " (since 0.6)")
+
 
 # ---------------------------------------------------------------- function prototypes
 

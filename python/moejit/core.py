@@ -387,15 +387,17 @@ class Plan(_OwnedHandle):
         return _describe(lambda buf, size, need: _capi.lib().moejit_plan_describe(
             self.handle, buf, size, need))
 
-    def saved_size(self, num_tokens: int) -> int:
+    def _size(self, query, count: int) -> int:
+        """A byte count one of the moejit_plan_*_size(plan, count, &out) functions answers."""
         out = c_size_t()
-        _capi.check(_capi.lib().moejit_plan_saved_size(self.handle, num_tokens, byref(out)))
+        _capi.check(query(self.handle, count, byref(out)))
         return out.value
 
+    def saved_size(self, num_tokens: int) -> int:
+        return self._size(_capi.lib().moejit_plan_saved_size, num_tokens)
+
     def workspace_size(self, num_tokens: int) -> int:
-        out = c_size_t()
-        _capi.check(_capi.lib().moejit_plan_workspace_size(self.handle, num_tokens, byref(out)))
-        return out.value
+        return self._size(_capi.lib().moejit_plan_workspace_size, num_tokens)
 
     def forward(self, *, num_tokens: int, x, selected_experts, routing_weights, w_down, out,
                 saved, saved_size: int, workspace, workspace_size: int, w_gate=None, w_up=None,
@@ -430,15 +432,10 @@ class Plan(_OwnedHandle):
     # ---- the pre-dispatched experts (since 0.6): rows already grouped by expert
 
     def experts_saved_size(self, num_rows: int) -> int:
-        out = c_size_t()
-        _capi.check(_capi.lib().moejit_plan_experts_saved_size(self.handle, num_rows, byref(out)))
-        return out.value
+        return self._size(_capi.lib().moejit_plan_experts_saved_size, num_rows)
 
     def experts_workspace_size(self, num_rows: int) -> int:
-        out = c_size_t()
-        _capi.check(_capi.lib().moejit_plan_experts_workspace_size(self.handle, num_rows,
-                                                                   byref(out)))
-        return out.value
+        return self._size(_capi.lib().moejit_plan_experts_workspace_size, num_rows)
 
     def experts_forward(self, *, num_rows: int, xs, expert_offsets, w_down, ys, saved,
                         saved_size: int, workspace, workspace_size: int, row_weights=None,

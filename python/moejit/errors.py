@@ -67,54 +67,25 @@ class MoejitError(Exception):
         return (type(self), (self.message, self.status, self.status_name))
 
 
-class InvalidArgumentError(MoejitError, ValueError):
-    """A bad value; the message names the argument."""
-    status = 1
+def _status_error(name: str, status: int, doc: str, *bases: type) -> Type[MoejitError]:
+    """The exception class of one moejit_status_t value (bases: the builtin it also is)."""
+    return type(name, (MoejitError, *bases), {"__doc__": doc, "status": status,
+                                              "__module__": __name__})
 
 
-class UnsupportedError(MoejitError, NotImplementedError):
-    """Valid but not implemented (shape, dtype, arch)."""
-    status = 2
-
-
-class OutOfMemoryError(MoejitError, MemoryError):
-    """Host allocation failed."""
-    status = 3
-
-
-class NoDriverError(MoejitError):
-    """libcuda.so.1 could not be loaded."""
-    status = 4
-
-
-class NoDeviceError(MoejitError):
-    """Driver present, no (such) CUDA device."""
-    status = 5
-
-
-class CudaError(MoejitError):
-    """A CUDA driver call failed; the message names it."""
-    status = 6
-
-
-class CompileError(MoejitError):
-    """NVRTC failed; the message holds its log."""
-    status = 7
-
-
-class JitDisabledError(MoejitError):
-    """A kernel cache miss with compilation switched off (MOEJIT_COMPILE=off)."""
-    status = 8
-
-
-class CacheError(MoejitError):
-    """Reserved: cache problems degrade, they do not fail."""
-    status = 9
-
-
-class InternalError(MoejitError):
-    """A bug in moejit; please report it."""
-    status = 10
+InvalidArgumentError = _status_error(
+    "InvalidArgumentError", 1, "A bad value; the message names the argument.", ValueError)
+UnsupportedError = _status_error(
+    "UnsupportedError", 2, "Valid but not implemented (shape, dtype, arch).", NotImplementedError)
+OutOfMemoryError = _status_error("OutOfMemoryError", 3, "Host allocation failed.", MemoryError)
+NoDriverError = _status_error("NoDriverError", 4, "libcuda.so.1 could not be loaded.")
+NoDeviceError = _status_error("NoDeviceError", 5, "Driver present, no (such) CUDA device.")
+CudaError = _status_error("CudaError", 6, "A CUDA driver call failed; the message names it.")
+CompileError = _status_error("CompileError", 7, "NVRTC failed; the message holds its log.")
+JitDisabledError = _status_error(
+    "JitDisabledError", 8, "A kernel cache miss with compilation switched off (MOEJIT_COMPILE=off).")
+CacheError = _status_error("CacheError", 9, "Reserved: cache problems degrade, they do not fail.")
+InternalError = _status_error("InternalError", 10, "A bug in moejit; please report it.")
 
 
 class LibraryNotFoundError(MoejitError):

@@ -14,23 +14,24 @@
 
 namespace moejit {
 
-// a·b, or INVALID_ARGUMENT "<arg> is too large: <a> · <b> overflows <type>".
-template <class T> T checked_mul(T a, T b, const char *arg) {
+// INVALID_ARGUMENT "<arg> is too large: <a> <op> <b> overflows a <bits>-bit <signedness> integer".
+template <class T> [[noreturn]] void fail_overflow(const char *arg, T a, const char *op, T b) {
     static_assert(std::is_integral_v<T>);
+    fail(Status::invalid_argument, "{} is too large: {} {} {} overflows a {}-bit {} integer", arg, a, op, b,
+         sizeof(T) * 8, std::is_signed_v<T> ? "signed" : "unsigned");
+}
+
+// a·b, or INVALID_ARGUMENT naming `arg` (fail_overflow).
+template <class T> T checked_mul(T a, T b, const char *arg) {
     T r{};
-    if (__builtin_mul_overflow(a, b, &r))
-        fail(Status::invalid_argument, "{} is too large: {} · {} overflows a {}-bit {} integer", arg, a, b,
-             sizeof(T) * 8, std::is_signed_v<T> ? "signed" : "unsigned");
+    if (__builtin_mul_overflow(a, b, &r)) fail_overflow(arg, a, "·", b);
     return r;
 }
 
-// a+b, or INVALID_ARGUMENT naming `arg`.
+// a+b, or INVALID_ARGUMENT naming `arg` (fail_overflow).
 template <class T> T checked_add(T a, T b, const char *arg) {
-    static_assert(std::is_integral_v<T>);
     T r{};
-    if (__builtin_add_overflow(a, b, &r))
-        fail(Status::invalid_argument, "{} is too large: {} + {} overflows a {}-bit {} integer", arg, a, b,
-             sizeof(T) * 8, std::is_signed_v<T> ? "signed" : "unsigned");
+    if (__builtin_add_overflow(a, b, &r)) fail_overflow(arg, a, "+", b);
     return r;
 }
 

@@ -47,33 +47,14 @@ void check_experts(std::int32_t e, const char *prefix) {
 }
 
 GemmProblem problem_of(const GemmNkSpec &s, std::int64_t rows_hint, std::int32_t experts) {
-    GemmProblem p;
-    p.kind = GemmKind::same_nk;
-    p.dtype = s.dtype;
-    p.c_dtype = s.c_dtype;
-    p.n = s.n;
-    p.k = s.k;
-    p.b_transposed = s.b_transposed;
-    p.accumulate = s.accumulate;
-    p.rows_hint = rows_hint;
-    p.num_experts = experts;
-    p.gather_a = s.gather_a;
-    p.k_split = s.k_split;
-    p.swiglu = s.swiglu.on;
-    return p;
+    return {.kind = GemmKind::same_nk, .dtype = s.dtype, .c_dtype = s.c_dtype, .n = s.n, .k = s.k,
+            .b_transposed = s.b_transposed, .accumulate = s.accumulate, .rows_hint = rows_hint,
+            .num_experts = experts, .gather_a = s.gather_a, .k_split = s.k_split, .swiglu = s.swiglu.on};
 }
 
 GemmProblem problem_of(const GemmMnSpec &s, std::int64_t rows_hint, std::int32_t experts) {
-    GemmProblem p;
-    p.kind = GemmKind::same_mn;
-    p.dtype = s.dtype;
-    p.c_dtype = s.c_dtype;
-    p.m = s.m;
-    p.n = s.n;
-    p.accumulate = s.accumulate;
-    p.rows_hint = rows_hint;
-    p.num_experts = experts;
-    return p;
+    return {.kind = GemmKind::same_mn, .dtype = s.dtype, .c_dtype = s.c_dtype, .m = s.m, .n = s.n,
+            .accumulate = s.accumulate, .rows_hint = rows_hint, .num_experts = experts};
 }
 
 void validate_shape(const GemmNkSpec &s, const char *prefix) {
@@ -227,15 +208,8 @@ void launch_tuned(Context &ctx, const Spec &spec, const GemmOperands &ops, const
 
 // The C ABI ops: the args' operands, and the tile (given, or the heuristic's: then tunable).
 template <class Args> GemmOperands operands_of(const Args &args) {
-    GemmOperands ops;
-    ops.a = args.a;
-    ops.b = args.b;
-    ops.c = args.c;
-    ops.offsets = args.offsets;
-    ops.rows = args.rows;
-    ops.num_experts = args.num_experts;
-    ops.stream = args.stream;
-    return ops;
+    return {.a = args.a, .b = args.b, .c = args.c, .offsets = args.offsets, .rows = args.rows,
+            .num_experts = args.num_experts, .stream = args.stream};
 }
 
 template <class Spec, class Args>
@@ -259,13 +233,8 @@ void launch_from_args(Context &ctx, Spec &spec, const Args &args, const GemmTile
 GemmNkSpec make_nk_spec(DType dtype, DType c_dtype, std::int64_t n,
                         std::int64_t k, bool b_transposed, bool accumulate,
                         std::int64_t rows_hint, std::int32_t num_experts, int cc, const ForcedTile *forced) {
-    GemmNkSpec s;
-    s.dtype = dtype;
-    s.c_dtype = c_dtype;
-    s.n = n;
-    s.k = k;
-    s.b_transposed = b_transposed;
-    s.accumulate = accumulate;
+    const GemmNkSpec s{.dtype = dtype, .c_dtype = c_dtype, .n = n, .k = k, .b_transposed = b_transposed,
+                       .accumulate = accumulate, .tile = {}};
     return with_chosen_tile(s, rows_hint, num_experts, cc, forced);
 }
 
@@ -279,12 +248,7 @@ GemmNkSpec with_chosen_tile(GemmNkSpec s, std::int64_t rows_hint, std::int32_t n
 GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
                         std::int64_t n, bool accumulate, std::int64_t rows_hint,
                         std::int32_t num_experts, int cc, const ForcedTile *forced) {
-    GemmMnSpec s;
-    s.dtype = dtype;
-    s.c_dtype = c_dtype;
-    s.m = m;
-    s.n = n;
-    s.accumulate = accumulate;
+    GemmMnSpec s{.dtype = dtype, .c_dtype = c_dtype, .m = m, .n = n, .accumulate = accumulate, .tile = {}};
     s.tile = choose_tile_config(problem_of(s, rows_hint, num_experts), cc, forced);
     s.tunable = true;
     return s;
@@ -356,24 +320,16 @@ void launch_group_gemm_mn(Context &ctx, const GemmMnSpec &spec, const GemmOperan
 
 void group_gemm_same_nk(Context &ctx, const GroupGemmNkArgs &args,
                         const GemmTileConfig *tile) {
-    GemmNkSpec spec;
-    spec.dtype = args.dtype;
-    spec.c_dtype = args.c_dtype;
-    spec.n = args.n;
-    spec.k = args.k;
     MOEJIT_REQUIRE(args.b_transposed == 0 || args.b_transposed == 1,
                    "args->b_transposed must be 0 or 1, got {}", args.b_transposed);
-    spec.b_transposed = args.b_transposed == 1;
+    GemmNkSpec spec{.dtype = args.dtype, .c_dtype = args.c_dtype, .n = args.n, .k = args.k,
+                    .b_transposed = args.b_transposed == 1, .tile = {}};
     launch_from_args(ctx, spec, args, tile, "moejit_group_gemm_same_nk");
 }
 
 void group_gemm_same_mn(Context &ctx, const GroupGemmMnArgs &args,
                         const GemmTileConfig *tile) {
-    GemmMnSpec spec;
-    spec.dtype = args.dtype;
-    spec.c_dtype = args.c_dtype;
-    spec.m = args.m;
-    spec.n = args.n;
+    GemmMnSpec spec{.dtype = args.dtype, .c_dtype = args.c_dtype, .m = args.m, .n = args.n, .tile = {}};
     launch_from_args(ctx, spec, args, tile, "moejit_group_gemm_same_mn");
 }
 

@@ -23,6 +23,32 @@ template <class Layout> SizeTerms size_terms(const Layout &zero, const Layout &o
     return t;
 }
 
+// The saved buffer's tail both layouts share, w_s [rows] and gate_up [rows, 2I], then its totals.
+template <class Layout, class Bytes>
+void take_saved_tail(Layout &l, RegionAllocator &saved, const Bytes &bytes, std::int64_t rows, std::int64_t I,
+                     std::int64_t el) {
+    l.w_s = saved.take(bytes({rows, 4}));
+    l.gate_up = saved.take(bytes({rows, 2, I, el}));
+    l.saved_bytes = saved.end;
+    l.saved_payload = saved.payload;
+    l.saved_regions = saved.regions;
+}
+
+// The backward's regions both layouts share (daw, d_gate_up, d_w_s, the weight-gradient split and
+// the bias partials), then the workspace's size: the larger of the two calls'.
+template <class Layout, class Bytes>
+void take_backward_tail(Layout &l, const RegionAllocator &fwd, RegionAllocator &bwd, const Bytes &bytes,
+                        const PlanDesc &desc, std::int64_t rows) {
+    const std::int64_t H = desc.hidden_size, I = desc.intermediate_size;
+    const std::int64_t el = static_cast<std::int64_t>(dtype_size(desc.dtype));
+    l.daw = bwd.take(bytes({rows, I, el}));
+    l.d_gate_up = bwd.take(bytes({rows, 2, I, el}));
+    l.d_w_s = bwd.take(bytes({rows, 4}));
+    l.wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
+    if (desc.has_bias) l.bias_partial = bwd.take(bias_grad_workspace_bytes(rows, desc.num_experts, std::max(2 * I, H)));
+    l.workspace_bytes = std::max(fwd.end, bwd.end);
+}
+
 }  // namespace
 
 PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathered_rows,
@@ -39,11 +65,7 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     offsets = saved.take(bytes({E + 1, 4}));
     scatter_index = saved.take(bytes({S, 4}));
     if (gathered) row_token = saved.take(bytes({S, 4}));
-    w_s = saved.take(bytes({S, 4}));
-    gate_up = saved.take(bytes({S, 2, I, el}));
-    saved_bytes = saved.end;
-    saved_payload = saved.payload;
-    saved_regions = saved.regions;
+    take_saved_tail(*this, saved, bytes, S, I, el);
 
     RegionAllocator fwd{arg}, bwd{arg};
     xs = bwd.take(bytes({S, H, el}));
@@ -60,12 +82,7 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     // three regions (DESIGN.md §2.7).
     dy = xs;
     dxs = xs;
-    daw = bwd.take(bytes({S, I, el}));
-    d_gate_up = bwd.take(bytes({S, 2, I, el}));
-    d_w_s = bwd.take(bytes({S, 4}));
-    wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
-    if (desc.has_bias) bias_partial = bwd.take(bias_grad_workspace_bytes(S, desc.num_experts, std::max(2 * I, H)));
-    workspace_bytes = std::max(fwd.end, bwd.end);
+    take_backward_tail(*this, fwd, bwd, bytes, desc, S);
 }
 
 ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool gathered,
@@ -73,28 +90,19 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
     : rows(num_rows) {
     MOEJIT_REQUIRE(num_rows >= 0 && num_rows <= std::numeric_limits<std::int32_t>::max(),
                    "{} is {}, expected 0 .. 2^31-1 (rows and offsets are int32)", rows_arg, num_rows);
-    const std::int64_t R = rows, H = desc.hidden_size, I = desc.intermediate_size;
+    const std::int64_t R = rows, I = desc.intermediate_size;
     const std::int64_t el = static_cast<std::int64_t>(dtype_size(desc.dtype));
     auto bytes = [rows_arg](std::initializer_list<std::int64_t> f) { return checked_bytes(f, rows_arg); };
 
     RegionAllocator saved{rows_arg};
-    w_s = saved.take(bytes({R, 4}));
-    gate_up = saved.take(bytes({R, 2, I, el}));
-    saved_bytes = saved.end;
-    saved_payload = saved.payload;
-    saved_regions = saved.regions;
+    take_saved_tail(*this, saved, bytes, R, I, el);
 
     RegionAllocator fwd{rows_arg}, bwd{rows_arg};
     offsets = fwd.take(bytes({static_cast<std::int64_t>(desc.num_experts) + 1, 4}));
     bwd = fwd;  // both calls read the bounded offsets from the same place
     if (gathered) row_token = fwd.take(bytes({R, 4}));
     aw = fwd.take(bytes({R, I, el}));
-    daw = bwd.take(bytes({R, I, el}));
-    d_gate_up = bwd.take(bytes({R, 2, I, el}));
-    d_w_s = bwd.take(bytes({R, 4}));
-    wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, R));
-    if (desc.has_bias) bias_partial = bwd.take(bias_grad_workspace_bytes(R, desc.num_experts, std::max(2 * I, H)));
-    workspace_bytes = std::max(fwd.end, bwd.end);
+    take_backward_tail(*this, fwd, bwd, bytes, desc, R);
 }
 
 Region RegionAllocator::take(std::size_t bytes) {

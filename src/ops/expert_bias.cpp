@@ -39,22 +39,31 @@ void validate_bias_grad_spec(const BiasGradSpec &s) {
     MOEJIT_REQUIRE(!s.accumulate || s.out_dtype == DType::fp32, "bias gradient: accumulating needs fp32");
 }
 
-KernelSource render_bias_grad_partial(const BiasGradSpec &s) {
+namespace {
+
+// One stage of the column sum (colsum_<stage>_kernel<threads, type, flag, kChunkRows>): its
+// element type `type` = dtype and its one switch `flag`, which `flag_suffix` marks in the name.
+template <class Args>
+KernelSource render_colsum_stage(const BiasGradSpec &s, const char *stage, DType dtype, const char *type,
+                                 const char *flag, bool on, const char *flag_suffix) {
     validate_bias_grad_spec(s);
-    return render<kargs::BiasPartialArgs>(
-        fmt::format("bias_grad_partial_{}{}", dtype_name(s.dtype), s.scaled ? "_scaled" : ""),
-        fmt::format("using T = {};\nconstexpr bool kScale = {};\nconstexpr int kChunkRows = {};\n",
-                    dtype_cuda_type(s.dtype), s.scaled, kChunkRows),
-        "colsum_partial_kernel", fmt::format("{}, T, kScale, kChunkRows", kColThreads));
+    const std::string kernel = fmt::format("colsum_{}_kernel", stage);
+    return render<Args>(
+        fmt::format("bias_grad_{}_{}{}", stage, dtype_name(dtype), on ? flag_suffix : ""),
+        fmt::format("using {} = {};\nconstexpr bool {} = {};\nconstexpr int kChunkRows = {};\n", type,
+                    dtype_cuda_type(dtype), flag, on, kChunkRows),
+        kernel.c_str(), fmt::format("{}, {}, {}, kChunkRows", kColThreads, type, flag));
+}
+
+}  // namespace
+
+KernelSource render_bias_grad_partial(const BiasGradSpec &s) {
+    return render_colsum_stage<kargs::BiasPartialArgs>(s, "partial", s.dtype, "T", "kScale", s.scaled, "_scaled");
 }
 
 KernelSource render_bias_grad_reduce(const BiasGradSpec &s) {
-    validate_bias_grad_spec(s);
-    return render<kargs::BiasReduceArgs>(
-        fmt::format("bias_grad_reduce_{}{}", dtype_name(s.out_dtype), s.accumulate ? "_acc" : ""),
-        fmt::format("using O = {};\nconstexpr bool kAccumulate = {};\nconstexpr int kChunkRows = {};\n",
-                    dtype_cuda_type(s.out_dtype), s.accumulate, kChunkRows),
-        "colsum_reduce_kernel", fmt::format("{}, O, kAccumulate, kChunkRows", kColThreads));
+    return render_colsum_stage<kargs::BiasReduceArgs>(s, "reduce", s.out_dtype, "O", "kAccumulate", s.accumulate,
+                                                      "_acc");
 }
 
 std::size_t bias_grad_workspace_bytes(std::int64_t rows, std::int32_t num_experts, std::int64_t cols) {

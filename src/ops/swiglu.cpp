@@ -147,13 +147,22 @@ SwigluSpec swiglu_spec(const SwigluBackwardArgs &args) {
                       args.w_s != nullptr, args.interleaved,  args.activation, false};
 }
 
+namespace {
+
+// What both directions check first: the spec's shape, then (when there are rows) the inputs
+// gate and up or gate_up, and w_s; gives the gate and up pointers the kernel reads.
+template <class Args> std::pair<const void *, const void *> checked_inputs(const SwigluSpec &spec, const Args &args) {
+    validate_shape(spec, args.rows, args.limit);
+    return input_pointers(args.merged, args.gate, args.up, args.gate_up, args.w_s, args.rows > 0);
+}
+
+}  // namespace
+
 void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *bound) {
     const SwigluSpec spec = swiglu_spec(args);
-    validate_shape(spec, args.rows, args.limit);
+    auto [gate, up] = checked_inputs(spec, args);
     // Empty tensors may come as NULL (frameworks do that); there is nothing to check then.
     const bool check = args.rows > 0;
-    auto [gate, up] = input_pointers(args.merged, args.gate,
-                                     args.up, args.gate_up, args.w_s, check);
     if (check) {
         MOEJIT_REQUIRE(args.a != nullptr || args.aw != nullptr,
                        "a and aw are both NULL (expected at least one [S,I] output)");
@@ -177,10 +186,8 @@ void swiglu_forward(Context &ctx, const SwigluForwardArgs &args, const Kernel *b
 
 void swiglu_backward(Context &ctx, const SwigluBackwardArgs &args, const Kernel *bound) {
     const SwigluSpec spec = swiglu_spec(args);
-    validate_shape(spec, args.rows, args.limit);
+    auto [gate, up] = checked_inputs(spec, args);
     const bool check = args.rows > 0;
-    auto [gate, up] = input_pointers(args.merged, args.gate,
-                                     args.up, args.gate_up, args.w_s, check);
     void *d_gate = args.d_gate, *d_up = args.d_up;
     if (check) {
         require_tensor(args.daw, "daw", 16, "[S,I]");

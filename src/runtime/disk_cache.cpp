@@ -43,18 +43,32 @@ void warn_once(const Logger &log, const std::string &key, const std::string &mes
     log(LogLevel::warning, message);
 }
 
+namespace {
+
+// Whoever can write a cache folder can run code on this GPU (docs/DESIGN.md, cache trust): true,
+// with a warning (once per folder), when `folder` is not safe to load kernels from.
+bool refuse_untrusted(const Logger &log, const std::string &folder) {
+    const std::optional<std::string> why = untrusted_cache_folder(folder);
+    if (!why) return false;
+    warn_once(log, "refused:" + folder,
+              fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only", folder,
+                          *why));
+    return true;
+}
+
+}  // namespace
+
 DiskCache::DiskCache(std::string folder, Logger log) : DiskCache(std::move(folder), log, false) {}
 
 DiskCache::DiskCache(std::string folder, Logger log, Shipped) : DiskCache(std::move(folder), log, true) {}
 
 DiskCache::DiskCache(std::string folder, Logger log, bool shipped) : folder_(std::move(folder)), log_(log) {
     if (folder_.empty()) return;
-    if (std::optional<std::string> why = shipped ? untrusted_shipped_folder(folder_) : untrusted_cache_folder(folder_)) {
-        // Whoever can write a cache folder can run code on this GPU (docs/DESIGN.md, cache trust).
+    if (!shipped) {
+        if (refuse_untrusted(log_, folder_)) return;
+    } else if (std::optional<std::string> why = untrusted_shipped_folder(folder_)) {
         warn_once(log_, "refused:" + folder_,
-                  shipped ? fmt::format("moejit: the prebuilt kernels in {} are not used ({})", folder_, *why)
-                          : fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
-                                        folder_, *why));
+                  fmt::format("moejit: the prebuilt kernels in {} are not used ({})", folder_, *why));
         return;
     }
     usable_ = true;
@@ -114,12 +128,7 @@ bool DiskCache::ensure_folder() const {
             return;
         }
         // Checked again now that it exists: another user may have created it first.
-        if (std::optional<std::string> bad = untrusted_cache_folder(folder_)) {
-            warn_once(log_, "refused:" + folder_,
-                      fmt::format("moejit: cache folder {} cannot be used ({}); caching kernels in memory only",
-                                  folder_, *bad));
-            return;
-        }
+        if (refuse_untrusted(log_, folder_)) return;
         created_ok_ = true;
     });
     if (!created_ok_) usable_ = false;

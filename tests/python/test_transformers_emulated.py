@@ -486,26 +486,26 @@ def _config():
 def test_fallback_no_gate_and_custom_gate(emulated, caplog):
     """Experts classes other than the families': has_gate=False, and a gate of their own."""
 
-    @hf_moe.use_experts_implementation(has_gate=False)
-    class UpOnly(nn.Module):
+    class FourExperts(nn.Module):
+        """The weights both classes below share (4 experts, hidden 8, intermediate 16)."""
+
         def __init__(self, config):
             super().__init__()
             self.num_experts = 4
-            self.up_proj = nn.Parameter(torch.randn(4, 16, 8, dtype=BF16))
             self.gate_up_proj = nn.Parameter(torch.randn(4, 32, 8, dtype=BF16))
             self.down_proj = nn.Parameter(torch.randn(4, 8, 16, dtype=BF16))
+
+    @hf_moe.use_experts_implementation(has_gate=False)
+    class UpOnly(FourExperts):
+        def __init__(self, config):
+            super().__init__(config)
+            self.up_proj = nn.Parameter(torch.randn(4, 16, 8, dtype=BF16))
 
         def forward(self, hidden_states, top_k_index, top_k_weights):
             return hidden_states * 2
 
     @hf_moe.use_experts_implementation
-    class OwnGate(nn.Module):
-        def __init__(self, config):
-            super().__init__()
-            self.num_experts = 4
-            self.gate_up_proj = nn.Parameter(torch.randn(4, 32, 8, dtype=BF16))
-            self.down_proj = nn.Parameter(torch.randn(4, 8, 16, dtype=BF16))
-
+    class OwnGate(FourExperts):
         def _apply_gate(self, gate_up):
             gate, up = gate_up.chunk(2, dim=-1)
             return torch.relu(gate) * up
