@@ -161,10 +161,9 @@ private:
     // The FP8 recipe's calls (moe/plan_fp8.cpp), reached from forward and backward.
     void fp8_forward(const ForwardArgs &args);
     void fp8_backward(const BackwardArgs &args);
-    // The weight gradients of the FP8 recipe, in bf16 for now, from rows grouped by expert: fc2's
+    // The weight gradients of the FP8 recipe from rows grouped by expert: fc2's
     // from dy and aw, then x's rows scattered into dy's place (dy is dead), then fc1's from
-    // d_gate_up (split: d_gate then d_up) and those rows. The one place an FP8 weight-gradient
-    // GEMM (fp8_weight_grad) replaces.
+    // d_gate_up (split: d_gate then d_up) and those rows, through fp8_weight_grad.
     struct Fp8WeightGradRows {
         std::int64_t rows;  // S (0: every expert's gradient is still written)
         const std::int32_t *offsets;
@@ -174,11 +173,13 @@ private:
         const std::int32_t *scatter_index;
         std::int64_t tokens;
         const void *x;            // [T,H]
-        void *wgrad_split;
-        std::size_t wgrad_split_bytes;
+        void *workspace;          // Fp8Layout::wgrad: the FP8 weight gradient's scratch
+        std::size_t workspace_bytes;
         void *stream;
     };
     void fp8_weight_grads(const Fp8WeightGradRows &rows, const ExpertGrads &grads);
+    // The same in bf16 (LayerGemms), kept behind plan_fp8.cpp's kFp8WeightGrads for comparison.
+    void bf16_weight_grads(const Fp8WeightGradRows &rows, const ExpertGrads &grads);
 
     // The [S,H] scatter of a [T,H] tensor (x or dout) into `out`, for GEMMs that do not gather.
     const void *scatter_rows(const std::int32_t *scatter_index, std::int64_t num_tokens, const void *tokens, void *out,

@@ -25,6 +25,35 @@ Fp8GemmSpec gemm(std::int64_t n, std::int64_t k, std::int32_t experts) {
     return make_fp8_gemm_spec(n, k, DType::bf16, experts, n % 256 == 0 ? 256 : 128);
 }
 
+// The weight gradients through the FP8 GEMM (fp8_weight_grad). false: the bf16 GEMMs (LayerGemms;
+// plan creation still compiles their kernels), to compare the two.
+constexpr bool kFp8WeightGrads = true;
+
+// fp8_weight_grad's calls, dW[e] = A_eᵀ·B_e as [E, m, n] (the layer's [E,H,I] / [E,2I,H] /
+// [E,I,H] weights; the FP8 recipe refuses transposed ones): fc2 a = dy (m = H), b = aw (n = I);
+// fc1 a = d_gate_up (m = 2I; split: d_gate, then d_up, m = I), b = x's rows (n = H).
+struct WgradShape {
+    std::int64_t m, n;
+};
+std::vector<WgradShape> wgrad_shapes(const PlanDesc &d) {
+    const std::int64_t H = d.hidden_size, I = d.intermediate_size;
+    return {{H, I}, {merged(d) ? 2 * I : I, H}};
+}
+
+Fp8WgradSpec wgrad_spec(const PlanDesc &d, const WgradShape &s) {
+    return make_fp8_wgrad_spec(s.m, s.n, d.weight_grad_dtype, d.num_experts, d.weight_grad_accumulate != 0);
+}
+
+// The scratch of the largest call, plus slack to start it on 256 bytes (fp8_weight_grad's
+// alignment; the caller's workspace need only be 16-byte aligned).
+std::size_t wgrad_scratch_bytes(const PlanDesc &d, std::int64_t rows) {
+    if (!kFp8WeightGrads) return wgrad_split_workspace_bytes(d, rows);
+    std::size_t bytes = 0;
+    for (const WgradShape &s : wgrad_shapes(d))
+        bytes = std::max(bytes, fp8_weight_grad_workspace_bytes(rows, d.num_experts, s.m, s.n));
+    return bytes > 0 ? bytes + 256 : 0;
+}
+
 // fc1's output rows as the row quantizers see them: merged [S, 2I], split [2S, I] (g then u).
 std::int64_t gate_up_k(const PlanDesc &d) { return merged(d) ? 2 * d.intermediate_size : d.intermediate_size; }
 
@@ -138,6 +167,14 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
         s.push_back(render_fp8_quant_rows_ld(Fp8QuantRowsLdSpec{I}));
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1_dgrad));
+    if (kFp8WeightGrads) {  // the weight gradients: each operand's column quantizer, each GEMM
+        std::vector<std::int64_t> cols;
+        for (const WgradShape &w : wgrad_shapes(d))
+            for (std::int64_t c : {w.m, w.n})
+                if (std::find(cols.begin(), cols.end(), c) == cols.end()) cols.push_back(c);
+        for (std::int64_t c : cols) s.push_back(render_fp8_quant_cols(Fp8QuantColsSpec{c}));
+        for (const WgradShape &w : wgrad_shapes(d)) s.push_back(render_fp8_wgrad_gemm(wgrad_spec(d, w)));
+    }
     return s;
 }
 
@@ -182,7 +219,7 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     dguq = bwd.take(bytes({S, 2, I}));
     dgu_scale = bwd.take(bytes({S, 2 * I / kTile, 4}));
     d_w_s = bwd.take(bytes({S, 4}));
-    wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
+    wgrad = bwd.take(wgrad_scratch_bytes(desc, rows));
     workspace_bytes = std::max(fwd.end, bwd.end);
 }
 
@@ -296,7 +333,7 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     auto *d_gate_up = L.d_gate_up.in<char>(a.workspace);
     auto *d_w_s = L.d_w_s.in<float>(a.workspace);
     const Fp8WeightGradRows wgrad_rows{S,       offsets, dy,       daw, d_gate_up, scatter_index, a.num_tokens, a.x,
-                                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes, stream};
+                                       L.wgrad.in<char>(a.workspace), L.wgrad.bytes, stream};
     if (!T0) {  // no rows: only the weight gradients (zeros, or untouched when accumulating)
         fp8_weight_grads(wgrad_rows, gr);
         return;
@@ -350,7 +387,7 @@ void Plan::fp8_backward(const BackwardArgs &a) {
         fp8_quantize_blocks_t(ctx_, blocks_spec, w.w_up, E, w1t_q + I, 2 * I, w1t_scale + I / kTile, 2 * I / kTile,
                               stream);
     }
-    // The weight gradients (bf16) read dy, then x's rows in dy's place.
+    // The weight gradients read dy, then x's rows in dy's place.
     fp8_weight_grads(wgrad_rows, gr);
     void *dxs = dy;
     fp8_group_gemm_nk(ctx_, g.fc1_dgrad, Fp8GemmOperands{dguq, dgu_scale, w1t_q, w1t_scale, dxs, offsets, S, E, stream});
@@ -365,11 +402,52 @@ void Plan::fp8_backward(const BackwardArgs &a) {
 
 void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
     const PlanDesc &d = desc_;
+    const std::int64_t S = r.rows, H = d.hidden_size, I = d.intermediate_size;
+    if (!kFp8WeightGrads) return bf16_weight_grads(r, g);
+    // The scratch from its first 256-byte boundary (Fp8Layout::wgrad has the slack).
+    const auto base = reinterpret_cast<std::uintptr_t>(r.workspace);
+    const std::uintptr_t start = (base + 255) / 256 * 256;
+    const bool has_scratch = S > 0 && r.workspace_bytes >= start - base;
+    void *scratch = has_scratch ? reinterpret_cast<void *>(start) : nullptr;
+    const std::size_t scratch_bytes = has_scratch ? r.workspace_bytes - (start - base) : 0;
+    // dW = Aᵀ·B per expert into the caller's gradient: written, or added to with
+    // weight_grad_accumulate (as the bf16 GEMMs do); no rows: zeros, or left as they are.
+    auto wgrad = [&](const void *a, std::int64_t m, const void *b, std::int64_t n, void *dw) {
+        Fp8WgradArgs args;
+        args.a = a;
+        args.b = b;
+        args.dw = dw;
+        args.offsets = r.offsets;
+        args.rows = S;
+        args.num_experts = d.num_experts;
+        args.m = m;
+        args.n = n;
+        args.dw_dtype = d.weight_grad_dtype;
+        args.accumulate = d.weight_grad_accumulate != 0;
+        args.workspace = scratch;
+        args.workspace_bytes = scratch_bytes;
+        args.stream = r.stream;
+        fp8_weight_grad(ctx_, args);
+    };
+    wgrad(r.dy, H, r.aw, I, g.dw_down);  // [E,H,I] = dyᵀ·aw
+    // dy is dead (its column quantizer ran): x's rows take its place for fc1's gradients.
+    const void *xs = r.dy;
+    if (r.tokens > 0)
+        xs = scatter_rows(r.scatter_index, r.tokens, r.x, r.dy, r.stream);
+    if (merged(d)) {
+        wgrad(r.d_gate_up, 2 * I, xs, H, g.dw_gate_up);  // [E,2I,H] (interleaved: rows as d_gate_up's columns)
+    } else {
+        wgrad(r.d_gate_up, I, xs, H, g.dw_gate);          // [E,I,H]
+        wgrad(r.d_gate_up + S * I * 2, I, xs, H, g.dw_up);
+    }
+}
+
+void Plan::bf16_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
+    const PlanDesc &d = desc_;
     const std::int64_t S = r.rows, I = d.intermediate_size;
-    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, r.offsets, nullptr, r.stream, r.wgrad_split,
-                     r.wgrad_split_bytes);
+    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, r.offsets, nullptr, r.stream, r.workspace,
+                     r.workspace_bytes);
     gemms.fc2_wgrad(r.dy, r.aw, g.dw_down);
-    // dy is dead: x's rows take its place for fc1's gradients.
     const void *xs = r.dy;
     if (r.tokens > 0)
         xs = scatter_rows(r.scatter_index, r.tokens, r.x, r.dy, r.stream);

@@ -13,8 +13,8 @@
 //   dy = scatter(dout) (bf16, for the weight gradient) -> dyq (1x128);
 //   daw = FP8 GEMM(dyq, W_downᵀ quantized per block) ; gate_up dequantized from saved;
 //   SwiGLU backward (bf16: d_gate_up, d_w_s, aw recomputed);
-//   weight gradients in bf16 (Plan::fp8_weight_grads, the one place an FP8 weight-gradient
-//   GEMM goes later);
+//   weight gradients through fp8_weight_grad (Plan::fp8_weight_grads: both operands e4m3 per
+//   128 rows x 1 column, the expert's rows padded to 128-row blocks; dW in weight_grad_dtype);
 //   dxs = FP8 GEMM(d_gate_up quantized 1x128 over [S, 2I], W_gate_upᵀ per block) -> gather.
 // Saved between the calls: offsets, scatter_index, w_s and gate_up as e4m3 + fp32 scales:
 // 2·I + I/16 bytes per row instead of the bf16 plan's 4·I.
@@ -81,7 +81,7 @@ struct Fp8Layout {
     Region d_gate_up;       // [S, 2I] bf16 (split: d_gate then d_up)
     Region dguq, dgu_scale; // [S, 2I] e4m3, [S, 2I/128] (split too: d_gate | d_up per row)
     Region d_w_s;           // [S] fp32
-    Region wgrad_split;
+    Region wgrad;           // fp8_weight_grad's scratch for its largest call (+ alignment slack)
     std::size_t workspace_bytes = 0;
 };
 

@@ -4,7 +4,8 @@
 // plan's list, the recipe field's refusals name the field and what is supported (unknown
 // recipe, another arch, another dtype, H or I not a multiple of 128, transposed weights,
 // biases), a struct_size from a 0.5-0.10 header (96 bytes, no recipe) gets bf16 whatever its
-// tail holds, and the FP8 saved buffer is about half the bf16 one (printed) with its affine
+// tail holds, the plan compiles the FP8 weight-gradient kernels and its workspace holds their
+// scratch, and the FP8 saved buffer is about half the bf16 one (printed) with its affine
 // bound holding.
 #define BOOST_TEST_MODULE fp8_layer_cpu
 #include <boost/test/unit_test.hpp>
@@ -159,12 +160,19 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_every_fp8_layer_kernel_for_sm90a) {
             std::set<std::string> names;
             for (const auto &k : moejit::plan_kernel_sources(p, ctx.impl().config(), 90)) names.insert(k.name);
             BOOST_TEST(kernels == static_cast<int>(names.size()));
-            int fp8_gemms = 0;
+            int fp8_gemms = 0, fp8_wgrads = 0, quant_cols = 0;
             for (const auto &k : moejit::fp8_layer_sources(p)) {
                 BOOST_TEST(names.count(k.name) == 1u, k.name);
                 fp8_gemms += k.name.rfind("fp8_gemm_nk", 0) == 0;
+                fp8_wgrads += k.name.rfind("fp8_wgrad_", 0) == 0;
+                quant_cols += k.name.rfind("fp8_quant_cols_", 0) == 0;
             }
             BOOST_TEST(fp8_gemms == 4);
+            // The weight gradients' FP8 GEMMs (fc2's, fc1's) and a column quantizer per distinct
+            // width (H, I, and 2I when fc1 is merged).
+            BOOST_TEST(fp8_wgrads == 2);
+            const std::set<std::int64_t> widths{s.H, s.I, s.layout == MOEJIT_FC1_SPLIT ? s.I : 2 * s.I};
+            BOOST_TEST(quant_cols == static_cast<int>(widths.size()));
             for (const std::string &n : names) {
                 // Only the weight gradients run as bf16 GEMMs (same_mn); no bf16 same_nk GEMM.
                 const bool bf16_gemm = n.find("gemm") != std::string::npos && n.rfind("fp8_", 0) != 0;
@@ -204,6 +212,25 @@ BOOST_AUTO_TEST_CASE(saved_buffer_is_about_half_and_its_bound_holds) {
             const std::int64_t T = static_cast<std::int64_t>(rng() % 20000);
             const std::size_t saved = moejit::Fp8Layout(fp8, T).saved_bytes;
             BOOST_TEST(static_cast<std::int64_t>(saved) <= per_token * T + constant, "T=" << T);
+        }
+    }
+    // The workspace holds fp8_weight_grad's scratch for each of its calls, from a 256-byte
+    // boundary of a 16-byte aligned workspace (+256), disjoint from every backward region.
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
+        const moejit::PlanDesc p = moejit::to_internal(fp8_desc(2048, 768, 128, 8, layout));
+        const std::int64_t H = p.hidden_size, I = p.intermediate_size;
+        const std::int64_t fc1_m = layout == MOEJIT_FC1_SPLIT ? I : 2 * I;
+        for (std::int64_t T : {0, 1, 7, 333, 8192}) {
+            const moejit::Fp8Layout L(p, T);
+            for (auto [m, n] : {std::pair{H, I}, std::pair{fc1_m, H}}) {
+                const std::size_t need = moejit::fp8_weight_grad_workspace_bytes(L.rows, p.num_experts, m, n);
+                BOOST_TEST(L.wgrad.bytes >= (need > 0 ? need + 256 : 0), "T=" << T << " m=" << m << " n=" << n);
+            }
+            for (const moejit::Region &r : {L.dy, L.dyq, L.dy_scale, L.daw, L.d_gate_up, L.dguq, L.dgu_scale, L.d_w_s,
+                                            L.w1_q, L.w1_scale, L.w2_q, L.w2_scale, L.gate_up})
+                BOOST_TEST((r.offset + r.bytes <= L.wgrad.offset || L.wgrad.offset + L.wgrad.bytes <= r.offset),
+                           "T=" << T);
+            BOOST_TEST(L.wgrad.offset + L.wgrad.bytes <= L.workspace_bytes);
         }
     }
     // Bad T: named, as every size query.
