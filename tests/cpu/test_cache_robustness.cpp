@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,15 +136,7 @@ struct Warnings {
     }
 };
 
-JitOptions engine_options(const std::string &folder, Logger log, bool jit = true) {
-    JitOptions o;
-    o.arch = "sm_90a";
-    o.load_modules = false;
-    o.cache_dir = folder;
-    o.log = log;
-    o.jit_enabled = jit;
-    return o;
-}
+using moejit::test::compile_only_jit_options;
 
 // A compile-only context over the cache root `root` (entries go to root/<version>).
 moejit_context_t compile_only_context(const std::string &root, Warnings *warnings, bool jit = true) {
@@ -208,7 +201,7 @@ BOOST_AUTO_TEST_CASE(two_processes_warm_the_same_kernels_into_one_folder) {
             moejit_context_destroy(ctx);
             // The same tiny kernels in the same order from both: the same keys published at once.
             Warnings engine_warnings;
-            JitEngine engine(engine_options(engine_folder, engine_warnings.logger()));
+            JitEngine engine(compile_only_jit_options(engine_folder, engine_warnings.logger()));
             for (int v = 0; v < kTinyKernels; ++v) engine.get(kernel(v));
             checks.expect(engine.counters().disk_rejects == 0, "the engine read an entry that did not validate");
             checks.expect(warnings.lines.empty() && engine_warnings.lines.empty(),
@@ -288,7 +281,7 @@ BOOST_AUTO_TEST_CASE(two_processes_warm_the_same_kernels_into_one_folder) {
     BOOST_TEST(s.disk_hits == files_with(folder, ".cubin").size(), "entries on disk that no plan asked for");
     BOOST_TEST(s.disk_hits + s.memory_hits >= static_cast<std::uint64_t>(plan_kernels));
     moejit_context_destroy(check);
-    JitEngine engine(engine_options(engine_folder, warnings.logger(), /*jit=*/false));
+    JitEngine engine(compile_only_jit_options(engine_folder, warnings.logger(), /*jit=*/false));
     for (int v = 0; v < kTinyKernels; ++v) BOOST_CHECK_NO_THROW(engine.get(kernel(v)));
     BOOST_TEST(engine.counters().disk_hits == static_cast<std::uint64_t>(kTinyKernels));
     BOOST_TEST(files_with(engine_folder, ".cubin").size() == static_cast<std::size_t>(kTinyKernels));
@@ -322,7 +315,7 @@ void check_runs_in_memory(ChildChecks &checks, const std::string &engine_folder,
     };
     for (int round = 0; round < 2; ++round) {  // two contexts: each says it once
         Warnings warnings;
-        JitEngine engine(engine_options(engine_folder, warnings.logger()));
+        JitEngine engine(compile_only_jit_options(engine_folder, warnings.logger()));
         for (int v = 0; v < first_new; ++v) engine.get(kernel(v));  // stored before the fault
         checks.expect(engine.counters().disk_hits == static_cast<std::uint64_t>(first_new),
                       "the entries stored before the fault are not served");
@@ -373,7 +366,7 @@ void store_before_fault(ChildChecks &checks, const std::string &engine_folder, c
                         int count) {
     Warnings warnings;
     {
-        JitEngine engine(engine_options(engine_folder, warnings.logger()));
+        JitEngine engine(compile_only_jit_options(engine_folder, warnings.logger()));
         for (int v = 0; v < count; ++v) engine.get(kernel(v));
     }
     moejit_context_t ctx = compile_only_context(context_root, &warnings);
@@ -387,19 +380,39 @@ void store_before_fault(ChildChecks &checks, const std::string &engine_folder, c
 
 }  // namespace
 
+namespace {
+
+// Breaks the cache under `base` (mounted: a private tmpfs there) in a test's own way: sets the
+// error texts the warnings must name; returns an exit code to stop the child with, or nullopt.
+using CacheFault = std::function<std::optional<int>(const fs::path &base, bool mounted,
+                                                    const std::string &engine_folder,
+                                                    std::vector<std::string> &reasons)>;
+
+// The child both fault tests run: a cache under base (a tmpfs of `tmpfs_size` where this process
+// may mount one) stores kStored entries, `fault` breaks it, then runs compile in memory and say
+// so once. skip_root_without_mount: without a mount, root bypasses the fault (chmod).
+int cache_fault_child(const fs::path &base, const char *tmpfs_size, bool skip_root_without_mount,
+                      const CacheFault &fault) {
+    constexpr int kStored = 4;
+    ChildChecks checks;
+    const bool mounted = private_mounts() && mount_tmpfs(base, tmpfs_size);
+    if (!mounted && skip_root_without_mount && ::geteuid() == 0) return kSkipped;
+    fs::create_directories(base);
+    const std::string engine_folder = (base / "engine" / "v").string();
+    const std::string context_root = (base / "root").string();
+    store_before_fault(checks, engine_folder, context_root, kStored);
+    std::vector<std::string> reasons;
+    if (const std::optional<int> stop = fault(base, mounted, engine_folder, reasons)) return *stop;
+    check_runs_in_memory(checks, engine_folder, context_root, reasons, kStored, kStored);
+    return checks.failures ? 1 : 0;
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(read_only_cache_during_a_run_compiles_in_memory_and_says_so_once) {
     TempDir tmp("moejit-readonly");
-    constexpr int kStored = 4;
-    const int code = in_child(600, [&]() -> int {
-        ChildChecks checks;
-        const fs::path base = tmp.path() / "mnt";
-        const bool mounted = private_mounts() && mount_tmpfs(base, "64m");
-        if (!mounted && ::geteuid() == 0) return kSkipped;  // root: chmod would change nothing
-        fs::create_directories(base);
-        const std::string engine_folder = (base / "engine" / "v").string();
-        const std::string context_root = (base / "root").string();
-        store_before_fault(checks, engine_folder, context_root, kStored);
-        std::vector<std::string> reasons;
+    const CacheFault remount_read_only = [](const fs::path &base, bool mounted, const std::string &engine_folder,
+                                           std::vector<std::string> &reasons) -> std::optional<int> {
         if (mounted) {
             if (::mount(nullptr, base.c_str(), nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0) {
                 std::fprintf(stderr, "remounting read-only: %s\n", std::strerror(errno));
@@ -414,24 +427,18 @@ BOOST_AUTO_TEST_CASE(read_only_cache_during_a_run_compiles_in_memory_and_says_so
             reasons = {std::strerror(EACCES)};
             std::printf("child: the cache folders are chmod 0500\n");
         }
-        check_runs_in_memory(checks, engine_folder, context_root, reasons, kStored, kStored);
-        return checks.failures ? 1 : 0;
+        return std::nullopt;
+    };
+    const int code = in_child(600, [&]() -> int {
+        return cache_fault_child(tmp.path() / "mnt", "64m", true, remount_read_only);
     });
     expect_child_passed(code, "read-only cache");
 }
 
 BOOST_AUTO_TEST_CASE(full_disk_during_a_run_compiles_in_memory_and_says_so_once) {
     TempDir tmp("moejit-full");
-    constexpr int kStored = 4;
-    const int code = in_child(600, [&]() -> int {
-        ChildChecks checks;
-        const fs::path base = tmp.path() / "mnt";
-        const bool mounted = private_mounts() && mount_tmpfs(base, "16m");
-        fs::create_directories(base);
-        const std::string engine_folder = (base / "engine" / "v").string();
-        const std::string context_root = (base / "root").string();
-        store_before_fault(checks, engine_folder, context_root, kStored);
-        std::vector<std::string> reasons;
+    const CacheFault fill_the_disk = [](const fs::path &base, bool mounted, const std::string &,
+                                       std::vector<std::string> &reasons) -> std::optional<int> {
         if (mounted) {
             // Fill the file system to its last byte (ENOSPC), as a full disk is.
             const fs::path filler = base / "filler";
@@ -456,8 +463,10 @@ BOOST_AUTO_TEST_CASE(full_disk_during_a_run_compiles_in_memory_and_says_so_once)
             reasons = {std::strerror(EFBIG)};
             std::printf("child: writes are limited to 512 bytes (RLIMIT_FSIZE)\n");
         }
-        check_runs_in_memory(checks, engine_folder, context_root, reasons, kStored, kStored);
-        return checks.failures ? 1 : 0;
+        return std::nullopt;
+    };
+    const int code = in_child(600, [&]() -> int {
+        return cache_fault_child(tmp.path() / "mnt", "16m", false, fill_the_disk);
     });
     expect_child_passed(code, "full disk");
 }

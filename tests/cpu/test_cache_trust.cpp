@@ -37,18 +37,26 @@ using moejit::test::LogCapture;
 
 KernelSource tiny_kernel(int variant = 0) { return moejit::test::tiny_kernel(variant, "trust_axpy"); }
 
-JitOptions options(const std::string &dir, Logger log = {}, bool jit = true) {
-    JitOptions o;
-    o.arch = "sm_90a";
-    o.load_modules = false;
-    o.cache_dir = dir;
-    o.log = log;
-    o.jit_enabled = jit;
-    return o;
+using moejit::test::compile_only_jit_options;
+
+// tmp/name, created with mode 0700 (a cache folder only its owner can write).
+std::string private_folder(const TempDir &tmp, const char *name) {
+    const std::string folder = (tmp.path() / name).string();
+    fs::create_directories(folder);
+    ::chmod(folder.c_str(), 0700);
+    return folder;
+}
+
+// A private cache folder tmp/v with its private tuning/ subfolder.
+fs::path private_tuning_folder(const TempDir &tmp) {
+    const fs::path folder = private_folder(tmp, "v");
+    fs::create_directories(folder / "tuning");
+    ::chmod((folder / "tuning").c_str(), 0700);
+    return folder;
 }
 
 std::string entry_path(const std::string &dir, const KernelSource &s) {
-    JitEngine engine(options(""));
+    JitEngine engine(compile_only_jit_options(""));
     return dir + "/" + s.name + "." + to_hex(engine.key(s)) + ".cubin";
 }
 
@@ -118,7 +126,7 @@ std::string forged_entry(const std::string &genuine, const std::string &payload)
 BOOST_AUTO_TEST_CASE(created_cache_folders_are_0700) {
     TempDir tmp;
     const fs::path root = tmp.path() / "root", folder = root / "v";
-    JitEngine engine(options(folder.string()));
+    JitEngine engine(compile_only_jit_options(folder.string()));
     engine.get(tiny_kernel());
     BOOST_TEST(engine.counters().compiles == 1u);
     BOOST_TEST(cubin_files(folder) == 1u);
@@ -136,11 +144,11 @@ void expect_refused(const std::function<void(const fs::path &root, const fs::pat
     ::chmod(root.c_str(), 0700);
     ::chmod(folder.c_str(), 0700);
     // A genuine entry first (so "used" would show as a disk hit).
-    { JitEngine(options(folder.string())).get(tiny_kernel()); }
+    { JitEngine(compile_only_jit_options(folder.string())).get(tiny_kernel()); }
     BOOST_REQUIRE(cubin_files(folder) == 1u);
     prepare(root, folder);
     LogCapture log;
-    JitEngine engine(options(folder.string(), log.logger()));
+    JitEngine engine(compile_only_jit_options(folder.string(), log.logger()));
     engine.get(tiny_kernel());
     engine.get(tiny_kernel(1));
     BOOST_TEST(engine.counters().disk_hits == 0u);  // not read
@@ -151,7 +159,7 @@ void expect_refused(const std::function<void(const fs::path &root, const fs::pat
     if (!log.warnings.empty()) BOOST_TEST(log.warnings[0].find("nobody else can write") != std::string::npos, log.warnings[0]);
     // A second context on the same folder in this process does not repeat the warning.
     LogCapture again;
-    JitEngine(options(folder.string(), again.logger())).get(tiny_kernel());
+    JitEngine(compile_only_jit_options(folder.string(), again.logger())).get(tiny_kernel());
     BOOST_TEST(again.warnings.empty());
     ::chown(folder.c_str(), 0, 0);  // let TempDir clean up
 }
@@ -178,8 +186,8 @@ BOOST_AUTO_TEST_CASE(sticky_world_writable_root_like_tmp_is_accepted) {
     const fs::path root = tmp.path() / "root", folder = root / "v";
     fs::create_directories(root);
     ::chmod(root.c_str(), 01777);
-    { JitEngine(options(folder.string())).get(tiny_kernel()); }
-    JitEngine engine(options(folder.string()));
+    { JitEngine(compile_only_jit_options(folder.string())).get(tiny_kernel()); }
+    JitEngine engine(compile_only_jit_options(folder.string()));
     engine.get(tiny_kernel());
     BOOST_TEST(engine.counters().disk_hits == 1u);
 }
@@ -187,33 +195,31 @@ BOOST_AUTO_TEST_CASE(sticky_world_writable_root_like_tmp_is_accepted) {
 BOOST_AUTO_TEST_CASE(forged_entry_is_served_only_from_a_folder_only_its_owner_can_write) {
     TempDir tmp;
     const fs::path folder = tmp.path() / "v";
-    { JitEngine(options(folder.string())).get(tiny_kernel()); }
+    { JitEngine(compile_only_jit_options(folder.string())).get(tiny_kernel()); }
     const std::string path = entry_path(folder.string(), tiny_kernel());
     write_all(path, forged_entry(read_all(path), "arbitrary code, correctly checksummed"));
     // Group-writable: anyone in the group could have written it. Refused, never loaded.
     ::chmod(folder.c_str(), 0770);
     {
-        JitEngine engine(options(folder.string()));
+        JitEngine engine(compile_only_jit_options(folder.string()));
         engine.get(tiny_kernel());
         BOOST_TEST(engine.counters().disk_hits == 0u);
         BOOST_TEST(engine.counters().compiles == 1u);
     }
     // 0700: only the owner could have written it, which is the boundary (documented): served.
     ::chmod(folder.c_str(), 0700);
-    JitEngine engine(options(folder.string()));
+    JitEngine engine(compile_only_jit_options(folder.string()));
     engine.get(tiny_kernel());
     BOOST_TEST(engine.counters().disk_hits == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(fifo_entry_is_a_miss_not_a_hang) {
     TempDir tmp;
-    const std::string folder = (tmp.path() / "v").string();
-    fs::create_directories(folder);
-    ::chmod(folder.c_str(), 0700);
+    const std::string folder = private_folder(tmp, "v");
     const std::string path = entry_path(folder, tiny_kernel());
     BOOST_REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
     BOOST_TEST(in_child_with_timeout(60, [&] {
-        JitEngine engine(options(folder));
+        JitEngine engine(compile_only_jit_options(folder));
         engine.get(tiny_kernel());
         return engine.counters().compiles == 1u && engine.counters().disk_hits == 0u;
     }));
@@ -224,14 +230,13 @@ BOOST_AUTO_TEST_CASE(fifo_entry_is_a_miss_not_a_hang) {
 
 BOOST_AUTO_TEST_CASE(symlink_entry_is_not_followed) {
     TempDir tmp;
-    const std::string elsewhere = (tmp.path() / "elsewhere").string(), folder = (tmp.path() / "v").string();
-    { JitEngine(options(elsewhere)).get(tiny_kernel()); }  // a valid entry, outside the folder
-    fs::create_directories(folder);
-    ::chmod(folder.c_str(), 0700);
+    const std::string elsewhere = (tmp.path() / "elsewhere").string();
+    { JitEngine(compile_only_jit_options(elsewhere)).get(tiny_kernel()); }  // a valid entry, outside the folder
+    const std::string folder = private_folder(tmp, "v");
     const std::string target = entry_path(elsewhere, tiny_kernel()), link = entry_path(folder, tiny_kernel());
     const std::string target_bytes = read_all(target);
     fs::create_symlink(target, link);
-    JitEngine engine(options(folder));
+    JitEngine engine(compile_only_jit_options(folder));
     engine.get(tiny_kernel());
     BOOST_TEST(engine.counters().disk_hits == 0u);
     BOOST_TEST(engine.counters().compiles == 1u);
@@ -242,9 +247,7 @@ BOOST_AUTO_TEST_CASE(symlink_entry_is_not_followed) {
 
 BOOST_AUTO_TEST_CASE(sparse_one_tib_entry_is_a_miss_not_out_of_memory) {
     TempDir tmp;
-    const std::string folder = (tmp.path() / "v").string();
-    fs::create_directories(folder);
-    ::chmod(folder.c_str(), 0700);
+    const std::string folder = private_folder(tmp, "v");
     const std::string path = entry_path(folder, tiny_kernel());
     { std::ofstream(path) << ""; }
     std::error_code ec;
@@ -254,7 +257,7 @@ BOOST_AUTO_TEST_CASE(sparse_one_tib_entry_is_a_miss_not_out_of_memory) {
         return;
     }
     BOOST_TEST(in_child_with_timeout(120, [&] {
-        JitEngine engine(options(folder));
+        JitEngine engine(compile_only_jit_options(folder));
         engine.get(tiny_kernel());  // 0.3.0: std::bad_alloc (OUT_OF_MEMORY for every plan)
         return engine.counters().compiles == 1u;
     }));
@@ -263,13 +266,13 @@ BOOST_AUTO_TEST_CASE(sparse_one_tib_entry_is_a_miss_not_out_of_memory) {
 BOOST_AUTO_TEST_CASE(reading_changes_nothing_on_disk) {
     TempDir tmp;
     const std::string folder = (tmp.path() / "v").string();
-    { JitEngine(options(folder)).get(tiny_kernel()); }
+    { JitEngine(compile_only_jit_options(folder)).get(tiny_kernel()); }
     const std::string path = entry_path(folder, tiny_kernel());
     std::string damaged = read_all(path);
     damaged[damaged.size() - 100] ^= 0x01;
     write_all(path, damaged);
     // JIT off (moejit-warmup --check, MOEJIT_COMPILE=off): the bad entry is a miss, left as is.
-    JitEngine off(options(folder, {}, /*jit=*/false));
+    JitEngine off(compile_only_jit_options(folder, {}, /*jit=*/false));
     try {
         off.get(tiny_kernel());
         BOOST_FAIL("expected MOEJIT_ERROR_JIT_DISABLED");
@@ -281,13 +284,13 @@ BOOST_AUTO_TEST_CASE(reading_changes_nothing_on_disk) {
     BOOST_TEST(read_all(path) == damaged);
     // A JIT-off context on a folder that does not exist does not create it.
     const fs::path missing = tmp.path() / "missing" / "v";
-    JitEngine none(options(missing.string(), {}, false));
+    JitEngine none(compile_only_jit_options(missing.string(), {}, false));
     BOOST_CHECK_THROW(none.get(tiny_kernel()), Error);
     BOOST_TEST(!fs::exists(tmp.path() / "missing"));
     // With JIT on, the rebuilt entry replaces the bad one.
-    JitEngine on(options(folder));
+    JitEngine on(compile_only_jit_options(folder));
     on.get(tiny_kernel());
-    JitEngine again(options(folder));
+    JitEngine again(compile_only_jit_options(folder));
     again.get(tiny_kernel());
     BOOST_TEST(again.counters().disk_hits == 1u);
 }
@@ -296,7 +299,7 @@ BOOST_AUTO_TEST_CASE(reading_changes_nothing_on_disk) {
 // by key_covers_the_cuda_headers: the header digest is computed once per process).
 BOOST_AUTO_TEST_CASE(print_key_for_environment) {
     if (!std::getenv("MOEJIT_TEST_PRINT_KEY")) return;
-    std::printf("KEY %s\n", to_hex(JitEngine(options("")).key(tiny_kernel())).c_str());
+    std::printf("KEY %s\n", to_hex(JitEngine(compile_only_jit_options("")).key(tiny_kernel())).c_str());
 }
 
 namespace {
@@ -337,10 +340,7 @@ BOOST_AUTO_TEST_CASE(key_covers_the_cuda_headers) {
 
 BOOST_AUTO_TEST_CASE(tuning_store_write_does_not_follow_a_planted_temp_name) {
     TempDir tmp;
-    const fs::path folder = tmp.path() / "v";
-    fs::create_directories(folder / "tuning");
-    ::chmod(folder.c_str(), 0700);
-    ::chmod((folder / "tuning").c_str(), 0700);
+    const fs::path folder = private_tuning_folder(tmp);
     const fs::path victim = tmp.path() / "victim.txt";
     write_all(victim, "precious\n");
     TuningStore store(folder.string());
@@ -359,10 +359,7 @@ BOOST_AUTO_TEST_CASE(tuning_store_write_does_not_follow_a_planted_temp_name) {
 
 BOOST_AUTO_TEST_CASE(tuning_file_that_is_a_fifo_is_ignored_not_a_hang) {
     TempDir tmp;
-    const fs::path folder = tmp.path() / "v";
-    fs::create_directories(folder / "tuning");
-    ::chmod(folder.c_str(), 0700);
-    ::chmod((folder / "tuning").c_str(), 0700);
+    const fs::path folder = private_tuning_folder(tmp);
     TuningStore probe(folder.string());
     BOOST_REQUIRE(::mkfifo(probe.path_for("k").c_str(), 0600) == 0);
     BOOST_TEST(in_child_with_timeout(30, [&] {

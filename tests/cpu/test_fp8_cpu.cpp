@@ -23,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "cold_compile.hpp"
 #include "compile_only.hpp"
+#include "ptx_sm90a.hpp"
 #include "thread_cpu_time.hpp"
 #include "fp8/e4m3.hpp"
 #include "fp8/fp8.hpp"
@@ -36,41 +38,7 @@ namespace {
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
 
-// PTX of a rendered kernel for compute_90a, with the engine's options and embedded headers (the
-// compile-only context makes cubins; the PTX shows which instructions the kernel uses).
-std::string ptx_for_sm90a(const KernelSource &ks) {
-    std::vector<const char *> sources, names;
-    std::vector<std::string> keep;
-    keep.reserve(2 * embedded_templates().size());
-    for (const EmbeddedTemplate &t : embedded_templates()) {
-        keep.emplace_back(t.source);
-        sources.push_back(keep.back().c_str());
-        keep.emplace_back(t.name);
-        names.push_back(keep.back().c_str());
-    }
-    nvrtcProgram program = nullptr;
-    BOOST_REQUIRE(nvrtcCreateProgram(&program, ks.source.c_str(), (ks.name + ".cu").c_str(),
-                                     static_cast<int>(sources.size()), sources.data(), names.data()) == NVRTC_SUCCESS);
-    std::vector<std::string> options = default_nvrtc_options();
-    options.push_back("--gpu-architecture=compute_90a");
-    options.push_back("-I" + cuda_include_dir());
-    std::vector<const char *> argv;
-    for (const std::string &o : options) argv.push_back(o.c_str());
-    const nvrtcResult r = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
-    std::size_t log_size = 0;
-    std::string log;
-    if (nvrtcGetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
-        log.resize(log_size);
-        nvrtcGetProgramLog(program, log.data());
-    }
-    BOOST_REQUIRE_MESSAGE(r == NVRTC_SUCCESS, "NVRTC: " << nvrtcGetErrorString(r) << "\n" << log);
-    std::size_t size = 0;
-    BOOST_REQUIRE(nvrtcGetPTXSize(program, &size) == NVRTC_SUCCESS);
-    std::string ptx(size, '\0');
-    BOOST_REQUIRE(nvrtcGetPTX(program, ptx.data()) == NVRTC_SUCCESS);
-    nvrtcDestroyProgram(&program);
-    return ptx;
-}
+using moejit::test::ptx_for_sm90a;
 
 Fp8GemmSpec gemm_spec(std::int64_t n, std::int64_t k, DType c_dtype, bool promote, std::int32_t experts,
                       int block_n = 128) {
@@ -140,19 +108,8 @@ BOOST_AUTO_TEST_CASE(every_fp8_kernel_compiles_for_sm90a) {
     }
     moejit::test::CompileOnlyContext context("sm_90a", moejit::test::CompileOnlyContext::Cache::memory_only);
     double worst = 0;
-    for (auto &[name, ks] : sources) {
-        const double start = moejit::test::thread_cpu_seconds();  // immune to a loaded machine
-        BOOST_TEST_CONTEXT(name) {
-            try {
-                context.impl().kernel(ks);
-            } catch (const std::exception &e) {
-                BOOST_TEST(false, e.what());
-            }
-            const double sec = moejit::test::thread_cpu_seconds() - start;
-            BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s of CPU (the cold-start budget is 2 s)");
-            worst = std::max(worst, sec);
-        }
-    }
+    for (auto &[name, ks] : sources)
+        BOOST_TEST_CONTEXT(name) { worst = std::max(worst, moejit::test::cold_compile_seconds(context, ks)); }
     std::printf("fp8: %zu kernels compiled for sm_90a, worst NVRTC %.2f s\n", sources.size(), worst);
 }
 
@@ -163,12 +120,10 @@ BOOST_AUTO_TEST_CASE(ptx_uses_e4m3_wgmma_tma_and_satfinite_cvt) {
         spec.overlap = overlap;
         const std::string ptx = ptx_for_sm90a(render_fp8_group_gemm_nk(spec));
         BOOST_TEST_CONTEXT("promote " << promote << " block_n " << block_n << " overlap " << overlap) {
-            BOOST_TEST(contains(ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
-            BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.2d"));
-            BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.3d"));
-            BOOST_TEST(contains(ptx, "mbarrier.try_wait.parity"));
-            BOOST_TEST(contains(ptx, "setmaxnreg.inc"));
-            BOOST_TEST(!contains(ptx, "mma.sync"), "no mma.sync fallback");
+            moejit::test::check_ptx(ptx,
+                                    {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "cp.async.bulk.tensor.2d",
+                                     "cp.async.bulk.tensor.3d", "mbarrier.try_wait.parity", "setmaxnreg.inc"},
+                                    {"mma.sync"});  // no mma.sync fallback
         }
     }
     for (const KernelSource &ks : {render_fp8_quant_rows({2048}), render_fp8_quant_blocks({1536, 2048})})
@@ -482,16 +437,7 @@ BOOST_AUTO_TEST_CASE(every_fp8_wgrad_kernel_compiles_for_sm90a_without_spills) {
         sources.emplace(render_fp8_wgrad_gemm(s).name, render_fp8_wgrad_gemm(s));
     }
     moejit::test::CompileOnlyContext context("sm_90a", moejit::test::CompileOnlyContext::Cache::memory_only);
-    for (auto &[name, ks] : sources) BOOST_TEST_CONTEXT(name) {
-            const double start = moejit::test::thread_cpu_seconds();
-            try {
-                context.impl().kernel(ks);
-            } catch (const std::exception &e) {
-                BOOST_TEST(false, e.what());
-            }
-            const double sec = moejit::test::thread_cpu_seconds() - start;
-            BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s of CPU (the cold-start budget is 2 s)");
-        }
+    for (auto &[name, ks] : sources) BOOST_TEST_CONTEXT(name) { moejit::test::cold_compile_seconds(context, ks); }
     // The instructions, and ptxas's verdict on registers (when the toolkit's ptxas is here).
     const std::string ptxas = find_ptxas();
     if (ptxas.empty()) BOOST_TEST_MESSAGE("no ptxas here: the spill check is skipped");

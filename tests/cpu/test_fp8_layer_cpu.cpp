@@ -18,6 +18,7 @@
 #include <string>
 
 #include "compile_only.hpp"
+#include "fp8_models.hpp"
 #include "layer_args.h"
 #include "moe/plan.hpp"
 #include "moe/plan_fp8.hpp"
@@ -186,13 +187,7 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_every_fp8_layer_kernel_for_sm90a) {
 
 // Saved bytes: FP8 keeps g, u as e4m3 + scales (2I + I/16 bytes a row) instead of bf16 (4I).
 BOOST_AUTO_TEST_CASE(saved_buffer_is_about_half_and_its_bound_holds) {
-    struct Model {
-        const char *name;
-        std::int64_t T, H, I;
-        std::int32_t E, k;
-    };
-    for (const Model &m : {Model{"qwen3-30b-a3b", 8192, 2048, 768, 128, 8}, Model{"deepseek-v3", 8192, 7168, 2048, 256, 8},
-                           Model{"mixtral-8x7b", 8192, 4096, 14336, 8, 2}}) {
+    for (const moejit::test::Fp8Model &m : moejit::test::kFp8Models) {
         moejit_plan_desc_t d = fp8_desc(m.H, m.I, m.E, m.k);
         const moejit::PlanDesc fp8 = moejit::to_internal(d);
         moejit::PlanDesc bf16 = fp8;

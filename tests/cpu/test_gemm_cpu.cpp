@@ -60,11 +60,7 @@ LayerGemms layer_gemms(const Shape &s, int cc, std::int64_t rows_hint) {
     return g;
 }
 
-// Memory only: every run really compiles.
-struct CompileOnlyContext : moejit::test::CompileOnlyContext {
-    explicit CompileOnlyContext(const char *arch)
-        : moejit::test::CompileOnlyContext(arch, Cache::memory_only) {}
-};
+using moejit::test::MemoryOnlyContext;  // every run really compiles
 
 bool contains(const std::string &text, const std::string &part) {
     return text.find(part) != std::string::npos;
@@ -82,6 +78,21 @@ void expect_error(F &&call, moejit_status_t expected, std::initializer_list<cons
 }
 
 void *fake_pointer(std::uintptr_t value) { return reinterpret_cast<void *>(value); }
+
+// Aligned fake operands: validation never dereferences them.
+template <class Args> void fake_operands(Args &a) {
+    a.a = fake_pointer(0x10000), a.b = fake_pointer(0x20000), a.c = fake_pointer(0x30000);
+    a.offsets = static_cast<const std::int32_t *>(fake_pointer(0x40000));
+}
+
+// with(edit): a call of `launch` on a copy of `good` changed by `edit`, for expect_error.
+template <class Args, class Launch> auto args_editor(const moejit::test::CompileOnlyContext &context, const Args &good, Launch launch) {
+    return [&context, &good, launch](auto edit) {
+        Args a = good;
+        edit(a);
+        return [&context, a, launch] { return launch(context.get(), &a); };
+    };
+}
 
 }  // namespace
 
@@ -130,35 +141,27 @@ BOOST_AUTO_TEST_CASE(tile_config_validation_names_the_problem) {
     BOOST_CHECK_NO_THROW(validate_tile_config(ok, p, 90));
     BOOST_CHECK_NO_THROW(validate_tile_config(ok, p, 80));
     expect(ok, 75, "compute capability 75");
-    GemmTileConfig c = ok;
-    c.block_m = 96;
-    expect(c, 90, "block_m");
-    c = ok;
-    c.block_k = 16;
-    expect(c, 90, "block_k");
-    c = ok;
-    c.warps_m = 3;
-    expect(c, 90, "warps");
-    c = ok;
-    c.block_n = 64;
-    c.warps_n = 8;
-    c.warps_m = 1;
-    expect(c, 90, "multiple of 16");
-    c = ok;
-    c.block_m = 256;
-    c.block_n = 256;
-    expect(c, 90, "accumulator registers");
-    c = ok;
-    c.block_k = 64;
-    c.stages = 8;
-    expect(c, 90, "shared memory");
-    c = ok;
-    c.stages = 4;
-    c.block_k = 64;
-    expect(c, 86, "shared memory");  // 128 KiB > 99 KiB on sm_86
-    c = ok;
-    c.stages = 1;
-    expect(c, 90, "stages");
+    // Each: `ok` changed by `edit`, refused on sm_<cc> with a message containing `fragment`.
+    struct BadTile {
+        void (*edit)(GemmTileConfig &);
+        int cc;
+        const char *fragment;
+    };
+    using T = GemmTileConfig;
+    for (const BadTile &bad : {
+             BadTile{[](T &c) { c.block_m = 96; }, 90, "block_m"},
+             BadTile{[](T &c) { c.block_k = 16; }, 90, "block_k"},
+             BadTile{[](T &c) { c.warps_m = 3; }, 90, "warps"},
+             BadTile{[](T &c) { c.block_n = 64, c.warps_n = 8, c.warps_m = 1; }, 90, "multiple of 16"},
+             BadTile{[](T &c) { c.block_m = 256, c.block_n = 256; }, 90, "accumulator registers"},
+             BadTile{[](T &c) { c.block_k = 64, c.stages = 8; }, 90, "shared memory"},
+             BadTile{[](T &c) { c.stages = 4, c.block_k = 64; }, 86, "shared memory"},  // 128 KiB > 99 KiB on sm_86
+             BadTile{[](T &c) { c.stages = 1; }, 90, "stages"},
+         }) {
+        GemmTileConfig c = ok;
+        bad.edit(c);
+        expect(c, bad.cc, bad.fragment);
+    }
 }
 
 // The heuristic's choice validates for every GEMM of every reference shape, on every arch
@@ -247,8 +250,8 @@ BOOST_AUTO_TEST_CASE(every_reference_specialization_compiles_for_sm90a) {
     std::vector<double> seconds(list.size(), 0.0);
     std::vector<std::string> errors(list.size());
     {
-        std::vector<std::unique_ptr<CompileOnlyContext>> contexts;
-        for (int w = 0; w < kThreads; ++w) contexts.push_back(std::make_unique<CompileOnlyContext>("sm_90a"));
+        std::vector<std::unique_ptr<MemoryOnlyContext>> contexts;
+        for (int w = 0; w < kThreads; ++w) contexts.push_back(std::make_unique<MemoryOnlyContext>("sm_90a"));
         std::vector<std::thread> threads;
         for (int w = 0; w < kThreads; ++w)
             threads.emplace_back([&, w] {
@@ -279,7 +282,7 @@ BOOST_AUTO_TEST_CASE(every_reference_specialization_compiles_for_sm90a) {
 
 // sm_80 too: the same template must stay Ampere-compatible (one kernel of each kind).
 BOOST_AUTO_TEST_CASE(specializations_compile_for_sm80) {
-    CompileOnlyContext context("sm_80");
+    MemoryOnlyContext context("sm_80");
     for (bool bt : {true, false}) {
         GemmNkSpec s = make_nk_spec(DType::fp16, DType::fp32, 1408, 2880, bt, true, 8192, 8, 80);
         BOOST_CHECK_NO_THROW(context.impl().kernel(render_group_gemm_nk(s)));
@@ -291,19 +294,14 @@ BOOST_AUTO_TEST_CASE(specializations_compile_for_sm80) {
 // ---------------------------------------------------------------- argument validation
 
 BOOST_AUTO_TEST_CASE(nk_argument_validation) {
-    CompileOnlyContext context("sm_90a");
+    MemoryOnlyContext context("sm_90a");
     moejit_group_gemm_nk_args_t good;
     BOOST_REQUIRE(moejit_group_gemm_nk_args_init(&good) == MOEJIT_SUCCESS);
     BOOST_TEST(good.struct_size == sizeof(good));
     good.rows = 1000, good.n = 256, good.k = 512, good.num_experts = 8;
-    good.a = fake_pointer(0x10000), good.b = fake_pointer(0x20000), good.c = fake_pointer(0x30000);
-    good.offsets = static_cast<const std::int32_t *>(fake_pointer(0x40000));
+    fake_operands(good);
     const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT, UNSUPPORTED = MOEJIT_ERROR_UNSUPPORTED;
-    auto with = [&](auto edit) {
-        moejit_group_gemm_nk_args_t a = good;
-        edit(a);
-        return [&context, a] { return moejit_group_gemm_same_nk(context.get(), &a); };
-    };
+    auto with = args_editor(context, good, moejit_group_gemm_same_nk);
     using A = moejit_group_gemm_nk_args_t;
     expect_error([&] { return moejit_group_gemm_same_nk(nullptr, &good); }, INVALID, {"context is NULL"});
     expect_error([&] { return moejit_group_gemm_same_nk(context.get(), nullptr); }, INVALID, {"args is NULL"});
@@ -332,20 +330,15 @@ BOOST_AUTO_TEST_CASE(nk_argument_validation) {
 }
 
 BOOST_AUTO_TEST_CASE(mn_argument_validation) {
-    CompileOnlyContext context("sm_90a");
+    MemoryOnlyContext context("sm_90a");
     moejit_group_gemm_mn_args_t good;
     BOOST_REQUIRE(moejit_group_gemm_mn_args_init(&good) == MOEJIT_SUCCESS);
     BOOST_TEST(good.struct_size == sizeof(good));
     BOOST_TEST(good.c_dtype == MOEJIT_DTYPE_FP32);
     good.rows = 1000, good.m = 256, good.n = 512, good.num_experts = 8;
-    good.a = fake_pointer(0x10000), good.b = fake_pointer(0x20000), good.c = fake_pointer(0x30000);
-    good.offsets = static_cast<const std::int32_t *>(fake_pointer(0x40000));
+    fake_operands(good);
     const auto INVALID = MOEJIT_ERROR_INVALID_ARGUMENT;
-    auto with = [&](auto edit) {
-        moejit_group_gemm_mn_args_t a = good;
-        edit(a);
-        return [&context, a] { return moejit_group_gemm_same_mn(context.get(), &a); };
-    };
+    auto with = args_editor(context, good, moejit_group_gemm_same_mn);
     using A = moejit_group_gemm_mn_args_t;
     expect_error([&] { return moejit_group_gemm_same_mn(nullptr, &good); }, INVALID, {"context is NULL"});
     expect_error(with([](A &a) { a.struct_size = std::size_t{1} << 20; }), INVALID, {"args->struct_size"});  // garbage; a newer header's size: test_bad_input.c
@@ -366,7 +359,7 @@ BOOST_AUTO_TEST_CASE(mn_argument_validation) {
 
 // The C++ launcher reports an unusable tile config as UNSUPPORTED before touching the device.
 BOOST_AUTO_TEST_CASE(launcher_rejects_bad_tile_and_arch) {
-    CompileOnlyContext context("sm_90a");
+    MemoryOnlyContext context("sm_90a");
     GroupGemmNkArgs args;
     args.rows = 64;
     args.n = 256;

@@ -18,8 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "cold_compile.hpp"
 #include "compile_only.hpp"
 #include "print_enums.hpp"
+#include "ptx_sm90a.hpp"
 #include "thread_cpu_time.hpp"
 #include "layer_args.h"
 #include "runtime/context.hpp"
@@ -62,10 +64,7 @@ std::vector<GemmNkSpec> forward_specs(const Shape &s) {
     return out;
 }
 
-struct MemoryOnlyContext : moejit::test::CompileOnlyContext {
-    explicit MemoryOnlyContext(const char *arch)
-        : moejit::test::CompileOnlyContext(arch, Cache::memory_only) {}
-};
+using moejit::test::MemoryOnlyContext;
 
 bool contains(const std::string &text, const std::string &part) {
     return text.find(part) != std::string::npos;
@@ -85,46 +84,7 @@ void expect_error(const std::function<void()> &call, Status status,
     }
 }
 
-void check_nvrtc(nvrtcResult r, const char *what) {
-    BOOST_REQUIRE_MESSAGE(r == NVRTC_SUCCESS, what << ": " << nvrtcGetErrorString(r));
-}
-
-// PTX of a rendered kernel for compute_90a, compiled with the engine's options and headers.
-std::string ptx_of(const KernelSource &ks) {
-    std::vector<std::string> storage;
-    for (const EmbeddedTemplate &t : embedded_templates()) {
-        storage.emplace_back(t.source);
-        storage.emplace_back(t.name);
-    }
-    std::vector<const char *> sources, names;
-    for (std::size_t i = 0; i < storage.size(); i += 2) {
-        sources.push_back(storage[i].c_str());
-        names.push_back(storage[i + 1].c_str());
-    }
-    nvrtcProgram program = nullptr;
-    check_nvrtc(nvrtcCreateProgram(&program, ks.source.c_str(), (ks.name + ".cu").c_str(),
-                                   static_cast<int>(sources.size()), sources.data(), names.data()),
-                "nvrtcCreateProgram");
-    std::vector<std::string> options = default_nvrtc_options();
-    options.push_back("--gpu-architecture=compute_90a");
-    options.push_back("-I" + cuda_include_dir());
-    std::vector<const char *> argv;
-    for (const std::string &o : options) argv.push_back(o.c_str());
-    const nvrtcResult r = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
-    std::size_t log_size = 0;
-    std::string log;
-    if (nvrtcGetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
-        log.resize(log_size);
-        nvrtcGetProgramLog(program, log.data());
-    }
-    BOOST_REQUIRE_MESSAGE(r == NVRTC_SUCCESS, "NVRTC: " << nvrtcGetErrorString(r) << "\n" << log);
-    std::size_t size = 0;
-    check_nvrtc(nvrtcGetPTXSize(program, &size), "nvrtcGetPTXSize");
-    std::string ptx(size, '\0');
-    check_nvrtc(nvrtcGetPTX(program, ptx.data()), "nvrtcGetPTX");
-    nvrtcDestroyProgram(&program);
-    return ptx;
-}
+using moejit::test::ptx_for_sm90a;
 
 }  // namespace
 
@@ -163,16 +123,8 @@ BOOST_AUTO_TEST_CASE(every_reference_layer_gemm_compiles_for_sm90a) {
     MemoryOnlyContext context("sm_90a");
     double worst = 0, total = 0;
     for (auto &[name, ks] : sources) {
-        const double start = moejit::test::thread_cpu_seconds();  // immune to a loaded machine
-        BOOST_TEST_CONTEXT(name) {
-            try {
-                context.impl().kernel(ks);
-            } catch (const std::exception &e) {
-                BOOST_TEST(false, e.what());
-            }
-        }
-        const double sec = moejit::test::thread_cpu_seconds() - start;
-        BOOST_TEST_CONTEXT(name) { BOOST_TEST(sec < 2.0, "NVRTC took " << sec << " s of CPU (budget 2 s)"); }
+        double sec = 0;
+        BOOST_TEST_CONTEXT(name) { sec = moejit::test::cold_compile_seconds(context, ks); }
         worst = std::max(worst, sec);
         total += sec;
     }
@@ -185,26 +137,23 @@ BOOST_AUTO_TEST_CASE(ptx_uses_wgmma_tma_mbarriers_and_setmaxnreg) {
         GemmNkSpec spec = wgmma_spec(DType::bf16, DType::bf16, 1536, 2048, false, 128);
         spec.tile.block_n = bn;
         spec.tile.stages = 4;
-        const std::string ptx = ptx_of(render_group_gemm_nk(spec));
+        const std::string ptx = ptx_for_sm90a(render_group_gemm_nk(spec));
         BOOST_TEST_CONTEXT("block_n " << bn) {
-            BOOST_TEST(contains(ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32.bf16.bf16"));
-            BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.2d"));
-            BOOST_TEST(contains(ptx, "cp.async.bulk.tensor.3d"));
-            BOOST_TEST(contains(ptx, "mbarrier.try_wait.parity"));
-            BOOST_TEST(contains(ptx, "mbarrier.arrive.expect_tx"));
-            BOOST_TEST(contains(ptx, "setmaxnreg.inc"));
-            BOOST_TEST(contains(ptx, "setmaxnreg.dec"));
-            BOOST_TEST(!contains(ptx, "mma.sync"), "no mma.sync fallback");
-            BOOST_TEST(!contains(ptx, "cp.async.cg"), "no cp.async fallback");
+            moejit::test::check_ptx(
+                ptx,
+                {"wgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32.bf16.bf16", "cp.async.bulk.tensor.2d",
+                 "cp.async.bulk.tensor.3d", "mbarrier.try_wait.parity", "mbarrier.arrive.expect_tx", "setmaxnreg.inc",
+                 "setmaxnreg.dec"},
+                {"mma.sync", "cp.async.cg"});  // no mma.sync or cp.async fallback
         }
     }
     // Input gradient (B [E,K,N] MN-major: transpose-B flag) and weight gradient (both operands
     // MN-major, the foreign-row zeroing made visible to the async proxy).
-    const std::string dgrad = ptx_of(render_group_gemm_nk(
+    const std::string dgrad = ptx_for_sm90a(render_group_gemm_nk(
         make_nk_spec(DType::bf16, DType::bf16, 768, 2048, false, false, 0, 128, kHopper)));
     BOOST_TEST(contains(dgrad, "k16.f32.bf16.bf16"));
     BOOST_TEST(contains(dgrad, "p, 1, 1, 0, 1;"), "transpose-B immediate");
-    const std::string wgrad = ptx_of(render_group_gemm_mn(
+    const std::string wgrad = ptx_for_sm90a(render_group_gemm_mn(
         make_mn_spec(DType::bf16, DType::fp32, 2048, 768, true, 0, 128, kHopper)));
     BOOST_TEST(contains(wgrad, "p, 1, 1, 1, 1;"), "transpose-A and -B immediates");
     BOOST_TEST(contains(wgrad, "fence.proxy.async.shared::cta"));

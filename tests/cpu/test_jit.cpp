@@ -37,14 +37,7 @@ using moejit::test::TempDir;
 using moejit::test::LogCapture;
 using moejit::test::tiny_kernel;
 
-JitOptions compile_only_options(const std::string &dir, Logger log = {}) {
-    JitOptions o;
-    o.arch = "sm_90a";
-    o.load_modules = false;
-    o.cache_dir = dir;
-    o.log = log;
-    return o;
-}
+using moejit::test::compile_only_jit_options;
 
 std::vector<fs::path> entries(const fs::path &dir) {
     std::vector<fs::path> out;
@@ -86,7 +79,7 @@ BOOST_AUTO_TEST_CASE(templates_are_embedded) {
 
 BOOST_AUTO_TEST_CASE(key_changes_with_every_field) {
     TempDir dir;
-    JitEngine engine(compile_only_options(""));
+    JitEngine engine(compile_only_jit_options(""));
     KernelSource base = tiny_kernel();
     Digest k0 = engine.key(base);
     BOOST_TEST(to_hex(engine.key(base)) == to_hex(k0));  // stable
@@ -99,7 +92,7 @@ BOOST_AUTO_TEST_CASE(key_changes_with_every_field) {
     s = base;
     s.template_name = "other.cuh";
     BOOST_TEST(to_hex(engine.key(s)) != to_hex(k0));
-    JitOptions other_arch = compile_only_options("");
+    JitOptions other_arch = compile_only_jit_options("");
     other_arch.arch = "sm_80";
     BOOST_TEST(to_hex(JitEngine(other_arch).key(base)) != to_hex(k0));
     // The file name is not part of the key (it is readable decoration only).
@@ -109,23 +102,17 @@ BOOST_AUTO_TEST_CASE(key_changes_with_every_field) {
 }
 
 BOOST_AUTO_TEST_CASE(compile_error_returns_the_log) {
-    JitEngine engine(compile_only_options(""));
+    JitEngine engine(compile_only_jit_options(""));
     KernelSource bad = tiny_kernel();
     bad.source += "\nthis_is_not_cuda;\n";
-    try {
-        engine.get(bad);
-        BOOST_FAIL("expected a compile error");
-    } catch (const Error &e) {
-        BOOST_TEST(e.status() == Status::compile);
-        BOOST_TEST(std::string(e.what()).find("this_is_not_cuda") != std::string::npos);
-    }
+    moejit::test::expect_compile_error(engine, bad, "this_is_not_cuda");
     BOOST_TEST(engine.counters().compile_failures == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(hits_and_misses_across_fresh_engines) {
     TempDir dir;
     {
-        JitEngine engine(compile_only_options(dir.string()));
+        JitEngine engine(compile_only_jit_options(dir.string()));
         engine.get(tiny_kernel(0));
         engine.get(tiny_kernel(1));
         engine.get(tiny_kernel(0));
@@ -135,7 +122,7 @@ BOOST_AUTO_TEST_CASE(hits_and_misses_across_fresh_engines) {
         BOOST_TEST(c.memory_hits == 1u);
         BOOST_TEST(c.disk_hits == 0u);
     }
-    JitEngine engine(compile_only_options(dir.string()));
+    JitEngine engine(compile_only_jit_options(dir.string()));
     engine.get(tiny_kernel(0));
     engine.get(tiny_kernel(1));
     CacheCounters c = engine.counters();
@@ -149,7 +136,7 @@ namespace {
 // Damages the single entry in `dir` with `damage`, then expects a rejected entry + recompile.
 template <class F> void expect_rebuild_after(F damage) {
     TempDir dir;
-    { JitEngine(compile_only_options(dir.string())).get(tiny_kernel()); }
+    { JitEngine(compile_only_jit_options(dir.string())).get(tiny_kernel()); }
     auto files = entries(dir.path());
     BOOST_REQUIRE(files.size() == 1u);
     std::string bytes;
@@ -163,7 +150,7 @@ template <class F> void expect_rebuild_after(F damage) {
         out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
     LogCapture log;
-    JitEngine engine(compile_only_options(dir.string(), log.logger()));
+    JitEngine engine(compile_only_jit_options(dir.string(), log.logger()));
     engine.get(tiny_kernel());
     CacheCounters c = engine.counters();
     BOOST_TEST(c.disk_hits == 0u);
@@ -171,7 +158,7 @@ template <class F> void expect_rebuild_after(F damage) {
     BOOST_TEST(c.compiles == 1u);
     BOOST_TEST(log.warnings.size() == 1u);
     // The rebuilt entry is valid again.
-    JitEngine again(compile_only_options(dir.string()));
+    JitEngine again(compile_only_jit_options(dir.string()));
     again.get(tiny_kernel());
     BOOST_TEST(again.counters().disk_hits == 1u);
 }
@@ -200,7 +187,7 @@ BOOST_AUTO_TEST_CASE(four_processes_racing_leave_one_valid_entry) {
         if (pid == 0) {
             int code = 0;
             try {
-                JitEngine engine(compile_only_options(dir.string()));
+                JitEngine engine(compile_only_jit_options(dir.string()));
                 engine.get(tiny_kernel());
             } catch (...) {
                 code = 1;
@@ -215,7 +202,7 @@ BOOST_AUTO_TEST_CASE(four_processes_racing_leave_one_valid_entry) {
         BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
     }
     BOOST_TEST(entries(dir.path()).size() == 1u);
-    JitEngine engine(compile_only_options(dir.string()));
+    JitEngine engine(compile_only_jit_options(dir.string()));
     engine.get(tiny_kernel());
     BOOST_TEST(engine.counters().disk_hits == 1u);
 }
@@ -227,7 +214,7 @@ BOOST_AUTO_TEST_CASE(unwritable_cache_folder_degrades_to_memory) {
     fs::path file = dir.path() / "not-a-folder";
     std::ofstream(file) << "x";
     LogCapture log;
-    JitEngine engine(compile_only_options((file / "cache").string(), log.logger()));
+    JitEngine engine(compile_only_jit_options((file / "cache").string(), log.logger()));
     engine.get(tiny_kernel());
     engine.get(tiny_kernel());
     BOOST_TEST(engine.counters().compiles == 1u);
@@ -238,7 +225,7 @@ BOOST_AUTO_TEST_CASE(unwritable_cache_folder_degrades_to_memory) {
 
 BOOST_AUTO_TEST_CASE(jit_disabled_turns_a_miss_into_an_error) {
     TempDir dir;
-    JitOptions o = compile_only_options(dir.string());
+    JitOptions o = compile_only_jit_options(dir.string());
     o.jit_enabled = false;
     JitEngine engine(o);
     try {
@@ -248,7 +235,7 @@ BOOST_AUTO_TEST_CASE(jit_disabled_turns_a_miss_into_an_error) {
         BOOST_TEST(e.status() == Status::jit_disabled);
     }
     // A warmed cache serves it with JIT off.
-    { JitEngine(compile_only_options(dir.string())).get(tiny_kernel()); }
+    { JitEngine(compile_only_jit_options(dir.string())).get(tiny_kernel()); }
     JitEngine warmed(o);
     warmed.get(tiny_kernel());
     BOOST_TEST(warmed.counters().disk_hits == 1u);
@@ -256,7 +243,7 @@ BOOST_AUTO_TEST_CASE(jit_disabled_turns_a_miss_into_an_error) {
 
 BOOST_AUTO_TEST_CASE(compiles_for_sm80_and_sm90a) {
     for (const char *arch : {"sm_80", "sm_90a"}) {
-        JitOptions o = compile_only_options("");
+        JitOptions o = compile_only_jit_options("");
         o.arch = arch;
         JitEngine engine(o);
         engine.get(tiny_kernel());

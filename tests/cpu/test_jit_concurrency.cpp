@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "compile_only.hpp"
+#include "jit_test_kernels.hpp"
 #include "print_enums.hpp"
 #include "runtime/context.hpp"
 #include "base/error.hpp"
@@ -83,11 +84,7 @@ BOOST_AUTO_TEST_CASE(log_callback_calls_back_into_the_engine) {
         ++s.reentered;
         s.inside = false;
     };
-    JitOptions options;
-    options.arch = "sm_90a";
-    options.load_modules = false;
-    options.log = Logger{callback, &state};
-    JitEngine engine(options);
+    JitEngine engine(moejit::test::compile_only_jit_options("", Logger{callback, &state}));
     state.engine = &engine;
     finishes_within(std::chrono::seconds(300), "a compile whose log callback re-enters the engine",
                     [&] { engine.get(tiny_kernel(1)); });
@@ -97,10 +94,7 @@ BOOST_AUTO_TEST_CASE(log_callback_calls_back_into_the_engine) {
 }
 
 BOOST_AUTO_TEST_CASE(one_key_compiles_once_across_threads) {
-    JitOptions options;
-    options.arch = "sm_90a";
-    options.load_modules = false;
-    JitEngine engine(options);
+    JitEngine engine(moejit::test::compile_only_jit_options());
     const KernelSource source = tiny_kernel(3);
     std::vector<std::thread> threads;
     std::vector<const Kernel *> got(6, nullptr);
@@ -114,19 +108,8 @@ BOOST_AUTO_TEST_CASE(one_key_compiles_once_across_threads) {
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_compile_is_retried_and_reported_every_time) {
-    JitOptions options;
-    options.arch = "sm_90a";
-    options.load_modules = false;
-    JitEngine engine(options);
-    for (int attempt = 0; attempt < 2; ++attempt) {
-        try {
-            engine.get(tiny_kernel(-1));
-            BOOST_FAIL("a source that does not compile was accepted");
-        } catch (const Error &e) {
-            BOOST_TEST(e.status() == Status::compile);
-            BOOST_TEST(std::string(e.what()).find("not_declared") != std::string::npos);
-        }
-    }
+    JitEngine engine(moejit::test::compile_only_jit_options());
+    for (int attempt = 0; attempt < 2; ++attempt) moejit::test::expect_compile_error(engine, tiny_kernel(-1), "not_declared");
     BOOST_TEST(engine.counters().compile_failures == 2u);
 }
 

@@ -59,15 +59,19 @@ private:
     moejit_context_t context_ = nullptr;
 };
 
-// A small valid layer: H=256, I=128, E=4, k=2, bf16.
-moejit_plan_desc_t small_desc(moejit_fc1_layout_t layout = MOEJIT_FC1_SPLIT) {
+// A valid bf16 layer of this shape (fp32 weight gradients and routing, int64 indices).
+moejit_plan_desc_t layer_desc(std::int64_t H, std::int64_t I, std::int32_t E, std::int32_t top_k,
+                              moejit_fc1_layout_t layout = MOEJIT_FC1_SPLIT) {
     moejit_plan_desc_t d;
-    layer_desc_init(&d, 256, 128, 4, 2);
+    layer_desc_init(&d, H, I, E, top_k);
     d.dtype = MOEJIT_DTYPE_BF16, d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
     d.index_dtype = MOEJIT_DTYPE_INT64, d.routing_dtype = MOEJIT_DTYPE_FP32;
     d.fc1_layout = layout;
     return d;
 }
+
+// A small valid layer: H=256, I=128, E=4, k=2, bf16.
+moejit_plan_desc_t small_desc(moejit_fc1_layout_t layout = MOEJIT_FC1_SPLIT) { return layer_desc(256, 128, 4, 2, layout); }
 
 bool message_names(const char *field) {
     return std::string(moejit_last_error()).find(field) != std::string::npos;
@@ -202,15 +206,11 @@ BOOST_AUTO_TEST_CASE(valid_edge_descriptors_pass_validation) {
     BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(moejit::to_internal(d)));
     d.weight_grad_accumulate = 1;  // with FP32 gradients
     BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(moejit::to_internal(d)));
-    d = small_desc();
+    d = layer_desc(8, 8, 1, 1);  // the smallest shape
     d.weight_grad_dtype = MOEJIT_DTYPE_BF16;  // the layer dtype
     d.routing_dtype = MOEJIT_DTYPE_BF16;
     d.index_dtype = MOEJIT_DTYPE_INT32;
     d.swiglu_limit = 7.0f;
-    d.hidden_size = 8;
-    d.intermediate_size = 8;
-    d.num_experts = 1;
-    d.top_k = 1;
     BOOST_CHECK_NO_THROW(moejit::validate_plan_desc(moejit::to_internal(d)));
     d = small_desc();
     d.dtype = MOEJIT_DTYPE_FP16;
@@ -342,13 +342,8 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
         for (moejit_dtype_t dtype : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16})
             for (std::int64_t T : {0, 1, 3, 128, 1000, 4096})
                 for (bool gathered : {true, false}) {
-                moejit_plan_desc_t d = small_desc(layout);
+                moejit_plan_desc_t d = layer_desc(2048, 768, 128, 8, layout);
                 d.dtype = dtype;
-                d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
-                d.hidden_size = 2048;
-                d.intermediate_size = 768;
-                d.num_experts = 128;
-                d.top_k = 8;
                 const moejit::PlanLayout L(moejit::to_internal(d), T, gathered);
                 const std::size_t S = static_cast<std::size_t>(T * d.top_k), H = 2048, I = 768, E = 128;
                 const std::size_t el = 2;

@@ -14,6 +14,7 @@
 
 #include "../abi/c_check.h"
 #include "../abi/c_cuda.h"
+#include "../support/c_gpu_context.h"
 #include "layer_args.h"
 
 #define INV MOEJIT_ERROR_INVALID_ARGUMENT
@@ -229,17 +230,8 @@ static void test_plan(moejit_context_t c) {
 }
 
 int main(void) {
-    moejit_context_t c = NULL;
-    moejit_status_t s = moejit_context_create(NULL, &c);
-    if (s != MOEJIT_SUCCESS) {
-        printf("skipping: no usable GPU (%s: %s)\n", moejit_status_string(s), moejit_last_error());
-        return 77;
-    }
-    if (!c_cuda_open()) {
-        printf("skipping: the driver API for test buffers is unavailable\n");
-        moejit_context_destroy(c);
-        return 77;
-    }
+    moejit_context_t c = gpu_context_or_skip();
+    if (!c) return 77;
     test_routing_out_of_range(c);
     test_plan(c);
     moejit_context_destroy(c);

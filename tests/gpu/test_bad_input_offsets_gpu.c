@@ -20,6 +20,7 @@
 
 #include "../abi/c_check.h"
 #include "../abi/c_cuda.h"
+#include "../support/c_gpu_context.h"
 
 #define OK MOEJIT_SUCCESS
 
@@ -259,11 +260,10 @@ static void run_zero_rows(moejit_context_t c, moejit_plan_t plan, struct layer *
 }
 
 int main(void) {
-    moejit_context_t c = NULL;
+    moejit_context_t c = gpu_context_or_skip();
     moejit_plan_desc_t d;
     moejit_plan_t plan = NULL;
     struct layer *L;
-    moejit_status_t s = moejit_context_create(NULL, &c);
     /* The issue's case, E = 8, R = 100. */
     static const int32_t issue_case[E + 1] = {INT32_MIN, INT32_MAX, 0, INT32_MAX, INT32_MIN, 50, 100, INT32_MAX, 100};
     static const int32_t valid[E + 1] = {0, 10, 10, 30, 31, 60, 99, 99, 100};
@@ -271,15 +271,7 @@ int main(void) {
     const unsigned seed = (unsigned)time(NULL);
     int k, e;
     uint32_t errors = 0;
-    if (s != MOEJIT_SUCCESS) {
-        printf("skipping: no usable GPU (%s: %s)\n", moejit_status_string(s), moejit_last_error());
-        return 77;
-    }
-    if (!c_cuda_open()) {
-        printf("skipping: the driver API for test buffers is unavailable\n");
-        moejit_context_destroy(c);
-        return 77;
-    }
+    if (!c) return 77;
     printf("seed %u\n", seed);
     srand(seed);
     moejit_plan_desc_init(&d);

@@ -37,13 +37,24 @@ using namespace moejit::test;
 
 namespace {
 
-bool hopper() {
-    if (internal_ctx().arch() == "sm_90a") return true;
-    BOOST_TEST_MESSAGE("skipping: the context is " << internal_ctx().arch() << ", the FP8 kernels need sm_90a");
-    return false;
-}
+bool hopper() { return hopper_or_skip("the FP8 kernels need"); }
 
 constexpr std::int64_t kGuardRows = 130;  // > BLOCK_M: a whole stray tile past S would show
+
+// Fails the test for each byte (NaN matches any NaN) and scale the GPU's quantization `what` wrote
+// differently from the host mirror's; returns the GPU's bytes.
+std::vector<std::uint8_t> expect_host_mirror(const DeviceBuffer &q, const DeviceBuffer &scales,
+                                             const fp8::Quantized &host, const std::string &what) {
+    const auto gq = q.download<std::uint8_t>();
+    const auto gs = scales.download<float>();
+    std::int64_t bad_q = 0, bad_s = 0;
+    for (std::size_t i = 0; i < gq.size(); ++i)
+        bad_q += !(gq[i] == host.q[i] || (fp8::e4m3_is_nan(gq[i]) && fp8::e4m3_is_nan(host.q[i])));
+    for (std::size_t i = 0; i < gs.size(); ++i) bad_s += std::memcmp(&gs[i], &host.scales[i], sizeof(float)) != 0;
+    BOOST_TEST(bad_q == 0, what << ": " << bad_q << " bytes differ from the host mirror");
+    BOOST_TEST(bad_s == 0, what << ": " << bad_s << " scales differ from the host mirror");
+    return gq;
+}
 
 // The GPU's quantization of bf16 bits, checked against the host mirror; returns the host's.
 fp8::Quantized quantize_rows_checked(const std::vector<std::uint16_t> &x, std::int64_t rows, std::int64_t k,
@@ -56,14 +67,7 @@ fp8::Quantized quantize_rows_checked(const std::vector<std::uint16_t> &x, std::i
     scales.poison();
     fp8_quantize_rows(internal_ctx(), {k}, {dx.get(), q.get(), scales.as<float>(), rows, nullptr});
     const fp8::Quantized host = fp8::quantize_rows(x, rows, k);
-    const auto gq = q.download<std::uint8_t>();
-    const auto gs = scales.download<float>();
-    std::int64_t bad_q = 0, bad_s = 0;
-    for (std::size_t i = 0; i < gq.size(); ++i)
-        bad_q += !(gq[i] == host.q[i] || (fp8::e4m3_is_nan(gq[i]) && fp8::e4m3_is_nan(host.q[i])));
-    for (std::size_t i = 0; i < gs.size(); ++i) bad_s += std::memcmp(&gs[i], &host.scales[i], sizeof(float)) != 0;
-    BOOST_TEST(bad_q == 0, "quantize_rows k=" << k << ": " << bad_q << " bytes differ from the host mirror");
-    BOOST_TEST(bad_s == 0, "quantize_rows k=" << k << ": " << bad_s << " scales differ from the host mirror");
+    const auto gq = expect_host_mirror(q, scales, host, "quantize_rows k=" + std::to_string(k));
     // Deterministic: a second run gives the same bytes.
     fp8_quantize_rows(internal_ctx(), {k}, {dx.get(), q.get(), scales.as<float>(), rows, nullptr});
     BOOST_TEST((q.download<std::uint8_t>() == gq), "quantize_rows is not deterministic");
@@ -80,14 +84,7 @@ fp8::Quantized quantize_blocks_checked(const std::vector<std::uint16_t> &w, std:
     scales.poison();
     fp8_quantize_blocks(internal_ctx(), {n, k}, {dw.get(), q.get(), scales.as<float>(), experts, nullptr});
     const fp8::Quantized host = fp8::quantize_blocks(w, experts, n, k);
-    const auto gq = q.download<std::uint8_t>();
-    const auto gs = scales.download<float>();
-    std::int64_t bad_q = 0, bad_s = 0;
-    for (std::size_t i = 0; i < gq.size(); ++i)
-        bad_q += !(gq[i] == host.q[i] || (fp8::e4m3_is_nan(gq[i]) && fp8::e4m3_is_nan(host.q[i])));
-    for (std::size_t i = 0; i < gs.size(); ++i) bad_s += std::memcmp(&gs[i], &host.scales[i], sizeof(float)) != 0;
-    BOOST_TEST(bad_q == 0, "quantize_blocks n=" << n << " k=" << k << ": " << bad_q << " bytes differ");
-    BOOST_TEST(bad_s == 0, "quantize_blocks n=" << n << " k=" << k << ": " << bad_s << " scales differ");
+    expect_host_mirror(q, scales, host, "quantize_blocks n=" + std::to_string(n) + " k=" + std::to_string(k));
     return host;
 }
 
@@ -127,6 +124,23 @@ std::vector<double> reference(const std::vector<double> &a, const std::vector<do
     return c;
 }
 
+// C as doubles: count fp32 or bf16 values from raw bytes.
+std::vector<double> to_doubles(const std::vector<std::uint8_t> &raw, std::size_t count, DType dtype) {
+    std::vector<double> out(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        if (dtype == DType::fp32) {
+            float f;
+            std::memcpy(&f, &raw[i * 4], 4);
+            out[i] = f;
+        } else {
+            std::uint16_t h;
+            std::memcpy(&h, &raw[i * 2], 2);
+            out[i] = fp8::bf16_to_float(h);
+        }
+    }
+    return out;
+}
+
 // Runs the GEMM into a NaN-poisoned C with poisoned guard rows past S; checks the guard rows
 // stayed untouched and, run twice, the results are bitwise the same. Returns C [S, N] as doubles.
 std::vector<double> run_gemm(const Fp8GemmSpec &spec, const DeviceBuffer &a, const DeviceBuffer &as,
@@ -150,19 +164,7 @@ std::vector<double> run_gemm(const Fp8GemmSpec &spec, const DeviceBuffer &a, con
         fp8_group_gemm_nk(internal_ctx(), spec, ops);
         BOOST_TEST((c.download<std::uint8_t>() == raw), "a second run differs (not deterministic)");
     }
-    std::vector<double> out(static_cast<std::size_t>(rows * n));
-    for (std::size_t i = 0; i < out.size(); ++i) {
-        if (elem == 4) {
-            float f;
-            std::memcpy(&f, &raw[i * 4], 4);
-            out[i] = f;
-        } else {
-            std::uint16_t h;
-            std::memcpy(&h, &raw[i * 2], 2);
-            out[i] = fp8::bf16_to_float(h);
-        }
-    }
-    return out;
+    return to_doubles(raw, static_cast<std::size_t>(rows * n), spec.c_dtype);
 }
 
 std::int64_t non_finite(const std::vector<double> &v) {
@@ -388,19 +390,8 @@ BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
             const Fp8GemmOperands ops{a.get(), as.as<float>(), b.get(), bs.as<float>(), c.get(),
                                       doff.as<std::int32_t>(), s.rows, s.experts, nullptr};
             for (int i = 0; i < 3; ++i) fp8_group_gemm_nk(internal_ctx(), spec, ops);  // compile, warm up
-            CUevent start, stop;
-            MOEJIT_CU(cuEventCreate(&start, 0));
-            MOEJIT_CU(cuEventCreate(&stop, 0));
-            constexpr int kIters = 20;
-            MOEJIT_CU(cuEventRecord(start, nullptr));
-            for (int i = 0; i < kIters; ++i) fp8_group_gemm_nk(internal_ctx(), spec, ops);
-            MOEJIT_CU(cuEventRecord(stop, nullptr));
-            MOEJIT_CU(cuEventSynchronize(stop));
-            float ms = 0;
-            MOEJIT_CU(cuEventElapsedTime(&ms, start, stop));
-            MOEJIT_CU(cuEventDestroy(start));
-            MOEJIT_CU(cuEventDestroy(stop));
-            const double sec = ms / 1e3 / kIters;
+            const double ms = mean_event_ms(20, [&] { fp8_group_gemm_nk(internal_ctx(), spec, ops); });
+            const double sec = ms / 1e3;
             const double tflops = 2.0 * s.rows * s.n * s.k / sec / 1e12;
             std::printf("fp8 benchmark %s: S=%lld E=%d N=%lld K=%lld block_n=%d stages=%d %s%s: %.3f ms, %.0f TFLOP/s "
                         "(%.0f%% of the 1240 TFLOP/s FP8 dense ceiling)\n",
@@ -458,22 +449,6 @@ std::vector<double> wgrad_reference(const std::vector<double> &a, const std::vec
             }
         }
     return dw;
-}
-
-std::vector<double> to_doubles(const std::vector<std::uint8_t> &raw, std::size_t count, DType dtype) {
-    std::vector<double> out(count);
-    for (std::size_t i = 0; i < count; ++i) {
-        if (dtype == DType::fp32) {
-            float f;
-            std::memcpy(&f, &raw[i * 4], 4);
-            out[i] = f;
-        } else {
-            std::uint16_t h;
-            std::memcpy(&h, &raw[i * 2], 2);
-            out[i] = fp8::bf16_to_float(h);
-        }
-    }
-    return out;
 }
 
 // The column quantizer into poisoned buffers, against the host mirror.
@@ -772,19 +747,7 @@ BOOST_AUTO_TEST_CASE(wgrad_benchmark, *boost::unit_test::disabled()) {
     constexpr std::int64_t kTokens = 8192, kTopK = 8, rows = kTokens * kTopK;
     auto time_ms = [](auto &&fn) {
         for (int i = 0; i < 3; ++i) fn();  // compile, warm up
-        CUevent start, stop;
-        MOEJIT_CU(cuEventCreate(&start, 0));
-        MOEJIT_CU(cuEventCreate(&stop, 0));
-        constexpr int kIters = 10;
-        MOEJIT_CU(cuEventRecord(start, nullptr));
-        for (int i = 0; i < kIters; ++i) fn();
-        MOEJIT_CU(cuEventRecord(stop, nullptr));
-        MOEJIT_CU(cuEventSynchronize(stop));
-        float ms = 0;
-        MOEJIT_CU(cuEventElapsedTime(&ms, start, stop));
-        MOEJIT_CU(cuEventDestroy(start));
-        MOEJIT_CU(cuEventDestroy(stop));
-        return static_cast<double>(ms) / kIters;
+        return mean_event_ms(10, fn);
     };
     for (const Shape &s : {Shape{"qwen3-30b-a3b fc1 dW (2I x H)", 128, 1536, 2048},
                            Shape{"qwen3-30b-a3b fc2 dW (H x I)", 128, 2048, 768},
@@ -797,17 +760,9 @@ BOOST_AUTO_TEST_CASE(wgrad_benchmark, *boost::unit_test::disabled()) {
         MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(a.get()), 0x3C003F80u, a.bytes() / 4, nullptr));
         MOEJIT_CU(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(b.get()), 0xBE803D80u, b.bytes() / 4, nullptr));
         DeviceBuffer ws(fp8_weight_grad_workspace_bytes(rows, s.experts, s.m, s.n));
-        Fp8WgradArgs args;
-        args.a = a.get();
-        args.b = b.get();
-        args.dw = dw.get();
-        args.offsets = doff.as<std::int32_t>();
-        args.rows = rows;
-        args.num_experts = s.experts;
-        args.m = s.m;
-        args.n = s.n;
-        args.workspace = ws.get();
-        args.workspace_bytes = ws.bytes();
+        Fp8WgradArgs args{.a = a.get(), .b = b.get(), .dw = dw.get(), .offsets = doff.as<std::int32_t>(), .rows = rows,
+                          .num_experts = s.experts, .m = s.m, .n = s.n, .workspace = ws.get(),
+                          .workspace_bytes = ws.bytes()};
         const double flop = 2.0 * rows * s.m * s.n;
         args.overlap = true;
         const double ms_all_overlap = time_ms([&] { fp8_weight_grad(internal_ctx(), args); });
@@ -839,15 +794,9 @@ BOOST_AUTO_TEST_CASE(wgrad_benchmark, *boost::unit_test::disabled()) {
         const GemmMnSpec bspec = make_mn_spec(DType::bf16, DType::bf16, s.m, s.n, false, rows, s.experts,
                                               internal_ctx().compute_capability());
         DeviceBuffer split_ws(std::max<std::size_t>(mn_split_workspace_bytes(mn_split(rows, s.m, s.n), s.experts, s.m, s.n), 256));
-        GemmOperands bops;
-        bops.a = a.get();
-        bops.b = b.get();
-        bops.c = dw.get();
-        bops.offsets = doff.as<std::int32_t>();
-        bops.rows = rows;
-        bops.num_experts = s.experts;
-        bops.workspace = split_ws.get();
-        bops.workspace_bytes = split_ws.bytes();
+        const GemmOperands bops{.a = a.get(), .b = b.get(), .c = dw.get(), .offsets = doff.as<std::int32_t>(),
+                                .rows = rows, .num_experts = s.experts, .workspace = split_ws.get(),
+                                .workspace_bytes = split_ws.bytes()};
         const double ms_bf16 = time_ms([&] { launch_group_gemm_mn(internal_ctx(), bspec, bops); });
         std::printf("fp8 wgrad benchmark %s: S=%lld E=%d M=%lld N=%lld: bf16 same_mn %.3f ms (%.0f TFLOP/s); "
                     "fp8_weight_grad %.3f ms (%.0f TFLOP/s, %.2fx bf16), overlapped %.3f ms (%.0f TFLOP/s, %.2fx); "

@@ -12,6 +12,7 @@
 //     forward + backward time and TFLOP/s on qwen3-30b-a3b, deepseek-v3 and mixtral-8x7b.
 // Exits 77 (skipped) without a GPU; prints "skipping" on a device that is not sm_90a.
 #include "gpu_main.hpp"
+#include "fp8_models.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -33,11 +34,7 @@ using namespace moejit::test;
 
 namespace {
 
-bool hopper() {
-    if (internal_ctx().arch() == "sm_90a") return true;
-    std::printf("skipping: the context is %s, the FP8 layer needs sm_90a\n", internal_ctx().arch().c_str());
-    return false;
-}
+bool hopper() { return hopper_or_skip("the FP8 layer needs"); }
 
 std::mt19937_64 case_rng(const char *name) {
     return std::mt19937_64(test_seed() ^ std::hash<std::string>{}(name));
@@ -411,13 +408,7 @@ void fill_device_bf16(DeviceBuffer &b, float scale, std::mt19937_64 &rng) {
 
 BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
     if (!hopper()) return;
-    struct Model {
-        const char *name;
-        std::int64_t T, H, I;
-        std::int32_t E, k;
-    };
-    for (const Model &m : {Model{"qwen3-30b-a3b", 8192, 2048, 768, 128, 8}, Model{"deepseek-v3", 8192, 7168, 2048, 256, 8},
-                           Model{"mixtral-8x7b", 8192, 4096, 14336, 8, 2}}) {
+    for (const moejit::test::Fp8Model &m : moejit::test::kFp8Models) {
         std::mt19937_64 rng = case_rng(m.name);
         const LayerCase c{m.name, m.T, m.H, m.I, m.E, m.k};
         const std::int64_t T = m.T, H = m.H, I = m.I, E = m.E, k = m.k, S = T * k;
@@ -454,22 +445,10 @@ BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
                     MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
                     if (with_backward) MOEJIT_TEST_OK(moejit_plan_backward(plan, &b));
                 }
-                CUevent start, stop;
-                MOEJIT_CU(cuEventCreate(&start, 0));
-                MOEJIT_CU(cuEventCreate(&stop, 0));
-                constexpr int kIters = 10;
-                MOEJIT_CU(cuEventRecord(start, nullptr));
-                for (int i = 0; i < kIters; ++i) {
+                return mean_event_ms(10, [&] {
                     MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
                     if (with_backward) MOEJIT_TEST_OK(moejit_plan_backward(plan, &b));
-                }
-                MOEJIT_CU(cuEventRecord(stop, nullptr));
-                MOEJIT_CU(cuEventSynchronize(stop));
-                float ms = 0;
-                MOEJIT_CU(cuEventElapsedTime(&ms, start, stop));
-                MOEJIT_CU(cuEventDestroy(start));
-                MOEJIT_CU(cuEventDestroy(stop));
-                return static_cast<double>(ms) / kIters;
+                });
             };
             const int r = recipe == MOEJIT_RECIPE_FP8_BLOCK;
             fwd_ms[r] = time_ms(false);

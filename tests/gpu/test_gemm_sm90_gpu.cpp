@@ -33,11 +33,7 @@ using namespace moejit::test;
 namespace {
 
 
-bool hopper() {
-    if (internal_ctx().arch() == "sm_90a") return true;
-    BOOST_TEST_MESSAGE("skipping: the context is " << internal_ctx().arch() << ", the kernel needs sm_90a");
-    return false;
-}
+bool hopper() { return hopper_or_skip("the kernel needs"); }
 
 double tolerance(moejit_dtype_t c_dtype) { return c_dtype == MOEJIT_DTYPE_FP32 ? 1e-4 : 1e-2; }
 

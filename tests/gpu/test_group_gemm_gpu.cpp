@@ -151,15 +151,8 @@ void run_nk(const NkCase &tc) {
 }
 
 GemmTileConfig tile(int bm, int bn, int bk, int stages, int wm, int wn, int min_blocks) {
-    GemmTileConfig t;
-    t.block_m = bm;
-    t.block_n = bn;
-    t.block_k = bk;
-    t.stages = stages;
-    t.warps_m = wm;
-    t.warps_n = wn;
-    t.min_blocks_per_sm = min_blocks;
-    return t;
+    return {.block_m = bm, .block_n = bn, .block_k = bk, .stages = stages, .warps_m = wm, .warps_n = wn,
+            .min_blocks_per_sm = min_blocks};
 }
 
 // Every config shape the heuristic or a tuner may pick: the mma.sync engine everywhere, and on

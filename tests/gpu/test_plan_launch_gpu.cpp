@@ -4,6 +4,7 @@
 // library's core statically); and plans created by several threads at once, each compiling its
 // own kernels, all work. The numbers (host time per forward + backward) are printed for the log.
 #include "gpu_main.hpp"
+#include "int32_layer_desc.hpp"
 #include "layer_args.h"
 
 #include <atomic>
@@ -96,13 +97,7 @@ struct LayerBuffers {
 };
 
 moejit_plan_desc_t layer_desc(std::int32_t H, std::int32_t I, std::int32_t E, std::int32_t k, bool merged) {
-    moejit_plan_desc_t d;
-    layer_desc_init(&d, H, I, E, k);
-    d.fc1_layout = merged ? MOEJIT_FC1_MERGED : MOEJIT_FC1_SPLIT;
-    d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
-    d.index_dtype = MOEJIT_DTYPE_INT32;
-    d.routing_dtype = MOEJIT_DTYPE_FP32;
-    return d;
+    return moejit::test::int32_layer_desc(H, I, E, k, merged);
 }
 
 moejit_cache_stats_t stats() {

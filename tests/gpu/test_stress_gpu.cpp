@@ -14,6 +14,7 @@
 // Environment: MOEJIT_STRESS_SECONDS (run time, default 60; the lead may pass less),
 // MOEJIT_TEST_SEED (inputs). Without a GPU the test exits 77 (skipped) with a message.
 #include "gpu_main.hpp"
+#include "int32_layer_desc.hpp"
 #include "layer_args.h"
 #include "reference_moe.hpp"
 
@@ -89,15 +90,7 @@ struct Shape {
     std::int64_t T;
     Routing routing;
 
-    moejit_plan_desc_t desc() const {
-        moejit_plan_desc_t d;
-        layer_desc_init(&d, H, I, E, k);
-        d.fc1_layout = merged ? MOEJIT_FC1_MERGED : MOEJIT_FC1_SPLIT;
-        d.weight_grad_dtype = MOEJIT_DTYPE_FP32;
-        d.index_dtype = MOEJIT_DTYPE_INT32;
-        d.routing_dtype = MOEJIT_DTYPE_FP32;
-        return d;
-    }
+    moejit_plan_desc_t desc() const { return moejit::test::int32_layer_desc(H, I, E, k, merged); }
     std::size_t w_fc1() const { return std::size_t(E) * I * H; }  // one of gate, up
 };
 

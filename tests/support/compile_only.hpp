@@ -61,4 +61,9 @@ private:
     moejit_context_t context_ = nullptr;
 };
 
+// A compile-only context without a disk cache: every run really compiles.
+struct MemoryOnlyContext : CompileOnlyContext {
+    explicit MemoryOnlyContext(const char *arch) : CompileOnlyContext(arch, Cache::memory_only) {}
+};
+
 }  // namespace moejit::test

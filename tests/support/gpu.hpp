@@ -57,6 +57,13 @@ inline moejit_context_t gpu_context() {
 // (gpu_main.hpp) creates it before any test case allocates device memory.
 inline moejit::Context &internal_ctx() { return gpu_context()->impl; }
 
+// Whether the shared context is sm_90a; if not, says who skips: `needs` is e.g. "the FP8 kernels need".
+inline bool hopper_or_skip(const char *needs) {
+    if (internal_ctx().arch() == "sm_90a") return true;
+    std::printf("skipping: the context is %s, %s sm_90a\n", internal_ctx().arch().c_str(), needs);
+    return false;
+}
+
 // One line per suite, so a run's log shows whether kernels were compiled or served from the
 // cache (a second run of the suite must show compiles=0).
 inline void print_cache_stats(const char *suite) {
@@ -135,6 +142,23 @@ private:
 };
 
 inline void synchronize() { MOEJIT_CU(cuCtxSynchronize()); }
+
+// Mean milliseconds of `iters` back-to-back calls of `fn` on the default stream, between two CUDA
+// events (warm up first: the first calls compile).
+template <class F> double mean_event_ms(int iters, F &&fn) {
+    CUevent start, stop;
+    MOEJIT_CU(cuEventCreate(&start, 0));
+    MOEJIT_CU(cuEventCreate(&stop, 0));
+    MOEJIT_CU(cuEventRecord(start, nullptr));
+    for (int i = 0; i < iters; ++i) fn();
+    MOEJIT_CU(cuEventRecord(stop, nullptr));
+    MOEJIT_CU(cuEventSynchronize(stop));
+    float ms = 0;
+    MOEJIT_CU(cuEventElapsedTime(&ms, start, stop));
+    MOEJIT_CU(cuEventDestroy(start));
+    MOEJIT_CU(cuEventDestroy(stop));
+    return static_cast<double>(ms) / iters;
+}
 
 // What `enqueue` puts on `stream` captured into a CUDA graph and instantiated (the status it
 // returns is checked once the capture has ended); launch() replays the graph on `stream`.

@@ -7,6 +7,7 @@
 #include <nvrtc.h>
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,13 @@ inline std::string ptx_for_sm90a(const KernelSource &ks) {
     require_nvrtc(nvrtcGetPTX(program, ptx.data()), "nvrtcGetPTX");
     nvrtcDestroyProgram(&program);
     return ptx;
+}
+
+// Fails the test for each instruction of `uses` the PTX lacks and each of `avoids` it has.
+inline void check_ptx(const std::string &ptx, std::initializer_list<std::string> uses,
+                      std::initializer_list<std::string> avoids = {}) {
+    for (const std::string &i : uses) BOOST_TEST(ptx.find(i) != std::string::npos, "the PTX lacks " << i);
+    for (const std::string &i : avoids) BOOST_TEST(ptx.find(i) == std::string::npos, "the PTX has " << i);
 }
 
 }  // namespace moejit::test
