@@ -4,8 +4,11 @@
     moejit.integrations.transformers.register()
     model = AutoModelForCausalLM.from_config(cfg, experts_implementation="moejit")
 
-register() adds "moejit" to transformers' ExpertsInterface (idempotent; nothing happens on
-import). Every experts module decorated with transformers' @use_experts_implementation then
+register() adds "moejit" and "moejit_fp8" to transformers' ExpertsInterface (idempotent;
+nothing happens on import). "moejit_fp8" is the same backend with every GEMM in FP8
+(moejit.torch's recipe="fp8-block": bf16 modules, H and I multiples of 128, the plain SwiGLU
+layout on sm_90a); a module the FP8 recipe does not cover runs the bf16 "moejit" path, with one
+warning naming why. Every experts module decorated with transformers' @use_experts_implementation then
 runs its forward and backward through moejit's fused layer (torch.ops.moejit.*, custom ops,
 so torch.compile traces them) on the parameters the module already holds: no copy, transpose
 or .contiguous() of a weight, ever.
@@ -48,9 +51,11 @@ except ImportError as _e:  # fail at the import, saying how to get it
     raise ImportError(f"moejit.integrations.transformers needs PyTorch, which is not importable "
                       f"here ({_e}); install it with: pip install moejit[transformers]") from _e
 
-__all__ = ["register", "is_registered", "moejit_experts_forward", "NAME"]
+__all__ = ["register", "is_registered", "moejit_experts_forward", "moejit_fp8_experts_forward",
+           "NAME", "FP8_NAME"]
 
 NAME = "moejit"
+FP8_NAME = "moejit_fp8"  # the same backend, recipe="fp8-block"
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +107,9 @@ def register() -> None:
             "moejit.integrations.transformers.register(): this transformers has no "
             "ExpertsInterface (transformers.integrations.moe); transformers >= 5 is required")
     _set_extended_api()
-    if interface._global_mapping.get(NAME) is not moejit_experts_forward:
-        interface.register(NAME, moejit_experts_forward)
+    for name, forward in ((NAME, moejit_experts_forward), (FP8_NAME, moejit_fp8_experts_forward)):
+        if interface._global_mapping.get(name) is not forward:
+            interface.register(name, forward)
 
 
 def is_registered() -> bool:
@@ -112,7 +118,8 @@ def is_registered() -> bool:
         from transformers.integrations import moe as hf_moe
     except ImportError:
         return False
-    return hf_moe.ALL_EXPERTS_FUNCTIONS.get(NAME) is moejit_experts_forward
+    return (hf_moe.ALL_EXPERTS_FUNCTIONS.get(NAME) is moejit_experts_forward
+            and hf_moe.ALL_EXPERTS_FUNCTIONS.get(FP8_NAME) is moejit_fp8_experts_forward)
 
 
 # ------------------------------------------------------------------ helpers (tests patch some)
@@ -123,12 +130,12 @@ def _device_supported(tensor: torch.Tensor) -> bool:
     return tensor.device.type == "cuda"
 
 
-def _warn_once(reason: str, message: str) -> None:
+def _warn_once(reason: str, message: str, instead: str = "its eager forward") -> None:
     if reason in _warned:
         return
     _warned.add(reason)
-    logger.warning("moejit experts backend: %s; this experts module runs its eager forward "
-                   "instead (warned once per reason)", message)
+    logger.warning("moejit experts backend: %s; this experts module runs %s instead (warned "
+                   "once per reason)", message, instead)
 
 
 def _eager_forward(module: torch.nn.Module):
@@ -418,10 +425,34 @@ def _prepare(module, hidden_states, top_k_index, top_k_weights):
     return kind, x, sel, rw, weights
 
 
+def _fp8_refusal(kind: str, x: torch.Tensor, weights: dict) -> Optional[str]:
+    """Why the FP8 recipe cannot take a call _prepare accepted (None: it can); the library
+    refuses the same cases (docs/DECISIONS.md, the FP8 recipe's scope)."""
+    if kind != "swiglu" or len(weights) != 2:
+        return "the FP8 recipe computes plain SwiGLU experts (no gpt-oss activation, biases, " \
+               "interleaved or transposed weights)"
+    if x.dtype != torch.bfloat16:
+        return f"the FP8 recipe takes bfloat16 layers, not {x.dtype}"
+    hidden, inter = x.shape[-1], weights["w_down"].shape[-1]
+    if hidden % 128 or inter % 128:
+        return f"the FP8 recipe needs H and I multiples of 128 (H={hidden}, I={inter})"
+    return None
+
+
+def moejit_fp8_experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor,
+                               top_k_index: Optional[torch.Tensor] = None,
+                               top_k_weights: Optional[torch.Tensor] = None,
+                               **kwargs) -> torch.Tensor:
+    """The "moejit_fp8" entry: as "moejit", with recipe="fp8-block" where the recipe covers the
+    module; otherwise the bf16 "moejit" path, with one warning per reason."""
+    return moejit_experts_forward(self, hidden_states, top_k_index, top_k_weights,
+                                  _recipe="fp8-block", **kwargs)
+
+
 def moejit_experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor,
                            top_k_index: Optional[torch.Tensor] = None,
                            top_k_weights: Optional[torch.Tensor] = None,
-                           **kwargs) -> torch.Tensor:
+                           _recipe: str = "bf16", **kwargs) -> torch.Tensor:
     """The "moejit" entry of transformers' ExpertsInterface: an experts module's forward
     (hidden_states [..., H], top_k_index [..., k], top_k_weights [..., k]) -> [..., H]."""
     # gpt-oss names its routing arguments router_indices / routing_weights.
@@ -435,6 +466,12 @@ def moejit_experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor,
     if len(call) == 2:
         _warn_once(*call)
         return _eager_forward(self)(self, hidden_states, top_k_index, top_k_weights)
-    _, x, sel, rw, weights = call
+    kind, x, sel, rw, weights = call
+    if _recipe != "bf16":
+        why = _fp8_refusal(kind, x, weights)
+        if why is None:
+            weights = dict(weights, recipe=_recipe)
+        else:
+            _warn_once("fp8: " + why, f"{type(self).__name__}: {why}", "moejit's bf16 recipe")
     out = _fused_moe_merged()(x, sel, rw, **weights)
     return out.view(hidden_states.shape)
