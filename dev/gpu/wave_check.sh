@@ -23,7 +23,7 @@ pids=()
 for group in "${groups[@]}"; do
   ( for t in $group; do
       [ -x "$b/tests/test_gpu_$t" ] || continue
-      timeout $(( p1end - $(date +%s) )) "$b/tests/test_gpu_$t" --report_level=short >"$out/gpu_$t.log" 2>&1
+      timeout $(( p1end - $(date +%s) )) stdbuf -oL -eL "$b/tests/test_gpu_$t" --report_level=short >"$out/gpu_$t.log" 2>&1
       echo "$t rc=$?" >"$out/gpu_$t.rc"; done ) &
   pids+=($!)
 done
