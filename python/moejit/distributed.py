@@ -57,9 +57,10 @@ from typing import Callable, List, NamedTuple, Optional, Sequence
 
 try:
     import torch
-except ImportError as _e:  # fail at the import, saying how to get it
-    raise ImportError(f"moejit.distributed needs PyTorch, which is not importable here ({_e}); "
-                      "install it with: pip install moejit[torch]") from _e
+except ImportError as _e:  # fail at the import, saying how to get it (as
+    # ModuleNotFoundError, so pytest.importorskip and `except ImportError` both see a missing module)
+    raise ModuleNotFoundError(f"moejit.distributed needs PyTorch, which is not importable here ({_e}); "
+                      "install it with: pip install moejit[torch]", name="torch") from _e
 import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F

@@ -58,9 +58,10 @@ from typing import Optional, Sequence
 
 try:
     import torch
-except ImportError as _e:  # fail at the import, saying how to get it
-    raise ImportError(f"moejit.torch needs PyTorch, which is not importable here ({_e}); "
-                      "install it with: pip install moejit[torch]") from _e
+except ImportError as _e:  # fail at the import, saying how to get it (as
+    # ModuleNotFoundError, so pytest.importorskip and `except ImportError` both see a missing module)
+    raise ModuleNotFoundError(f"moejit.torch needs PyTorch, which is not importable here ({_e}); "
+                      "install it with: pip install moejit[torch]", name="torch") from _e
 from torch import nn
 from torch.autograd.function import once_differentiable
 

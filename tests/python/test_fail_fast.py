@@ -33,7 +33,7 @@ def test_import_without_torch_names_the_extra(module, extra):
     result = _run_without_torch(f"import {module}")
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError:"), result.stderr[-2000:]
+    assert last.startswith("ModuleNotFoundError:"), result.stderr[-2000:]
     assert f"pip install moejit[{extra}]" in last and "PyTorch" in last, last
 
 

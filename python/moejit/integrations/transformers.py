@@ -47,9 +47,10 @@ from typing import Optional, Tuple, Union
 
 try:
     import torch
-except ImportError as _e:  # fail at the import, saying how to get it
-    raise ImportError(f"moejit.integrations.transformers needs PyTorch, which is not importable "
-                      f"here ({_e}); install it with: pip install moejit[transformers]") from _e
+except ImportError as _e:  # fail at the import, saying how to get it (as
+    # ModuleNotFoundError, so pytest.importorskip and `except ImportError` both see a missing module)
+    raise ModuleNotFoundError(f"moejit.integrations.transformers needs PyTorch, which is not importable "
+                      f"here ({_e}); install it with: pip install moejit[transformers]", name="torch") from _e
 
 __all__ = ["register", "is_registered", "moejit_experts_forward", "moejit_fp8_experts_forward",
            "NAME", "FP8_NAME"]
