@@ -327,8 +327,12 @@ cache_tests() {
 
     # Storing fails (a file size limit: every write of more than 8 KiB fails with EFBIG, as on a
     # full disk; output goes through a pipe, which the limit does not cover): exit 5, saying so.
+    # LeakSanitizer's exit-time tracer crashed once under this limit in CI ("Tracer caught signal
+    # 11", rc 1 instead of 5), so this one run skips the leak check; every other run of the tool
+    # in this script keeps it.
     local d4="$TMP/d4"
-    ( trap '' XFSZ; ulimit -f 8; "$TOOL" --spec $SPEC --arch $ARCH --dtype bf16 --cache-dir "$d4" --jobs 2; echo "rc=$?" ) 2>&1 | cat >"$TMP/full.out"
+    ( trap '' XFSZ; ulimit -f 8; export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+      "$TOOL" --spec $SPEC --arch $ARCH --dtype bf16 --cache-dir "$d4" --jobs 2; echo "rc=$?" ) 2>&1 | cat >"$TMP/full.out"
     : >"$TMP/full.err"; LAST=full
     RC=$(sed -n 's/^rc=//p' "$TMP/full.out")
     expect_rc 5 "warmup whose entries could not be stored"
