@@ -45,41 +45,119 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// Four bf16 (8 bytes) -> floats.
+__device__ __forceinline__ void load_bf16x4(const __nv_bfloat16 *p, float v[4]) {
+    const uint2 raw = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw.y));
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+// Four floats / scale -> four e4m3 bytes in one word (column order).
+__device__ __forceinline__ unsigned e4m3x4(const float v[4], float scale) {
+    const unsigned lo = e4m3x2(__fdiv_rn(v[0], scale), __fdiv_rn(v[1], scale));
+    const unsigned hi = e4m3x2(__fdiv_rn(v[2], scale), __fdiv_rn(v[3], scale));
+    return lo | (hi << 16);
+}
+
+// ---------------------------------------------------------------- 1 x 128 tiles, a warp each
+
+// The warp-per-tile kernels' loop (here and in fp8_quant_layer.cuh, so they all walk the tiles
+// alike): warp w of the grid takes tiles w, w + warps, ... of the rows x ceil(K/128) tiles, and
+// each lane 4 columns of its tile. body(row, kb, col, tile): the tile's row and column block,
+// the lane's first column, the tile's index row * KB + kb (a [rows, KB] scale's index).
+template <int THREADS, int K, class Body>
+__device__ __forceinline__ void for_each_row_tile(long long rows, Body body) {
+    constexpr int KB = (K + kTile - 1) / kTile;
+    const int lane = threadIdx.x & 31;
+    const long long tiles = rows * KB;
+    const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
+    for (long long t = global_thread_id() >> 5; t < tiles; t += warps) {
+        const long long row = t / KB;
+        const int kb = static_cast<int>(t - row * KB);
+        body(row, kb, kb * kTile + lane * 4, t);
+    }
+}
+
+// The scale of a 1 x 128 tile from each lane's 4 values (the amax over the whole warp).
+__device__ __forceinline__ float warp_tile_scale(const float v[4]) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    return tile_scale(warp_max(amax));
+}
+
+// ---------------------------------------------------------------- 128 x 128 blocks, a CTA each
+
+// The CTA-per-block kernels' loop (both weight quantizers): CTA c takes blocks c, c + gridDim.x,
+// ... of the E x ceil(N/128) x ceil(K/128) blocks. body(e, nb, kb, block): the expert, the row
+// and column block, the block's index ((e * NB) + nb) * KB + kb (the scales' order).
+template <int N, int K, class Body>
+__device__ __forceinline__ void for_each_block(int num_experts, Body body) {
+    constexpr int NB = (N + kTile - 1) / kTile, KB = (K + kTile - 1) / kTile;
+    const long long blocks = static_cast<long long>(num_experts) * NB * KB;
+    for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
+        const long long e = b / (NB * KB);
+        body(e, static_cast<int>((b / KB) % NB), static_cast<int>(b % KB), b);
+    }
+}
+
+// Thread t (of 256)'s share of a 128 x 128 block of a row-major [N, K] bf16 matrix, as both
+// weight quantizers read it: 8 columns at w_e + col of rows n0 + t / 16 + 16 i (i < 8) into v,
+// so the block is read once; returns their amax. RAGGED (w_e the matrix, col a column of it):
+// rows past N and columns past K read as zeros; without it N and K are multiples of 128 and
+// nothing is checked.
+template <int N, int K, bool RAGGED>
+__device__ __forceinline__ float load_block_share(const __nv_bfloat16 *w_e, int n0, int col, int tid,
+                                                  float (&v)[8][8]) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int n = n0 + (tid >> 4) + 16 * i;
+        uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+        if (!RAGGED || (n < N && col < K))
+            raw = *reinterpret_cast<const uint4 *>(w_e + static_cast<long long>(n) * K + col);
+        const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&words[j]));
+            v[i][2 * j] = f.x;
+            v[i][2 * j + 1] = f.y;
+            amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+    }
+    return amax;
+}
+
+// The block's amax from each of the 256 threads' `amax`, through warp_amax[8] (shared): the
+// caller syncs before warp_amax is written again.
+__device__ __forceinline__ float block_amax_256(float amax, float *warp_amax, int tid) {
+    amax = warp_max(amax);
+    if ((tid & 31) == 0) warp_amax[tid >> 5] = amax;
+    __syncthreads();
+    float block_amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) block_amax = fmaxf(block_amax, warp_amax[i]);
+    return block_amax;
+}
+
 // Activations: one warp per (row, 128-column tile), each lane 4 columns (8 bytes of bf16 in,
 // 4 bytes of e4m3 out), grid-stride over the rows x ceil(K/128) tiles. K % 16 == 0 (the host
 // checks), so a lane's 4 columns are all in or all past K.
 template <int THREADS, int K>
 __global__ void __launch_bounds__(THREADS) quantize_rows_kernel(const __grid_constant__ kargs::Fp8QuantRowsArgs args) {
-    constexpr int KB = (K + kTile - 1) / kTile;
     static_assert(K % 16 == 0, "K must be a multiple of 16");
     const __nv_bfloat16 *__restrict__ x = static_cast<const __nv_bfloat16 *>(args.x);
     unsigned char *__restrict__ q = static_cast<unsigned char *>(args.q);
     const int lane = threadIdx.x & 31;
-    const long long tiles = args.rows * KB;
-    const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
-    for (long long t = global_thread_id() >> 5; t < tiles; t += warps) {
-        const long long row = t / KB;
-        const int kb = static_cast<int>(t - row * KB);
-        const int col = kb * kTile + lane * 4;
+    for_each_row_tile<THREADS, K>(args.rows, [&](long long row, int, int col, long long t) {
         const bool in = col < K;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (in) {
-            const uint2 raw = *reinterpret_cast<const uint2 *>(x + row * K + col);
-            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw.x));
-            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw.y));
-            v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-        }
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-        const float scale = tile_scale(warp_max(amax));
-        if (in) {
-            const unsigned lo = e4m3x2(__fdiv_rn(v[0], scale), __fdiv_rn(v[1], scale));
-            const unsigned hi = e4m3x2(__fdiv_rn(v[2], scale), __fdiv_rn(v[3], scale));
-            *reinterpret_cast<unsigned *>(q + row * K + col) = lo | (hi << 16);
-        }
+        if (in) load_bf16x4(x + row * K + col, v);
+        const float scale = warp_tile_scale(v);
+        if (in) *reinterpret_cast<unsigned *>(q + row * K + col) = e4m3x4(v, scale);
         if (lane == 0) args.scales[t] = scale;  // [rows, KB] row-major: index row * KB + kb = t
-    }
+    });
 }
 
 // Weights: one CTA of 256 threads per 128 x 128 block (expert e, row block nb, column block kb);
@@ -87,41 +165,17 @@ __global__ void __launch_bounds__(THREADS) quantize_rows_kernel(const __grid_con
 // block is read once. Blocks are numbered ((e * NB) + nb) * KB + kb, the scale's index.
 template <int N, int K>
 __global__ void __launch_bounds__(256) quantize_blocks_kernel(const __grid_constant__ kargs::Fp8QuantBlocksArgs args) {
-    constexpr int NB = (N + kTile - 1) / kTile, KB = (K + kTile - 1) / kTile;
     static_assert(K % 16 == 0, "K must be a multiple of 16");
     __shared__ float warp_amax[8];
     const __nv_bfloat16 *__restrict__ w = static_cast<const __nv_bfloat16 *>(args.w);
     unsigned char *__restrict__ q = static_cast<unsigned char *>(args.q);
     const int tid = threadIdx.x;
-    const long long blocks = static_cast<long long>(args.num_experts) * NB * KB;
-    for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-        const long long e = b / (NB * KB);
-        const int nb = static_cast<int>((b / KB) % NB), kb = static_cast<int>(b % KB);
+    for_each_block<N, K>(args.num_experts, [&](long long e, int nb, int kb, long long b) {
         const int col = kb * kTile + (tid & 15) * 8;
         const long long base = e * N * static_cast<long long>(K);
         float v[8][8];
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int n = nb * kTile + (tid >> 4) + 16 * i;
-            const bool in = n < N && col < K;
-            uint4 raw = make_uint4(0u, 0u, 0u, 0u);
-            if (in) raw = *reinterpret_cast<const uint4 *>(w + base + static_cast<long long>(n) * K + col);
-            const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&words[j]));
-                v[i][2 * j] = f.x;
-                v[i][2 * j + 1] = f.y;
-                amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-            }
-        }
-        amax = warp_max(amax);
-        if ((tid & 31) == 0) warp_amax[tid >> 5] = amax;
-        __syncthreads();
-        float block_amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) block_amax = fmaxf(block_amax, warp_amax[i]);
+        const float amax = load_block_share<N, K, true>(w + base, nb * kTile, col, tid, v);
+        const float block_amax = block_amax_256(amax, warp_amax, tid);
         __syncthreads();  // warp_amax is rewritten by the next block
         const float scale = tile_scale(block_amax);
 #pragma unroll
@@ -129,14 +183,12 @@ __global__ void __launch_bounds__(256) quantize_blocks_kernel(const __grid_const
             const int n = nb * kTile + (tid >> 4) + 16 * i;
             if (n >= N || col >= K) continue;
             uint2 out;
-            out.x = e4m3x2(__fdiv_rn(v[i][0], scale), __fdiv_rn(v[i][1], scale)) |
-                    (e4m3x2(__fdiv_rn(v[i][2], scale), __fdiv_rn(v[i][3], scale)) << 16);
-            out.y = e4m3x2(__fdiv_rn(v[i][4], scale), __fdiv_rn(v[i][5], scale)) |
-                    (e4m3x2(__fdiv_rn(v[i][6], scale), __fdiv_rn(v[i][7], scale)) << 16);
+            out.x = e4m3x4(v[i], scale);
+            out.y = e4m3x4(v[i] + 4, scale);
             *reinterpret_cast<uint2 *>(q + base + static_cast<long long>(n) * K + col) = out;
         }
         if (tid == 0) args.scales[b] = scale;
-    }
+    });
 }
 
 // Weight-gradient operands (the transposed tiling): the rows of x [rows, C] in expert order,
@@ -196,9 +248,7 @@ __global__ void __launch_bounds__(256) quantize_cols_kernel(const __grid_constan
             tile_scale(fmaxf(fmaxf(part_amax[0][c], part_amax[1][c]), fmaxf(part_amax[2][c], part_amax[3][c])));
         unsigned words[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-            words[j] = e4m3x2(__fdiv_rn(v[4 * j], scale), __fdiv_rn(v[4 * j + 1], scale)) |
-                       (e4m3x2(__fdiv_rn(v[4 * j + 2], scale), __fdiv_rn(v[4 * j + 3], scale)) << 16);
+        for (int j = 0; j < 8; ++j) words[j] = e4m3x4(v + 4 * j, scale);
         uint4 *const dst = reinterpret_cast<uint4 *>(q + static_cast<long long>(col0 + c) * ld +
                                                      static_cast<long long>(pb) * kTile + g * 32);
         dst[0] = make_uint4(words[0], words[1], words[2], words[3]);

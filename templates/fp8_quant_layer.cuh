@@ -19,21 +19,6 @@
 namespace moejit {
 namespace quant {
 
-// Four bf16 (8 bytes) -> floats.
-__device__ __forceinline__ void load_bf16x4(const __nv_bfloat16 *p, float v[4]) {
-    const uint2 raw = *reinterpret_cast<const uint2 *>(p);
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw.x));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw.y));
-    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-}
-
-// Four floats / scale -> four e4m3 bytes in one word (column order).
-__device__ __forceinline__ unsigned e4m3x4(const float v[4], float scale) {
-    const unsigned lo = e4m3x2(__fdiv_rn(v[0], scale), __fdiv_rn(v[1], scale));
-    const unsigned hi = e4m3x2(__fdiv_rn(v[2], scale), __fdiv_rn(v[3], scale));
-    return lo | (hi << 16);
-}
-
 // Two e4m3 bytes (low byte first) -> two floats, exactly (every e4m3 value is an f16).
 __device__ __forceinline__ float2 e4m3x2_to_float2(unsigned short two) {
     unsigned h2;
@@ -52,18 +37,10 @@ __global__ void __launch_bounds__(THREADS) quantize_scatter_kernel(const __grid_
     unsigned char *__restrict__ q = static_cast<unsigned char *>(args.q);
     const int lane = threadIdx.x & 31;
     const long long rows = args.num_tokens * TOPK;
-    const long long tiles = args.num_tokens * KB;
-    const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
-    for (long long w = global_thread_id() >> 5; w < tiles; w += warps) {
-        const long long t = w / KB;
-        const int kb = static_cast<int>(w - t * KB);
-        const int col = kb * kTile + lane * 4;
+    for_each_row_tile<THREADS, K>(args.num_tokens, [&](long long t, int kb, int col, long long) {
         float v[4];
         load_bf16x4(x + t * K + col, v);
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-        const float scale = tile_scale(warp_max(amax));
+        const float scale = warp_tile_scale(v);
         const unsigned word = e4m3x4(v, scale);
 #pragma unroll
         for (int j = 0; j < TOPK; ++j) {
@@ -72,33 +49,24 @@ __global__ void __launch_bounds__(THREADS) quantize_scatter_kernel(const __grid_
             *reinterpret_cast<unsigned *>(q + static_cast<long long>(s) * K + col) = word;
             if (lane == 0) args.scales[static_cast<long long>(s) * KB + kb] = scale;
         }
-    }
+    });
 }
 
 // quantize_rows_kernel with the destination's row strides: row r's bytes at q + r * q_ld, its
 // scales at scales + r * scale_ld. K % 128 == 0.
 template <int THREADS, int K>
 __global__ void __launch_bounds__(THREADS) quantize_rows_ld_kernel(const __grid_constant__ kargs::Fp8QuantRowsLdArgs args) {
-    constexpr int KB = K / kTile;
     static_assert(K % kTile == 0, "K must be a multiple of 128");
     const __nv_bfloat16 *__restrict__ x = static_cast<const __nv_bfloat16 *>(args.x);
     unsigned char *__restrict__ q = static_cast<unsigned char *>(args.q);
     const int lane = threadIdx.x & 31;
-    const long long tiles = args.rows * KB;
-    const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
-    for (long long w = global_thread_id() >> 5; w < tiles; w += warps) {
-        const long long row = w / KB;
-        const int kb = static_cast<int>(w - row * KB);
-        const int col = kb * kTile + lane * 4;
+    for_each_row_tile<THREADS, K>(args.rows, [&](long long row, int kb, int col, long long) {
         float v[4];
         load_bf16x4(x + row * K + col, v);
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-        const float scale = tile_scale(warp_max(amax));
+        const float scale = warp_tile_scale(v);
         *reinterpret_cast<unsigned *>(q + row * args.q_ld + col) = e4m3x4(v, scale);
         if (lane == 0) args.scales[row * args.scale_ld + kb] = scale;
-    }
+    });
 }
 
 // One CTA of 256 threads per 128 x 128 block of w[e] ([N, K]): read as quantize_blocks_kernel
@@ -108,7 +76,7 @@ __global__ void __launch_bounds__(THREADS) quantize_rows_ld_kernel(const __grid_
 // q + (e * K + k) * q_ld + n, the scale at scales[(e * K/128 + kb) * scale_ld + nb].
 template <int N, int K>
 __global__ void __launch_bounds__(256) quantize_blocks_t_kernel(const __grid_constant__ kargs::Fp8QuantBlocksTArgs args) {
-    constexpr int NB = N / kTile, KB = K / kTile;
+    constexpr int KB = K / kTile;
     constexpr int kStride = kTile + 4;
     static_assert(N % kTile == 0 && K % kTile == 0, "N and K must be multiples of 128");
     __shared__ float warp_amax[8];
@@ -116,34 +84,12 @@ __global__ void __launch_bounds__(256) quantize_blocks_t_kernel(const __grid_con
     const __nv_bfloat16 *__restrict__ w = static_cast<const __nv_bfloat16 *>(args.w);
     unsigned char *__restrict__ q = static_cast<unsigned char *>(args.q);
     const int tid = threadIdx.x;
-    const long long blocks = static_cast<long long>(args.num_experts) * NB * KB;
-    for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-        const long long e = b / (NB * KB);
-        const int nb = static_cast<int>((b / KB) % NB), kb = static_cast<int>(b % KB);
+    for_each_block<N, K>(args.num_experts, [&](long long e, int nb, int kb, long long) {
         const int col = (tid & 15) * 8;  // within the block
         const long long base = e * N * static_cast<long long>(K);
         float v[8][8];
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int n = nb * kTile + (tid >> 4) + 16 * i;
-            const uint4 raw = *reinterpret_cast<const uint4 *>(w + base + static_cast<long long>(n) * K + kb * kTile + col);
-            const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&words[j]));
-                v[i][2 * j] = f.x;
-                v[i][2 * j + 1] = f.y;
-                amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-            }
-        }
-        amax = warp_max(amax);
-        if ((tid & 31) == 0) warp_amax[tid >> 5] = amax;
-        __syncthreads();
-        float block_amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) block_amax = fmaxf(block_amax, warp_amax[i]);
-        const float scale = tile_scale(block_amax);
+        const float amax = load_block_share<N, K, false>(w + base + kb * kTile, nb * kTile, col, tid, v);
+        const float scale = tile_scale(block_amax_256(amax, warp_amax, tid));
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int n = (tid >> 4) + 16 * i;  // within the block
@@ -165,23 +111,16 @@ __global__ void __launch_bounds__(256) quantize_blocks_t_kernel(const __grid_con
         }
         if (tid == 0) args.scales[(e * KB + kb) * args.scale_ld + nb] = scale;
         __syncthreads();  // tile and warp_amax are rewritten by the next block
-    }
+    });
 }
 
 // One warp per (row, 128-column tile): x = bf16(e4m3 · scale), each lane 4 columns.
 template <int THREADS, int K>
 __global__ void __launch_bounds__(THREADS) dequantize_rows_kernel(const __grid_constant__ kargs::Fp8DequantRowsArgs args) {
-    constexpr int KB = K / kTile;
     static_assert(K % kTile == 0, "K must be a multiple of 128");
     const unsigned char *__restrict__ q = static_cast<const unsigned char *>(args.q);
     __nv_bfloat16 *__restrict__ x = static_cast<__nv_bfloat16 *>(args.x);
-    const int lane = threadIdx.x & 31;
-    const long long tiles = args.rows * KB;
-    const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
-    for (long long w = global_thread_id() >> 5; w < tiles; w += warps) {
-        const long long row = w / KB;
-        const int kb = static_cast<int>(w - row * KB);
-        const int col = kb * kTile + lane * 4;
+    for_each_row_tile<THREADS, K>(args.rows, [&](long long row, int, int col, long long w) {
         const float scale = args.scales[w];  // [rows, KB]: index row * KB + kb = w
         const unsigned word = *reinterpret_cast<const unsigned *>(q + row * K + col);
         const float2 a = e4m3x2_to_float2(static_cast<unsigned short>(word & 0xFFFF));
@@ -192,7 +131,7 @@ __global__ void __launch_bounds__(THREADS) dequantize_rows_kernel(const __grid_c
         out.x = *reinterpret_cast<const unsigned *>(&lo);
         out.y = *reinterpret_cast<const unsigned *>(&hi);
         *reinterpret_cast<uint2 *>(x + row * K + col) = out;
-    }
+    });
 }
 
 }  // namespace quant

@@ -184,6 +184,24 @@ struct Config {
 
 // ---------------------------------------------------------------- the main loop
 
+// This lane's ldmatrix.x4 address offsets (bytes) into one operand tile of CPR chunks per row,
+// for A and B alike (they differ only in which lane bit picks the 8-row half along M or N,
+// mn_half, and which the 8-wide half along k, k_half). K-major ([rows][BK]): one per k16 step,
+// from the lane's row warp0 + l8 + 8 mn_half. MN-major ([BK][rows], read with .trans: k-rows
+// l8 + 8 k_half): one per 16 rows of M or N from warp0, the other index adding a stride.
+template <int CPR, bool KMAJOR, int COUNT>
+__device__ __forceinline__ void ldmatrix_offsets(unsigned (&off)[COUNT], int warp0, int l8, int mn_half, int k_half) {
+    if constexpr (KMAJOR) {
+        int row = warp0 + l8 + mn_half * 8;
+#pragma unroll
+        for (int kk = 0; kk < COUNT; ++kk) off[kk] = tile_offset<CPR>(row, kk * 2 + k_half);
+    } else {
+        int krow = l8 + k_half * 8;
+#pragma unroll
+        for (int i = 0; i < COUNT; ++i) off[i] = tile_offset<CPR>(krow, (warp0 + i * 16) / 8 + mn_half);
+    }
+}
+
 // Operand tiles live K-major ([rows][BK], read with ldmatrix) or MN-major ([BK][rows], read
 // with ldmatrix.trans, which yields the same fragments).
 template <class Cfg, bool A_KMAJOR, bool B_KMAJOR> struct Mainloop {
@@ -203,29 +221,10 @@ template <class Cfg, bool A_KMAJOR, bool B_KMAJOR> struct Mainloop {
 
     __device__ __forceinline__ Mainloop(int warp_m0, int warp_n0, int lane) {
         int l8 = lane & 7, h1 = (lane >> 3) & 1, h2 = lane >> 4;
-        if constexpr (A_KMAJOR) {
-            // matrices (m0-7,k0-7) (m8-15,k0-7) (m0-7,k8-15) (m8-15,k8-15)
-            int row = warp_m0 + l8 + h1 * 8;
-#pragma unroll
-            for (int kk = 0; kk < KS; ++kk) a_off[kk] = tile_offset<A_CPR>(row, kk * 2 + h2);
-        } else {
-            // stored [k][m]; .trans: matrix rows are k, same fragment order as above
-            int krow = l8 + h2 * 8;
-#pragma unroll
-            for (int mi = 0; mi < MT; ++mi)
-                a_off[mi] = tile_offset<A_CPR>(krow, (warp_m0 + mi * 16) / 8 + h1);
-        }
-        if constexpr (B_KMAJOR) {
-            // matrices (n0-7,k0-7) (n0-7,k8-15) (n8-15,k0-7) (n8-15,k8-15)
-            int row = warp_n0 + l8 + h2 * 8;
-#pragma unroll
-            for (int kk = 0; kk < KS; ++kk) b_off[kk] = tile_offset<B_CPR>(row, kk * 2 + h1);
-        } else {
-            int krow = l8 + h1 * 8;
-#pragma unroll
-            for (int nj = 0; nj < NT / 2; ++nj)
-                b_off[nj] = tile_offset<B_CPR>(krow, (warp_n0 + nj * 16) / 8 + h2);
-        }
+        // A: matrices (m0-7,k0-7) (m8-15,k0-7) (m0-7,k8-15) (m8-15,k8-15): lane bit 3 picks m, 4 picks k.
+        ldmatrix_offsets<A_CPR, A_KMAJOR>(a_off, warp_m0, l8, h1, h2);
+        // B: matrices (n0-7,k0-7) (n0-7,k8-15) (n8-15,k0-7) (n8-15,k8-15): lane bit 4 picks n, 3 picks k.
+        ldmatrix_offsets<B_CPR, B_KMAJOR>(b_off, warp_n0, l8, h2, h1);
     }
 
     // One BK slice held in shared memory: BK/16 steps of MT x NT mma.

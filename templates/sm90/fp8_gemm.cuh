@@ -133,31 +133,42 @@ __device__ __forceinline__ void promote(float (&acc)[64], const float (&p)[64], 
     for (int i = 0; i < 64; ++i) acc[i] = fmaf(p[i], (i & 2) ? s1 : s0, acc[i]);
 }
 
-// OVERLAP: k blocks kb0 .. kb0 + C - 1 of a tile, no group in flight at entry or exit; k block j
-// goes to temporary j % 2 (p0, p1) and is promoted after block j + 1 was issued.
-template <class Cfg, int C, int K_TILES>
-__device__ __forceinline__ void overlap_chunk(const Smem<Cfg> &m, int base, int kb0, int consumer, float (&acc)[64],
-                                              float (&p0)[64], float (&p1)[64], const float *a_row0,
-                                              const float *a_row1, bool valid0, bool valid1, const float *b_blk) {
+// OVERLAP (here and in sm90/fp8_wgrad.cuh): C k blocks from ring position `it`, no group in
+// flight at entry or exit; block j goes to temporary j % 2 (p0, p1) and is handed to
+// finish(j, temporary, stage index) once block j + 1 was issued (wait<1>), so the tensor cores
+// run j + 1 while finish promotes j and releases its stage.
+template <class Cfg, int C, class Finish>
+__device__ __forceinline__ void overlap_kblocks(const Smem<Cfg> &m, int it, int consumer, float (&p0)[64],
+                                                float (&p1)[64], Finish finish) {
     int stage[C];
-    KScales<1> sc[C];
     RingPos<Cfg::STAGES> at;
-#pragma unroll
-    for (int j = 0; j < C; ++j) sc[j] = load_scales<1>(a_row0, a_row1, valid0, valid1, b_blk, K_TILES, kb0 + j);
-    at.it = base + kb0;
+    at.it = it;
     stage[0] = issue_kblock<Cfg>(m, at, consumer, p0);
 #pragma unroll
     for (int j = 0; j < C; ++j) {
         if (j + 1 < C) {
-            at.it = base + kb0 + j + 1;
+            at.it = it + j + 1;
             stage[j + 1] = issue_kblock<Cfg>(m, at, consumer, (j & 1) ? p0 : p1);
             wgmma_wait<1>();
         } else {
             wgmma_wait<0>();
         }
-        mbar_arrive(m.empty(stage[j]));
-        promote(acc, (j & 1) ? p1 : p0, sc[j].a0 * sc[j].b[0], sc[j].a1 * sc[j].b[0]);
+        finish(j, (j & 1) ? p1 : p0, stage[j]);
     }
+}
+
+// OVERLAP: k blocks kb0 .. kb0 + C - 1 of a tile, their scales loaded up front.
+template <class Cfg, int C, int K_TILES>
+__device__ __forceinline__ void overlap_chunk(const Smem<Cfg> &m, int base, int kb0, int consumer, float (&acc)[64],
+                                              float (&p0)[64], float (&p1)[64], const float *a_row0,
+                                              const float *a_row1, bool valid0, bool valid1, const float *b_blk) {
+    KScales<1> sc[C];
+#pragma unroll
+    for (int j = 0; j < C; ++j) sc[j] = load_scales<1>(a_row0, a_row1, valid0, valid1, b_blk, K_TILES, kb0 + j);
+    overlap_kblocks<Cfg, C>(m, base + kb0, consumer, p0, p1, [&](int j, const float (&p)[64], int stage) {
+        mbar_arrive(m.empty(stage));
+        promote(acc, p, sc[j].a0 * sc[j].b[0], sc[j].a1 * sc[j].b[0]);
+    });
 }
 
 // tma_a: A [S, K] e4m3, 2D dims {K, S}, box {128, 128} (rows >= S zero-filled).

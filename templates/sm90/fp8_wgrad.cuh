@@ -115,46 +115,16 @@ __device__ __forceinline__ void promote_outer_smem(float (&acc)[64], const float
     }
 }
 
-// OVERLAP: waits for the stage of ring position `it` and issues its four wgmmas into `p` as one
-// committed group; returns the stage index.
-template <class Cfg>
-__device__ __forceinline__ int issue_block(const Smem<Cfg> &m, int it, int consumer, float (&p)[64]) {
-    RingPos<Cfg::STAGES> pos;
-    pos.it = it;
-    const int s = pos.stage();
-    mbar_wait(m.full(s), pos.phase());
-    const unsigned stage = m.stage(s);
-    const unsigned long long da = desc_kmajor_sw128(stage + consumer * Cfg::CHUNK_BYTES);
-    const unsigned long long db = desc_kmajor_sw128(stage + Cfg::A_BYTES);
-    fence_operands(p);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Cfg::BK / 32; ++kk) wgmma_e4m3_n128(p, da + 2 * kk, db + 2 * kk, kk > 0);
-    wgmma_commit();
-    fence_operands(p);
-    return s;
-}
-
-// OVERLAP: C blocks from ring position `it`, no group in flight at entry or exit; block j goes
-// to temporary j % 2 and is promoted (then its stage released) after block j + 1 was issued.
+// OVERLAP: C blocks from ring position `it` (overlap_kblocks of sm90/fp8_gemm.cuh), each
+// promoted with the scales its stage holds, then its stage released.
 template <class Cfg, int C>
 __device__ __forceinline__ void overlap_blocks(const Smem<Cfg> &m, int it, int consumer, float (&acc)[64],
                                                float (&p0)[64], float (&p1)[64], int r_base, int lane) {
-    int stage[C];
-    stage[0] = issue_block<Cfg>(m, it, consumer, p0);
-#pragma unroll
-    for (int j = 0; j < C; ++j) {
-        if (j + 1 < C) {
-            stage[j + 1] = issue_block<Cfg>(m, it + j + 1, consumer, (j & 1) ? p0 : p1);
-            wgmma_wait<1>();
-        } else {
-            wgmma_wait<0>();
-        }
-        float(&p)[64] = (j & 1) ? p1 : p0;
+    overlap_kblocks<Cfg, C>(m, it, consumer, p0, p1, [&](int, float (&p)[64], int stage) {
         fence_operands(p);
-        promote_outer_smem(acc, p, m.stage(stage[j]) + Cfg::A_BYTES + Cfg::B_BYTES, r_base, lane);
-        mbar_arrive(m.empty(stage[j]));  // its scales are read too: the producer may refill it
-    }
+        promote_outer_smem(acc, p, m.stage(stage) + Cfg::A_BYTES + Cfg::B_BYTES, r_base, lane);
+        mbar_arrive(m.empty(stage));  // its scales are read too: the producer may refill it
+    });
 }
 
 // tma_a: qa [M, P] e4m3, 2D dims {P, M}, box {128, 128}; tma_b: qb [N, P], dims {P, N}, box
@@ -239,17 +209,7 @@ __device__ __forceinline__ void group_gemm_wgrad(const TmaDesc &tma_a, const Tma
             pos.it += left;
         } else
         for (int kb = kr.begin; kb < kr.end; ++kb, ++pos.it) {
-            const int s = pos.stage();
-            mbar_wait(m.full(s), pos.phase());
-            const unsigned stage = m.stage(s);
-            const unsigned long long da = desc_kmajor_sw128(stage + cw * Cfg::CHUNK_BYTES);
-            const unsigned long long db = desc_kmajor_sw128(stage + Cfg::A_BYTES);
-            fence_operands(part);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BK / 32; ++kk) wgmma_e4m3_n128(part, da + 2 * kk, db + 2 * kk, kk > 0);
-            wgmma_commit();
-            fence_operands(part);
+            const int s = issue_kblock<Cfg>(m, pos, cw, part);
             // The block's scales load while its wgmmas run.
             WgradScales sc;
             load_wgrad_scales(sc, sa_rows + static_cast<long long>(kb) * M, sb_cols + static_cast<long long>(kb) * N);
