@@ -424,7 +424,8 @@ typedef MOEJIT_ENUM(moejit_recipe) {
     MOEJIT_RECIPE_FP8_BLOCK = 1  /* DeepSeek-V3-style FP8: the forward and input-gradient GEMMs in
                                     e4m3 with fp32 block scales (activations per 1x128 row tile,
                                     weights per 128x128 block) and fp32 promotion; SwiGLU, routing
-                                    and the gathers in bf16; weight gradients in bf16 for now. The
+                                    and the gathers in bf16; the weight gradients in e4m3 too
+                                    (operands per 128x1 tile). The
                                     saved activations are kept in e4m3 + scales (about half the
                                     bf16 bytes). Needs an sm_90a context, dtype bf16, hidden_size
                                     and intermediate_size multiples of 128, no weights_transposed

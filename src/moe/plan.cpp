@@ -221,8 +221,9 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     b.add(render_swiglu_backward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_backward = k; });
     for (LayerGemmRole &role : layer_gemm_roles(d, gemms)) {
         GemmKernels LayerKernels::*where = role.kernels;
-        // FP8: only the weight gradients run in bf16.
-        if (fp8 && where != &LayerKernels::fc2_wgrad && where != &LayerKernels::fc1_wgrad) continue;
+        // FP8: no bf16 GEMM, unless the weight gradients are switched back to bf16 (kFp8WeightGrads).
+        const bool bf16_wgrad = !kFp8WeightGrads && (where == &LayerKernels::fc2_wgrad || where == &LayerKernels::fc1_wgrad);
+        if (fp8 && !bf16_wgrad) continue;
         for (std::size_t i = 0; i < role.sources.size(); ++i)
             b.add(std::move(role.sources[i]), [where, i](PlanKernels &p, Kernel *k) {
                 (i == 0 ? (p.gemms.*where).main : (p.gemms.*where).reduce) = k;

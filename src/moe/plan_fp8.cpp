@@ -25,10 +25,6 @@ Fp8GemmSpec gemm(std::int64_t n, std::int64_t k, std::int32_t experts) {
     return make_fp8_gemm_spec(n, k, DType::bf16, experts, n % 256 == 0 ? 256 : 128);
 }
 
-// The weight gradients through the FP8 GEMM (fp8_weight_grad). false: the bf16 GEMMs (LayerGemms;
-// plan creation still compiles their kernels), to compare the two.
-constexpr bool kFp8WeightGrads = true;
-
 // fp8_weight_grad's calls, dW[e] = A_eᵀ·B_e as [E, m, n] (the layer's [E,H,I] / [E,2I,H] /
 // [E,I,H] weights; the FP8 recipe refuses transposed ones): fc2 a = dy (m = H), b = aw (n = I);
 // fc1 a = d_gate_up (m = 2I; split: d_gate, then d_up, m = I), b = x's rows (n = H).

@@ -50,6 +50,10 @@ struct Fp8LayerSpecs {
 };
 Fp8LayerSpecs fp8_layer_specs(const PlanDesc &desc);
 
+// The weight gradients through the FP8 GEMM (fp8_weight_grad). false: the bf16 GEMMs (LayerGemms),
+// to compare the two; plan creation compiles the bf16 weight-gradient kernels only then.
+inline constexpr bool kFp8WeightGrads = true;
+
 // Every FP8 kernel of the layer (GEMMs and quantizers), for plan creation and warmup.
 std::vector<KernelSource> fp8_layer_sources(const PlanDesc &desc);
 

@@ -175,9 +175,10 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_every_fp8_layer_kernel_for_sm90a) {
             const std::set<std::int64_t> widths{s.H, s.I, s.layout == MOEJIT_FC1_SPLIT ? s.I : 2 * s.I};
             BOOST_TEST(quant_cols == static_cast<int>(widths.size()));
             for (const std::string &n : names) {
-                // Only the weight gradients run as bf16 GEMMs (same_mn); no bf16 same_nk GEMM.
-                const bool bf16_gemm = n.find("gemm") != std::string::npos && n.rfind("fp8_", 0) != 0;
-                if (bf16_gemm) BOOST_TEST(n.find("_nk") == std::string::npos, n);
+                // Every GEMM is FP8: no bf16 GEMM or split reduction is compiled (kFp8WeightGrads).
+                const bool bf16_gemm = (n.find("gemm") != std::string::npos || n.find("split_reduce") != std::string::npos) &&
+                                       n.rfind("fp8_", 0) != 0;
+                BOOST_TEST(!(moejit::kFp8WeightGrads && bf16_gemm), n << ": a bf16 GEMM kernel in an FP8 plan");
             }
             std::printf("fp8 layer H=%lld I=%lld E=%d k=%d layout %d: %d kernels compiled for sm_90a\n",
                         static_cast<long long>(s.H), static_cast<long long>(s.I), s.E, s.k, s.layout, kernels);
