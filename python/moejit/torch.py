@@ -72,9 +72,11 @@ from ._op import (_plans, clear_caches, configure,  # noqa: F401  (_plans: tests
 # too, without importing this module).
 from ._functional import (_alpha, _flag, _limit, _require_tensors,  # noqa: F401
                           experts)
+from ._fp8_weight_cache import fp8_weight_cache  # noqa: F401
 from .core import ACTIVATIONS, recipe_code, swiglu_alpha
 
 __all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configure",
+           "fp8_weight_cache",
            "saved_bytes_bound"]
 
 # Test hook: fill every output, the saved buffer and the workspace with NaN / 0xFF before a
