@@ -49,6 +49,10 @@ parameters' float32 `main_grad` buffers inside the backward kernels (no bf16 rou
 gradient, no extra add) and gives the weights no .grad (None; a dummy, as Megatron's own fused
 linear layers return, for a parameter that has the `grad_added_to_main_grad` attribute, which
 is then set to True).
+
+FP8 (recipe="fp8-block", Hopper): the layer quantizes its weights on every call; inside
+`with fp8_weight_cache():`, around the micro-batches of one optimizer step (the step itself
+outside), each layer's weights are quantized once and reused (moejit/_fp8_weight_cache.py).
 """
 
 from __future__ import annotations
