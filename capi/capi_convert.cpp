@@ -133,6 +133,7 @@ ForwardArgs to_internal(const moejit_forward_args_t &a) {
     f.workspace = a.workspace;
     f.workspace_size = a.workspace_size;
     f.stream = a.stream;
+    f.weight_cache = WeightCacheArgs{a.weight_cache, a.weight_cache_size, a.weight_cache_mode, a.reserved_0_11};
     return f;
 }
 
@@ -151,6 +152,7 @@ BackwardArgs to_internal(const moejit_backward_args_t &a) {
     b.workspace_size = a.workspace_size;
     b.stream = a.stream;
     b.x = a.x;
+    b.weight_cache = WeightCacheArgs{a.weight_cache, a.weight_cache_size, a.weight_cache_mode, a.reserved_0_11};
     return b;
 }
 

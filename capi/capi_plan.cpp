@@ -148,6 +148,14 @@ MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_
     return size_query(plan, bytes, [&](Plan &p) { return p.workspace_bytes(num_tokens); });
 }
 
+MOEJIT_API moejit_status_t moejit_plan_weight_cache_size(moejit_plan_t plan, size_t *bytes) {
+    return size_query(plan, bytes, [](Plan &p) { return p.weight_cache_bytes(); });
+}
+
+MOEJIT_API moejit_status_t moejit_plan_cached_workspace_size(moejit_plan_t plan, int64_t num_tokens, size_t *bytes) {
+    return size_query(plan, bytes, [&](Plan &p) { return p.cached_workspace_bytes(num_tokens); });
+}
+
 MOEJIT_API moejit_status_t moejit_saved_size_terms(const moejit_plan_desc_t *desc, int64_t *bytes_per_token,
                                                    int64_t *constant_bytes) {
     return size_terms_query(desc, bytes_per_token, "bytes_per_token", constant_bytes, saved_size_terms);

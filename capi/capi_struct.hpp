@@ -39,7 +39,8 @@ template <class T> struct StructAbi;
 // weights_transposed, has_bias) to moejit_plan_desc_t and the bias pointers to the forward and
 // backward args; 0.6.0 appended the configuration switches (tune, gather, fuse_swiglu,
 // gemm_tile) to moejit_context_options_t; 0.11 appended `recipe` to moejit_plan_desc_t (after
-// naming 0.5's tail padding, so a 0.5-0.10 struct_size of 96 still means bf16).
+// naming 0.5's tail padding, so a 0.5-0.10 struct_size of 96 still means bf16) and the FP8 weight
+// cache (weight_cache, weight_cache_size, weight_cache_mode) to the forward and backward args.
 MOEJIT_STRUCT_ABI(moejit_context_options_t, "moejit_context_options_t", "moejit_context_options_init",
                   offsetof(moejit_context_options_t, tune) /* 0.1 */, sizeof(moejit_context_options_t) /* 0.6 */);
 MOEJIT_STRUCT_ABI(moejit_cache_stats_t, "moejit_cache_stats_t", "moejit_cache_stats_init", sizeof(moejit_cache_stats_t));
@@ -53,10 +54,11 @@ MOEJIT_STRUCT_ABI(moejit_plan_desc_t, "moejit_plan_desc_t", "moejit_plan_desc_in
                   offsetof(moejit_plan_desc_t, reserved_0_5_tail) + 4 /* 0.5: 96, its tail padding included */,
                   sizeof(moejit_plan_desc_t) /* 0.11: recipe */);
 MOEJIT_STRUCT_ABI(moejit_forward_args_t, "moejit_forward_args_t", "moejit_forward_args_init",
-                  offsetof(moejit_forward_args_t, b_gate_up) /* 0.1 */, sizeof(moejit_forward_args_t) /* 0.5 */);
+                  offsetof(moejit_forward_args_t, b_gate_up) /* 0.1 */,
+                  offsetof(moejit_forward_args_t, weight_cache) /* 0.5 */, sizeof(moejit_forward_args_t) /* 0.11 */);
 MOEJIT_STRUCT_ABI(moejit_backward_args_t, "moejit_backward_args_t", "moejit_backward_args_init",
                   offsetof(moejit_backward_args_t, x) /* 0.1 */, offsetof(moejit_backward_args_t, b_down) /* 0.2 */,
-                  sizeof(moejit_backward_args_t) /* 0.5 */);
+                  offsetof(moejit_backward_args_t, weight_cache) /* 0.5 */, sizeof(moejit_backward_args_t) /* 0.11 */);
 MOEJIT_STRUCT_ABI(moejit_experts_forward_args_t, "moejit_experts_forward_args_t", "moejit_experts_forward_args_init",
                   sizeof(moejit_experts_forward_args_t) /* 0.6 */);
 MOEJIT_STRUCT_ABI(moejit_experts_backward_args_t, "moejit_experts_backward_args_t", "moejit_experts_backward_args_init",
@@ -72,9 +74,10 @@ static_assert(sizeof(moejit_group_gemm_mn_args_t) == 88);
 static_assert(sizeof(moejit_swiglu_args_t) == 136);
 static_assert(offsetof(moejit_plan_desc_t, activation_alpha) == 80 && offsetof(moejit_plan_desc_t, reserved_0_5_tail) == 92 &&
               offsetof(moejit_plan_desc_t, recipe) == 96 && sizeof(moejit_plan_desc_t) == 104);
-static_assert(offsetof(moejit_forward_args_t, b_gate_up) == 120 && sizeof(moejit_forward_args_t) == 136);
+static_assert(offsetof(moejit_forward_args_t, b_gate_up) == 120 && offsetof(moejit_forward_args_t, weight_cache) == 136 &&
+              sizeof(moejit_forward_args_t) == 160);
 static_assert(offsetof(moejit_backward_args_t, x) == 152 && offsetof(moejit_backward_args_t, b_down) == 160 &&
-              sizeof(moejit_backward_args_t) == 184);
+              offsetof(moejit_backward_args_t, weight_cache) == 184 && sizeof(moejit_backward_args_t) == 208);
 static_assert(sizeof(moejit_experts_forward_args_t) == 136 && sizeof(moejit_experts_backward_args_t) == 192);
 #endif
 

@@ -43,7 +43,7 @@
  * Binary compatibility: the soname is libmoejit.so.<ABI major> (libmoejit.so.0 today). Every
  * exported symbol is versioned (capi/moejit.map): MOEJIT_0.1 holds the 0.1 entry points,
  * MOEJIT_0.4 the *_init_sized functions, MOEJIT_0.6 the experts entry, MOEJIT_0.11
- * moejit_context_device_errors; a release that adds functions adds a node. The ABI
+ * moejit_context_device_errors, the size-term queries and the FP8 weight cache's; a release that adds functions adds a node. The ABI
  * major (and soname) is bumped, and the version nodes restart, when a binary built against an
  * earlier header of the same major could stop working: a removed or retyped function, a changed
  * enum or status value, a field removed, moved or retyped, a released struct_size no longer
@@ -421,17 +421,34 @@ typedef MOEJIT_ENUM(moejit_activation) {
  * means MOEJIT_RECIPE_BF16. */
 typedef MOEJIT_ENUM(moejit_recipe) {
     MOEJIT_RECIPE_BF16 = 0,      /* every GEMM in the layer dtype (bf16 or fp16), fp32 accumulation */
-    MOEJIT_RECIPE_FP8_BLOCK = 1  /* DeepSeek-V3-style FP8: the forward and input-gradient GEMMs in
-                                    e4m3 with fp32 block scales (activations per 1x128 row tile,
+    MOEJIT_RECIPE_FP8_BLOCK = 1  /* DeepSeek-V3-style FP8: every GEMM (forward, input and weight
+                                    gradients) in e4m3 with fp32 block scales (activations per
+                                    1x128 row tile, weight-gradient operands per 128x1 tile,
                                     weights per 128x128 block) and fp32 promotion; SwiGLU, routing
-                                    and the gathers in bf16; weight gradients in bf16 for now. The
-                                    saved activations are kept in e4m3 + scales (about half the
-                                    bf16 bytes). Needs an sm_90a context, dtype bf16, hidden_size
-                                    and intermediate_size multiples of 128, no weights_transposed
-                                    and no has_bias; the plan quantizes the weights on every call
-                                    (no weight cache yet). The experts entry has no FP8 form
-                                    (MOEJIT_ERROR_UNSUPPORTED). */
+                                    and the gathers in bf16. The saved activations are kept in
+                                    e4m3 + scales (about half the bf16 bytes). Needs an sm_90a
+                                    context, dtype bf16, hidden_size and intermediate_size
+                                    multiples of 128, no weights_transposed and no has_bias. Each
+                                    call quantizes the weights it reads, unless the caller keeps
+                                    them in a weight cache (moejit_weight_cache_mode_t). The
+                                    experts entry has no FP8 form (MOEJIT_ERROR_UNSUPPORTED). */
 } moejit_recipe_t;
+
+/* What a call of an MOEJIT_RECIPE_FP8_BLOCK plan does with the caller's weight cache,
+ * args->weight_cache (since 0.11): a device buffer of moejit_plan_weight_cache_size bytes that
+ * holds the weights quantized in both layouts the GEMMs read (forward's and the transposed one
+ * of the input gradients), kept by the caller between calls, so that weights which did not
+ * change since the last FILL (the micro-batches of one optimizer step) are not read and
+ * quantized again. The library never decides by itself that weights are unchanged. */
+typedef MOEJIT_ENUM(moejit_weight_cache_mode) {
+    MOEJIT_WEIGHT_CACHE_NONE = 0, /* no cache (the default): the call quantizes the weights it reads
+                                     into its workspace */
+    MOEJIT_WEIGHT_CACHE_FILL = 1, /* quantize this call's weights into the cache, both layouts,
+                                     then run from it (T = 0 included) */
+    MOEJIT_WEIGHT_CACHE_USE = 2   /* run from the cache as the last FILL left it, quantizing no
+                                     weight: the caller guarantees the weights are that FILL's,
+                                     unchanged (otherwise the results use the old weights) */
+} moejit_weight_cache_mode_t;
 
 typedef struct moejit_plan_desc {
     size_t struct_size;
@@ -483,6 +500,12 @@ typedef struct moejit_forward_args {
     /* ---- since 0.5 */
     const void *b_gate_up;        /* has_bias: [E,2I] in dtype */
     const void *b_down;           /* has_bias: [E,H] in dtype */
+    /* ---- since 0.11, MOEJIT_RECIPE_FP8_BLOCK plans only (a bf16 plan refuses a mode other than
+     * NONE). With FILL or USE the workspace needs moejit_plan_cached_workspace_size bytes. */
+    void *weight_cache;           /* moejit_plan_weight_cache_size bytes, 16-byte aligned */
+    size_t weight_cache_size;
+    moejit_weight_cache_mode_t weight_cache_mode;
+    int32_t reserved_0_11;        /* must be 0 */
 } moejit_forward_args_t;
 
 typedef struct moejit_backward_args {
@@ -512,6 +535,11 @@ typedef struct moejit_backward_args {
     void *db_gate_up;             /* [E,2I] in weight_grad_dtype: per-expert sums over its rows,
                                      fp32, fixed order (deterministic); += when accumulating */
     void *db_down;                /* [E,H] likewise */
+    /* ---- since 0.11, as in moejit_forward_args_t (FILL reads the weights even when T = 0) */
+    void *weight_cache;
+    size_t weight_cache_size;
+    moejit_weight_cache_mode_t weight_cache_mode;
+    int32_t reserved_0_11;        /* must be 0 */
 } moejit_backward_args_t;
 
 MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc);
@@ -540,6 +568,13 @@ MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t nu
                                                   size_t *bytes);
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens,
                                                       size_t *bytes);
+/* An MOEJIT_RECIPE_FP8_BLOCK plan's weight cache (since 0.11): its bytes (they depend on the
+ * descriptor only), and the workspace a call with weight_cache_mode FILL or USE needs for T =
+ * num_tokens (moejit_plan_workspace_size less the weights' regions, which the cache replaces).
+ * A bf16 plan: MOEJIT_ERROR_UNSUPPORTED. */
+MOEJIT_API moejit_status_t moejit_plan_weight_cache_size(moejit_plan_t plan, size_t *bytes);
+MOEJIT_API moejit_status_t moejit_plan_cached_workspace_size(moejit_plan_t plan, int64_t num_tokens,
+                                                             size_t *bytes);
 /* An affine bound of moejit_plan_saved_size from the descriptor alone (no context, no device;
  * since 0.11): for every plan of *desc and every valid T,
  *   moejit_plan_saved_size(plan, T) <= *bytes_per_token * T + *constant_bytes.

@@ -65,6 +65,11 @@ ACTIVATION_GPT_OSS = 1  # since 0.5
 RECIPE_BF16 = 0
 RECIPE_FP8_BLOCK = 1
 
+# moejit_weight_cache_mode_t (since 0.11): what an FP8 plan's call does with args->weight_cache.
+WEIGHT_CACHE_NONE = 0
+WEIGHT_CACHE_FILL = 1
+WEIGHT_CACHE_USE = 2
+
 # moejit_device_error_t (since 0.11): bits of the context's device error word.
 DEVICE_ERROR_EXPERT_OFFSETS = 1
 
@@ -223,6 +228,8 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
     "moejit_saved_size_terms": (status_t, [_P(PlanDesc), _P(c_int64), _P(c_int64)]),
     "moejit_experts_saved_size_terms": (status_t, [_P(PlanDesc), _P(c_int64), _P(c_int64)]),
     "moejit_plan_experts_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
+    "moejit_plan_weight_cache_size": (status_t, [c_void_p, _P(c_size_t)]),
+    "moejit_plan_cached_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
     "moejit_plan_experts_forward": (status_t, [c_void_p, _P(ExpertsForwardArgs)]),
     "moejit_plan_experts_backward": (status_t, [c_void_p, _P(ExpertsBackwardArgs)]),
 }

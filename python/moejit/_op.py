@@ -64,7 +64,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
-from . import _capi, errors
+from . import _capi, _fp8_weight_cache, errors
 from ._validate import LayerSpec, TensorInfo, check_layer
 from .core import Context, Plan, _switch, recipe_code
 
@@ -301,6 +301,19 @@ def _stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def _weight_cache(spec: LayerSpec, plan: Plan, weights: Dict[str, torch.Tensor],
+                  device: torch.device, tokens: int):
+    """The FP8 weight cache of this call (moejit.torch.fp8_weight_cache) as Plan.forward /
+    Plan.backward keywords, and the workspace size that goes with it."""
+    cache, mode = (None, "none")
+    if spec.recipe == "fp8-block":
+        cache, mode = _fp8_weight_cache.call_cache(plan, weights, device)
+    if mode == "none":
+        return {}, plan.workspace_size(tokens)
+    return (dict(weight_cache=cache, weight_cache_size=cache.numel(), weight_cache_mode=mode),
+            plan.cached_workspace_size(tokens))
+
+
 # ------------------------------------------------------------------ implementations
 
 
@@ -328,7 +341,9 @@ def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, r
     tokens = spec.num_tokens
     saved_size = _within_bound(where, plan.saved_size(tokens), _saved_bound(spec), f"T={tokens}",
                                "moejit._op.saved_bytes_bound")
-    workspace_size = plan.workspace_size(tokens)
+    cache, workspace_size = _weight_cache(
+        spec, plan, dict(w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down), device,
+        tokens)
     out = _empty(tuple(x.shape), x.dtype, device)
     saved = _empty_bytes(saved_size, device)
     workspace = _empty_bytes(workspace_size, device)
@@ -336,7 +351,7 @@ def _forward(where, x, sel, rw, w_gate, w_up, w_gate_up, w_down, swiglu_limit, r
                  w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down,
                  b_gate_up=gated.get("b_gate_up"), b_down=gated.get("b_down"), out=out,
                  saved=saved, saved_size=saved_size, workspace=workspace,
-                 workspace_size=workspace_size, stream=_stream(device))
+                 workspace_size=workspace_size, stream=_stream(device), **cache)
     return out, saved
 
 
@@ -419,7 +434,9 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
                 f"{where}: the accumulating plan lays out the saved buffer differently from "
                 "the forward's plan (was moejit.torch.configure() called between them?)")
     dout = _prepare_dout(dout, x)
-    workspace_size = plan.workspace_size(tokens)
+    cache, workspace_size = _weight_cache(
+        spec, plan, dict(w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down), device,
+        tokens)
     dx = _empty(tuple(x.shape), x.dtype, device)
     d_routing = _empty(tuple(rw.shape), rw.dtype, device)
     if main_grads is None:
@@ -434,7 +451,7 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
                   dw_gate_up=grads.get("w_gate_up"), dw_down=grads["w_down"],
                   b_down=biases.get("b_down"), db_gate_up=grads.get("b_gate_up"),
                   db_down=grads.get("b_down"), workspace=workspace,
-                  workspace_size=workspace_size, stream=_stream(device))
+                  workspace_size=workspace_size, stream=_stream(device), **cache)
     return dx, d_routing, ({} if main_grads is not None else grads)
 
 

@@ -249,6 +249,19 @@ def recipe_code(recipe: str, where: str = "recipe") -> int:
     return RECIPES[recipe]
 
 
+_WEIGHT_CACHE_MODES = {"none": _capi.WEIGHT_CACHE_NONE, "fill": _capi.WEIGHT_CACHE_FILL,
+                       "use": _capi.WEIGHT_CACHE_USE}
+
+
+def weight_cache_mode_code(mode: str, where: str = "weight_cache_mode") -> int:
+    """moejit_weight_cache_mode_t from "none", "fill" or "use"."""
+    code = _WEIGHT_CACHE_MODES.get(mode) if isinstance(mode, str) else None
+    if code is None:
+        raise errors.InvalidArgumentError(
+            f"{where} is {mode!r}, expected one of {', '.join(map(repr, _WEIGHT_CACHE_MODES))}")
+    return code
+
+
 def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_experts: int,
               top_k: int, merged: bool = False, swiglu_limit: Optional[float] = None,
               weight_grad_dtype: Optional[DType] = None, weight_grad_accumulate: bool = False,
@@ -399,22 +412,41 @@ class Plan(_OwnedHandle):
     def workspace_size(self, num_tokens: int) -> int:
         return self._size(_capi.lib().moejit_plan_workspace_size, num_tokens)
 
+    def weight_cache_size(self) -> int:
+        """Bytes of an FP8 plan's weight cache (moejit_plan_weight_cache_size; since 0.11): the
+        weights quantized in both layouts the GEMMs read. A bf16 plan raises
+        UnsupportedError."""
+        out = c_size_t()
+        _capi.check(_capi.lib().moejit_plan_weight_cache_size(self.handle, byref(out)))
+        return out.value
+
+    def cached_workspace_size(self, num_tokens: int) -> int:
+        """The workspace of a call with weight_cache_mode "fill" or "use" (smaller than
+        workspace_size: the cache holds the weights)."""
+        return self._size(_capi.lib().moejit_plan_cached_workspace_size, num_tokens)
+
     def forward(self, *, num_tokens: int, x, selected_experts, routing_weights, w_down, out,
                 saved, saved_size: int, workspace, workspace_size: int, w_gate=None, w_up=None,
-                w_gate_up=None, b_gate_up=None, b_down=None,
+                w_gate_up=None, b_gate_up=None, b_down=None, weight_cache=None,
+                weight_cache_size: int = 0, weight_cache_mode: str = "none",
                 stream: Optional[int] = None) -> None:
-        """b_gate_up [E,2I] and b_down [E,H]: the biases of a has_bias plan (since 0.5)."""
+        """b_gate_up [E,2I] and b_down [E,H]: the biases of a has_bias plan (since 0.5).
+        weight_cache (weight_cache_size() bytes) and weight_cache_mode "none", "fill" or "use":
+        an FP8 plan's weight cache (moejit_weight_cache_mode_t; since 0.11)."""
         _launch(_capi.lib().moejit_plan_forward, self.handle, _capi.ForwardArgs,
                 dict(x=x, selected_experts=selected_experts, routing_weights=routing_weights,
                      w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down, out=out,
-                     saved=saved, workspace=workspace, b_gate_up=b_gate_up, b_down=b_down),
+                     saved=saved, workspace=workspace, b_gate_up=b_gate_up, b_down=b_down,
+                     weight_cache=weight_cache),
                 num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
-                stream=stream)
+                weight_cache_size=weight_cache_size,
+                weight_cache_mode=weight_cache_mode_code(weight_cache_mode), stream=stream)
 
     def backward(self, *, num_tokens: int, x, dout, routing_weights, w_down, saved,
                  saved_size: int, dx, d_routing_weights, dw_down, workspace, workspace_size: int,
                  w_gate=None, w_up=None, w_gate_up=None, dw_gate=None, dw_up=None,
                  dw_gate_up=None, b_down=None, db_gate_up=None, db_down=None,
+                 weight_cache=None, weight_cache_size: int = 0, weight_cache_mode: str = "none",
                  stream: Optional[int] = None) -> None:
         """x: the forward's input [T,H] (since 0.2 the saved buffer no longer holds its
         scatter; None only when num_tokens is 0). A has_bias plan (since 0.5) takes b_down
@@ -425,9 +457,11 @@ class Plan(_OwnedHandle):
                      w_gate_up=w_gate_up, w_down=w_down, saved=saved, dx=dx,
                      d_routing_weights=d_routing_weights, dw_gate=dw_gate, dw_up=dw_up,
                      dw_gate_up=dw_gate_up, dw_down=dw_down, workspace=workspace,
-                     b_down=b_down, db_gate_up=db_gate_up, db_down=db_down),
+                     b_down=b_down, db_gate_up=db_gate_up, db_down=db_down,
+                     weight_cache=weight_cache),
                 num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
-                stream=stream)
+                weight_cache_size=weight_cache_size,
+                weight_cache_mode=weight_cache_mode_code(weight_cache_mode), stream=stream)
 
     # ---- the pre-dispatched experts (since 0.6): rows already grouped by expert
 

@@ -49,6 +49,10 @@ parameters' float32 `main_grad` buffers inside the backward kernels (no bf16 rou
 gradient, no extra add) and gives the weights no .grad (None; a dummy, as Megatron's own fused
 linear layers return, for a parameter that has the `grad_added_to_main_grad` attribute, which
 is then set to True).
+
+FP8 (recipe="fp8-block", Hopper): the layer quantizes its weights on every call; inside
+`with fp8_weight_cache():`, around the micro-batches of one optimizer step (the step itself
+outside), each layer's weights are quantized once and reused (moejit/_fp8_weight_cache.py).
 """
 
 from __future__ import annotations
@@ -72,9 +76,11 @@ from ._op import (_plans, clear_caches, configure,  # noqa: F401  (_plans: tests
 # too, without importing this module).
 from ._functional import (_alpha, _flag, _limit, _require_tensors,  # noqa: F401
                           experts)
+from ._fp8_weight_cache import fp8_weight_cache  # noqa: F401
 from .core import ACTIVATIONS, recipe_code, swiglu_alpha
 
 __all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configure",
+           "fp8_weight_cache",
            "saved_bytes_bound"]
 
 # Test hook: fill every output, the saved buffer and the workspace with NaN / 0xFF before a

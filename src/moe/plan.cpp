@@ -221,8 +221,9 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     b.add(render_swiglu_backward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_backward = k; });
     for (LayerGemmRole &role : layer_gemm_roles(d, gemms)) {
         GemmKernels LayerKernels::*where = role.kernels;
-        // FP8: only the weight gradients run in bf16.
-        if (fp8 && where != &LayerKernels::fc2_wgrad && where != &LayerKernels::fc1_wgrad) continue;
+        // FP8: no bf16 GEMM, unless the weight gradients are switched back to bf16 (kFp8WeightGrads).
+        const bool bf16_wgrad = !kFp8WeightGrads && (where == &LayerKernels::fc2_wgrad || where == &LayerKernels::fc1_wgrad);
+        if (fp8 && !bf16_wgrad) continue;
         for (std::size_t i = 0; i < role.sources.size(); ++i)
             b.add(std::move(role.sources[i]), [where, i](PlanKernels &p, Kernel *k) {
                 (i == 0 ? (p.gemms.*where).main : (p.gemms.*where).reduce) = k;
@@ -379,9 +380,30 @@ std::size_t Plan::workspace_bytes(std::int64_t num_tokens) const {
     return layout(num_tokens).workspace_bytes;
 }
 
+namespace {
+void require_fp8_plan(const PlanDesc &d, const char *query) {
+    if (d.recipe != Recipe::fp8_block)
+        fail(Status::unsupported,
+             "{}: the plan's desc->recipe is MOEJIT_RECIPE_BF16; a weight cache holds FP8 weights, for "
+             "MOEJIT_RECIPE_FP8_BLOCK plans only",
+             query);
+}
+}  // namespace
+
+std::size_t Plan::weight_cache_bytes() const {
+    require_fp8_plan(desc_, "moejit_plan_weight_cache_size");
+    return Fp8WeightCacheLayout(desc_).bytes;
+}
+
+std::size_t Plan::cached_workspace_bytes(std::int64_t num_tokens) const {
+    require_fp8_plan(desc_, "moejit_plan_cached_workspace_size");
+    return Fp8Layout(desc_, num_tokens).cached_workspace_bytes;
+}
+
 void Plan::forward(const ForwardArgs &a) {
     if (desc_.recipe == Recipe::fp8_block) return fp8_forward(a);
     const PlanDesc &d = desc_;
+    check_weight_cache(d, a.weight_cache);  // a bf16 plan: NONE only
     PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
     const ExpertWeights &w = a.weights;
@@ -428,6 +450,7 @@ void Plan::forward(const ForwardArgs &a) {
 void Plan::backward(const BackwardArgs &a) {
     if (desc_.recipe == Recipe::fp8_block) return fp8_backward(a);
     const PlanDesc &d = desc_;
+    check_weight_cache(d, a.weight_cache);  // a bf16 plan: NONE only
     PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
     const bool T0 = a.num_tokens > 0;
     const ExpertWeights &w = a.weights;

@@ -10,6 +10,7 @@
 
 #include "runtime/context.hpp"
 #include "runtime/kernel_source.hpp"
+#include "moe/fp8_weights.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan_desc.hpp"
 #include "moe/plan_layout.hpp"
@@ -77,6 +78,7 @@ struct ForwardArgs {
     void *workspace = nullptr;
     std::size_t workspace_size = 0;
     void *stream = nullptr;
+    WeightCacheArgs weight_cache;  // the FP8 recipe's (moe/fp8_weights.hpp)
 };
 struct BackwardArgs {
     std::int64_t num_tokens = 0;
@@ -92,6 +94,7 @@ struct BackwardArgs {
     std::size_t workspace_size = 0;
     void *stream = nullptr;
     const void *x = nullptr;  // the forward's input
+    WeightCacheArgs weight_cache;
 };
 struct ExpertsForwardArgs {
     std::int64_t num_rows = 0;  // R
@@ -138,6 +141,10 @@ public:
     // Fp8Layout for the FP8 recipe).
     std::size_t saved_bytes(std::int64_t num_tokens) const;
     std::size_t workspace_bytes(std::int64_t num_tokens) const;
+    // moejit_plan_weight_cache_size / moejit_plan_cached_workspace_size: FP8 plans only
+    // (Status::unsupported for a bf16 plan).
+    std::size_t weight_cache_bytes() const;
+    std::size_t cached_workspace_bytes(std::int64_t num_tokens) const;
 
     void forward(const ForwardArgs &args);
     void backward(const BackwardArgs &args);

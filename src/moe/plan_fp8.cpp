@@ -25,10 +25,6 @@ Fp8GemmSpec gemm(std::int64_t n, std::int64_t k, std::int32_t experts) {
     return make_fp8_gemm_spec(n, k, DType::bf16, experts, n % 256 == 0 ? 256 : 128);
 }
 
-// The weight gradients through the FP8 GEMM (fp8_weight_grad). false: the bf16 GEMMs (LayerGemms;
-// plan creation still compiles their kernels), to compare the two.
-constexpr bool kFp8WeightGrads = true;
-
 // fp8_weight_grad's calls, dW[e] = A_eᵀ·B_e as [E, m, n] (the layer's [E,H,I] / [E,2I,H] /
 // [E,I,H] weights; the FP8 recipe refuses transposed ones): fc2 a = dy (m = H), b = aw (n = I);
 // fc1 a = d_gate_up (m = 2I; split: d_gate, then d_up, m = I), b = x's rows (n = H).
@@ -64,16 +60,18 @@ void require_tensor(const void *p, const char *name, bool needed) {
                    "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
 }
 
-void require_buffers(const Fp8Layout &L, const void *saved, std::size_t saved_size, const void *workspace,
-                     std::size_t workspace_size) {
+// With a weight cache the workspace holds no weights (Fp8Layout::cached_workspace_bytes).
+void require_buffers(const Fp8Layout &L, WeightCacheMode mode, const void *saved, std::size_t saved_size,
+                     const void *workspace, std::size_t workspace_size) {
+    const bool cached = mode != WeightCacheMode::none;
+    const std::size_t need = cached ? L.cached_workspace_bytes : L.workspace_bytes;
     require_tensor(saved, "args->saved", true);
-    require_tensor(workspace, "args->workspace", L.workspace_bytes > 0);
+    require_tensor(workspace, "args->workspace", need > 0);
     MOEJIT_REQUIRE(saved_size >= L.saved_bytes,
                    "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})", saved_size,
                    L.saved_bytes, L.tokens);
-    MOEJIT_REQUIRE(workspace_size >= L.workspace_bytes,
-                   "args->workspace_size is {}, expected >= {} (moejit_plan_workspace_size for T={})", workspace_size,
-                   L.workspace_bytes, L.tokens);
+    MOEJIT_REQUIRE(workspace_size >= need, "args->workspace_size is {}, expected >= {} ({} for T={})", workspace_size,
+                   need, cached ? "moejit_plan_cached_workspace_size" : "moejit_plan_workspace_size", L.tokens);
 }
 
 void require_weights(const PlanDesc &d, const ExpertWeights &w) {
@@ -194,12 +192,8 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     saved_payload = saved.payload;
     saved_regions = saved.regions;
 
-    // The weights' regions and gate_up first, shared by both calls (a call uses one or the other).
+    // gate_up first, shared by both calls (a call uses one or the other).
     RegionAllocator common{arg};
-    w1_q = common.take(bytes({E, 2, I, H}));
-    w1_scale = common.take(bytes({E, 2 * I / kTile, H / kTile, 4}));
-    w2_q = common.take(bytes({E, H, I}));
-    w2_scale = common.take(bytes({E, H / kTile, I / kTile, 4}));
     gate_up = common.take(bytes({S, 2, I, 2}));
     RegionAllocator fwd = common, bwd = common;
     counts = fwd.take(bytes({E, 4}));
@@ -220,7 +214,13 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     dgu_scale = bwd.take(bytes({S, 2 * I / kTile, 4}));
     d_w_s = bwd.take(bytes({S, 4}));
     wgrad = bwd.take(wgrad_scratch_bytes(desc, rows));
-    workspace_bytes = std::max(fwd.end, bwd.end);
+    cached_workspace_bytes = std::max(fwd.end, bwd.end);
+
+    // The weights last (both calls: forward's layout, or backward's transposed one).
+    RegionAllocator last{arg};
+    last.end = cached_workspace_bytes;
+    weights = take_fp8_weight_regions(desc, last);
+    workspace_bytes = last.end;
 }
 
 void Plan::fp8_forward(const ForwardArgs &a) {
@@ -233,7 +233,8 @@ void Plan::fp8_forward(const ForwardArgs &a) {
     require_tensor(a.routing_weights, "args->routing_weights", T0);
     require_weights(d, w);
     require_tensor(a.out, "args->out", T0);
-    require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    const WeightCacheMode cache_mode = check_weight_cache(d, a.weight_cache);
+    require_buffers(L, cache_mode, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_forward");
 
     const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
@@ -246,6 +247,11 @@ void Plan::fp8_forward(const ForwardArgs &a) {
                                          L.counts.in<std::int32_t>(a.workspace), offsets, scatter_index,
                                          L.routing.in<char>(a.workspace), L.routing.bytes, stream},
                   kernels_.routing);
+    // The weights per 128x128 block: quantized into the workspace, or (FILL) into the cache, T = 0
+    // included, or (USE) the cache's.
+    Fp8QuantWeights wq;
+    if (T0 || cache_mode == WeightCacheMode::fill)
+        wq = fp8_call_weights(ctx_, d, w, a.weight_cache, cache_mode, L.weights, a.workspace, false, stream);
     if (!T0) return;  // offsets are zero, nothing else is read (out has no rows)
     scatter_weights(ctx_, WeightsScatterArgs{d.routing_dtype, a.routing_weights, scatter_index, a.num_tokens,
                                              d.top_k, w_s, nullptr, stream},
@@ -255,32 +261,15 @@ void Plan::fp8_forward(const ForwardArgs &a) {
     auto *x_scale = L.x_scale.in<float>(a.workspace);
     fp8_quantize_scatter(ctx_, Fp8QuantScatterSpec{H, d.top_k}, a.x, scatter_index, a.num_tokens, xq, x_scale, stream);
 
-    // The weights, per 128x128 block (every call: no cache of quantized weights yet).
-    auto *w1_q = L.w1_q.in<char>(a.workspace);
-    auto *w1_scale = L.w1_scale.in<float>(a.workspace);
-    auto *w2_q = L.w2_q.in<char>(a.workspace);
-    auto *w2_scale = L.w2_scale.in<float>(a.workspace);
-    const std::int64_t fc1_n = merged(d) ? 2 * I : I;
-    const std::size_t half_q = static_cast<std::size_t>(E) * I * H;                        // split: up's offset
-    const std::size_t half_scale = static_cast<std::size_t>(E) * (I / kTile) * (H / kTile);
-    if (merged(d)) {
-        fp8_quantize_blocks(ctx_, Fp8QuantBlocksSpec{fc1_n, H}, Fp8QuantBlocksOperands{w.w_gate_up, w1_q, w1_scale, E, stream});
-    } else {
-        fp8_quantize_blocks(ctx_, Fp8QuantBlocksSpec{I, H}, Fp8QuantBlocksOperands{w.w_gate, w1_q, w1_scale, E, stream});
-        fp8_quantize_blocks(ctx_, Fp8QuantBlocksSpec{I, H},
-                            Fp8QuantBlocksOperands{w.w_up, w1_q + half_q, w1_scale + half_scale, E, stream});
-    }
-    fp8_quantize_blocks(ctx_, Fp8QuantBlocksSpec{H, I}, Fp8QuantBlocksOperands{w.w_down, w2_q, w2_scale, E, stream});
-
     // fc1 -> gate_up (bf16), kept for the backward as e4m3 tiles + scales.
     const Fp8LayerSpecs g = fp8_layer_specs(d);
     auto *gate_up = L.gate_up.in<char>(a.workspace);
-    if (merged(d)) {
-        fp8_group_gemm_nk(ctx_, g.fc1, Fp8GemmOperands{xq, x_scale, w1_q, w1_scale, gate_up, offsets, S, E, stream});
-    } else {
-        fp8_group_gemm_nk(ctx_, g.fc1, Fp8GemmOperands{xq, x_scale, w1_q, w1_scale, gate_up, offsets, S, E, stream});
+    fp8_group_gemm_nk(ctx_, g.fc1, Fp8GemmOperands{xq, x_scale, wq.w1_q, wq.w1_scale, gate_up, offsets, S, E, stream});
+    if (!merged(d)) {  // up's blocks follow gate's
+        const std::size_t half_q = static_cast<std::size_t>(E) * I * H;
+        const std::size_t half_scale = static_cast<std::size_t>(E) * (I / kTile) * (H / kTile);
         fp8_group_gemm_nk(ctx_, g.fc1,
-                          Fp8GemmOperands{xq, x_scale, w1_q + half_q, w1_scale + half_scale, gate_up + S * I * 2,
+                          Fp8GemmOperands{xq, x_scale, wq.w1_q + half_q, wq.w1_scale + half_scale, gate_up + S * I * 2,
                                           offsets, S, E, stream});
     }
     const std::int64_t gu_k = gate_up_k(d), gu_rows = merged(d) ? S : 2 * S;
@@ -297,7 +286,7 @@ void Plan::fp8_forward(const ForwardArgs &a) {
     auto *aw_scale = L.aw_scale.in<float>(a.workspace);
     fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{I}, Fp8QuantRowsOperands{aw, awq, aw_scale, S, stream});
     void *y = L.y.in<char>(a.workspace);
-    fp8_group_gemm_nk(ctx_, g.fc2, Fp8GemmOperands{awq, aw_scale, w2_q, w2_scale, y, offsets, S, E, stream});
+    fp8_group_gemm_nk(ctx_, g.fc2, Fp8GemmOperands{awq, aw_scale, wq.w2_q, wq.w2_scale, y, offsets, S, E, stream});
     gather(ctx_,
            GatherArgs{GatherSpec{d.dtype, d.hidden_size, d.top_k, static_cast<DType>(0)}, y, scatter_index, nullptr,
                       a.num_tokens, a.out, stream},
@@ -310,16 +299,17 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     const bool T0 = a.num_tokens > 0;
     const ExpertWeights &w = a.weights;
     const ExpertGrads &gr = a.grads;
+    const WeightCacheMode cache_mode = check_weight_cache(d, a.weight_cache);
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.dout, "args->dout", T0);
-    if (T0) require_weights(d, w);
+    if (T0 || cache_mode == WeightCacheMode::fill) require_weights(d, w);
     require_tensor(a.dx, "args->dx", T0);
     require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
     require_tensor(gr.dw_gate, "args->dw_gate", !merged(d));
     require_tensor(gr.dw_up, "args->dw_up", !merged(d));
     require_tensor(gr.dw_gate_up, "args->dw_gate_up", merged(d));
     require_tensor(gr.dw_down, "args->dw_down", true);
-    require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    require_buffers(L, cache_mode, a.saved, a.saved_size, a.workspace, a.workspace_size);
     ctx_.require_device("moejit_plan_backward");
 
     const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
@@ -334,6 +324,11 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     auto *d_w_s = L.d_w_s.in<float>(a.workspace);
     const Fp8WeightGradRows wgrad_rows{S,       offsets, dy,       daw, d_gate_up, scatter_index, a.num_tokens, a.x,
                                        L.wgrad.in<char>(a.workspace), L.wgrad.bytes, stream};
+    // Wᵀ per 128x128 block for both dgrads: quantized into the workspace, or (FILL) both layouts
+    // into the cache, T = 0 included, or (USE) the cache's.
+    Fp8QuantWeights wt;
+    if (T0 || cache_mode == WeightCacheMode::fill)
+        wt = fp8_call_weights(ctx_, d, w, a.weight_cache, cache_mode, L.weights, a.workspace, true, stream);
     if (!T0) {  // no rows: only the weight gradients (zeros, or untouched when accumulating)
         fp8_weight_grads(wgrad_rows, gr);
         return;
@@ -346,10 +341,7 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     auto *dyq = L.dyq.in<char>(a.workspace);
     auto *dy_scale = L.dy_scale.in<float>(a.workspace);
     fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{H}, Fp8QuantRowsOperands{dy, dyq, dy_scale, S, stream});
-    auto *w2t_q = L.w2_q.in<char>(a.workspace);
-    auto *w2t_scale = L.w2_scale.in<float>(a.workspace);
-    fp8_quantize_blocks_t(ctx_, Fp8QuantBlocksTSpec{H, I}, w.w_down, E, w2t_q, H, w2t_scale, H / kTile, stream);
-    fp8_group_gemm_nk(ctx_, g.fc2_dgrad, Fp8GemmOperands{dyq, dy_scale, w2t_q, w2t_scale, daw, offsets, S, E, stream});
+    fp8_group_gemm_nk(ctx_, g.fc2_dgrad, Fp8GemmOperands{dyq, dy_scale, wt.w2_q, wt.w2_scale, daw, offsets, S, E, stream});
 
     // The saved g, u back to bf16; the SwiGLU backward writes d_gate_up, d_w_s and (in daw's
     // place) a·w for fc2's weight gradient.
@@ -366,31 +358,22 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     act.d_w_s = d_w_s;
     swiglu_backward(ctx_, act, kernels_.swiglu_backward);
 
-    // d_gate_up's 1x128 tiles over [S, 2I] (split: d_gate's columns, then d_up's) and W_gate_up
-    // quantized per block, transposed to [E, H, 2I] (split: [W_gateᵀ | W_upᵀ]), read before
-    // fc1's dgrad writes dxs into dy's place.
+    // d_gate_up's 1x128 tiles over [S, 2I] (split: d_gate's columns, then d_up's), for fc1's
+    // dgrad with W_gate_upᵀ (wt: [E, H, 2I], split [W_gateᵀ | W_upᵀ]).
     auto *dguq = L.dguq.in<char>(a.workspace);
     auto *dgu_scale = L.dgu_scale.in<float>(a.workspace);
-    auto *w1t_q = L.w1_q.in<char>(a.workspace);
-    auto *w1t_scale = L.w1_scale.in<float>(a.workspace);
     if (merged(d)) {
         fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{2 * I}, Fp8QuantRowsOperands{d_gate_up, dguq, dgu_scale, S, stream});
-        fp8_quantize_blocks_t(ctx_, Fp8QuantBlocksTSpec{2 * I, H}, w.w_gate_up, E, w1t_q, 2 * I, w1t_scale,
-                              2 * I / kTile, stream);
     } else {
         const Fp8QuantRowsLdSpec rows_spec{I};
         fp8_quantize_rows_ld(ctx_, rows_spec, d_gate_up, S, dguq, 2 * I, dgu_scale, 2 * I / kTile, stream);
         fp8_quantize_rows_ld(ctx_, rows_spec, d_gate_up + S * I * 2, S, dguq + I, 2 * I, dgu_scale + I / kTile,
                              2 * I / kTile, stream);
-        const Fp8QuantBlocksTSpec blocks_spec{I, H};
-        fp8_quantize_blocks_t(ctx_, blocks_spec, w.w_gate, E, w1t_q, 2 * I, w1t_scale, 2 * I / kTile, stream);
-        fp8_quantize_blocks_t(ctx_, blocks_spec, w.w_up, E, w1t_q + I, 2 * I, w1t_scale + I / kTile, 2 * I / kTile,
-                              stream);
     }
     // The weight gradients read dy, then x's rows in dy's place.
     fp8_weight_grads(wgrad_rows, gr);
     void *dxs = dy;
-    fp8_group_gemm_nk(ctx_, g.fc1_dgrad, Fp8GemmOperands{dguq, dgu_scale, w1t_q, w1t_scale, dxs, offsets, S, E, stream});
+    fp8_group_gemm_nk(ctx_, g.fc1_dgrad, Fp8GemmOperands{dguq, dgu_scale, wt.w1_q, wt.w1_scale, dxs, offsets, S, E, stream});
     gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
                                            a.d_routing_weights, stream},
                    *kernels_.gather_weights);

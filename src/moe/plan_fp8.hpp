@@ -5,13 +5,13 @@
 // Forward (S = T·k scattered rows; every GEMM's launch bound from S):
 //   routing index, w_s scatter (bf16 plan's kernels);
 //   xq = e4m3 1x128 tiles of x, quantized once per token and written to its k scattered rows;
-//   W_gate_up (split: W_gate, W_up) and W_down quantized per 128x128 block (every call: no
-//   weight cache yet);
+//   W_gate_up (split: W_gate, W_up) and W_down quantized per 128x128 block (on every call, or
+//   once into the caller's weight cache: moe/fp8_weights.hpp);
 //   gate_up = FP8 GEMM(xq, W1q) in bf16 -> saved as e4m3 1x128 tiles + scales;
 //   aw = SwiGLU(gate_up)·w_s (bf16) -> awq (1x128) -> y = FP8 GEMM(awq, W2q) -> weighted gather.
 // Backward:
 //   dy = scatter(dout) (bf16, for the weight gradient) -> dyq (1x128);
-//   daw = FP8 GEMM(dyq, W_downᵀ quantized per block) ; gate_up dequantized from saved;
+//   daw = FP8 GEMM(dyq, W_downᵀ quantized per block, or the cache's) ; gate_up dequantized from saved;
 //   SwiGLU backward (bf16: d_gate_up, d_w_s, aw recomputed);
 //   weight gradients through fp8_weight_grad (Plan::fp8_weight_grads: both operands e4m3 per
 //   128 rows x 1 column, the expert's rows padded to 128-row blocks; dW in weight_grad_dtype);
@@ -27,6 +27,7 @@
 
 #include "fp8/fp8.hpp"
 #include "fp8/fp8_layer_quant.hpp"
+#include "moe/fp8_weights.hpp"
 #include "moe/plan_desc.hpp"
 #include "moe/plan_layout.hpp"
 #include "runtime/kernel_source.hpp"
@@ -50,6 +51,10 @@ struct Fp8LayerSpecs {
 };
 Fp8LayerSpecs fp8_layer_specs(const PlanDesc &desc);
 
+// The weight gradients through the FP8 GEMM (fp8_weight_grad). false: the bf16 GEMMs (LayerGemms),
+// to compare the two; plan creation compiles the bf16 weight-gradient kernels only then.
+inline constexpr bool kFp8WeightGrads = true;
+
 // Every FP8 kernel of the layer (GEMMs and quantizers), for plan creation and warmup.
 std::vector<KernelSource> fp8_layer_sources(const PlanDesc &desc);
 
@@ -64,9 +69,7 @@ struct Fp8Layout {
     Region gate_up_q;      // [S, 2I] e4m3 (split: g rows [S, I] then u rows [S, I])
     Region gate_up_scale;  // [S, 2I/128] fp32 (split: [2S, I/128])
     std::size_t saved_bytes = 0, saved_payload = 0, saved_regions = 0;
-    // both calls: the weights quantized for this call (forward [E, N, K], backward transposed)
-    Region w1_q, w1_scale;  // fc1's: [E, 2I, H] (split: gate's [E, I, H] then up's) / [E, H, 2I]
-    Region w2_q, w2_scale;  // fc2's: [E, H, I] / [E, I, H]
+    // both calls
     Region gate_up;         // [S, 2I] bf16: fc1's output (forward), the dequantized saved (backward)
     // forward
     Region counts, routing;
@@ -82,6 +85,11 @@ struct Fp8Layout {
     Region dguq, dgu_scale; // [S, 2I] e4m3, [S, 2I/128] (split too: d_gate | d_up per row)
     Region d_w_s;           // [S] fp32
     Region wgrad;           // fp8_weight_grad's scratch for its largest call (+ alignment slack)
+    // A call with a weight cache needs the workspace up to here (moejit_plan_cached_workspace_size).
+    std::size_t cached_workspace_bytes = 0;
+    // Last, so that a cache can replace them: the weights as this call quantizes them without a
+    // cache (forward [E, N, K], backward transposed; moe/fp8_weights.hpp).
+    Fp8WeightRegions weights;
     std::size_t workspace_bytes = 0;
 };
 

@@ -63,6 +63,36 @@ BOOST_AUTO_TEST_CASE(desc_init_defaults_to_bf16_and_the_abi_pins_hold) {
     for (std::size_t i = 96; i < sizeof d; ++i) BOOST_TEST(bytes[i] == 0xCD);
 }
 
+// The forward and backward args grew the weight cache in 0.11: the init writes NONE, and an
+// older caller's struct (0.5: 136 / 184 bytes) is read with NONE whatever lies past its size.
+BOOST_AUTO_TEST_CASE(args_grew_the_weight_cache_and_old_sizes_mean_none) {
+    BOOST_TEST(sizeof(moejit_forward_args_t) == 160u);
+    BOOST_TEST(sizeof(moejit_backward_args_t) == 208u);
+    BOOST_TEST(offsetof(moejit_forward_args_t, weight_cache) == 136u);
+    BOOST_TEST(offsetof(moejit_backward_args_t, weight_cache) == 184u);
+    moejit_forward_args_t f;
+    std::memset(&f, 0xAB, sizeof f);
+    BOOST_REQUIRE(moejit_forward_args_init(&f) == MOEJIT_SUCCESS);
+    BOOST_TEST(f.weight_cache == nullptr);
+    BOOST_TEST(f.weight_cache_size == 0u);
+    BOOST_TEST(f.weight_cache_mode == MOEJIT_WEIGHT_CACHE_NONE);
+    BOOST_TEST(f.reserved_0_11 == 0);
+    std::memset(&f, 0xAB, sizeof f);
+    BOOST_REQUIRE(moejit_forward_args_init_sized(&f, 136) == MOEJIT_SUCCESS);
+    const moejit::ForwardArgs fa = moejit::to_internal(moejit::read_struct(&f, "args"));
+    BOOST_TEST(fa.weight_cache.buffer == nullptr);
+    BOOST_TEST(fa.weight_cache.mode == 0);
+    BOOST_TEST(fa.weight_cache.reserved == 0);
+    moejit_backward_args_t b;
+    std::memset(&b, 0xAB, sizeof b);
+    BOOST_REQUIRE(moejit_backward_args_init_sized(&b, 184) == MOEJIT_SUCCESS);
+    const moejit::BackwardArgs ba = moejit::to_internal(moejit::read_struct(&b, "args"));
+    BOOST_TEST(ba.weight_cache.buffer == nullptr);
+    BOOST_TEST(ba.weight_cache.mode == 0);
+    BOOST_REQUIRE(moejit_backward_args_init(&b) == MOEJIT_SUCCESS);  // the unsized init: 152 bytes
+    BOOST_TEST(moejit::to_internal(moejit::read_struct(&b, "args")).weight_cache.mode == 0);
+}
+
 // An old binary's 96-byte struct has no recipe: whatever lies past its size, and in the tail
 // padding it never named, the library reads bf16.
 BOOST_AUTO_TEST_CASE(old_struct_size_gets_bf16) {
@@ -175,9 +205,10 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_every_fp8_layer_kernel_for_sm90a) {
             const std::set<std::int64_t> widths{s.H, s.I, s.layout == MOEJIT_FC1_SPLIT ? s.I : 2 * s.I};
             BOOST_TEST(quant_cols == static_cast<int>(widths.size()));
             for (const std::string &n : names) {
-                // Only the weight gradients run as bf16 GEMMs (same_mn); no bf16 same_nk GEMM.
-                const bool bf16_gemm = n.find("gemm") != std::string::npos && n.rfind("fp8_", 0) != 0;
-                if (bf16_gemm) BOOST_TEST(n.find("_nk") == std::string::npos, n);
+                // Every GEMM is FP8: no bf16 GEMM or split reduction is compiled (kFp8WeightGrads).
+                const bool bf16_gemm = (n.find("gemm") != std::string::npos || n.find("split_reduce") != std::string::npos) &&
+                                       n.rfind("fp8_", 0) != 0;
+                BOOST_TEST(!(moejit::kFp8WeightGrads && bf16_gemm), n << ": a bf16 GEMM kernel in an FP8 plan");
             }
             std::printf("fp8 layer H=%lld I=%lld E=%d k=%d layout %d: %d kernels compiled for sm_90a\n",
                         static_cast<long long>(s.H), static_cast<long long>(s.I), s.E, s.k, s.layout, kernels);
@@ -221,15 +252,120 @@ BOOST_AUTO_TEST_CASE(saved_buffer_is_about_half_and_its_bound_holds) {
                 const std::size_t need = moejit::fp8_weight_grad_workspace_bytes(L.rows, p.num_experts, m, n);
                 BOOST_TEST(L.wgrad.bytes >= (need > 0 ? need + 256 : 0), "T=" << T << " m=" << m << " n=" << n);
             }
+            const moejit::Fp8WeightRegions &W = L.weights;
             for (const moejit::Region &r : {L.dy, L.dyq, L.dy_scale, L.daw, L.d_gate_up, L.dguq, L.dgu_scale, L.d_w_s,
-                                            L.w1_q, L.w1_scale, L.w2_q, L.w2_scale, L.gate_up})
+                                            W.w1_q, W.w1_scale, W.w2_q, W.w2_scale, L.gate_up})
                 BOOST_TEST((r.offset + r.bytes <= L.wgrad.offset || L.wgrad.offset + L.wgrad.bytes <= r.offset),
                            "T=" << T);
-            BOOST_TEST(L.wgrad.offset + L.wgrad.bytes <= L.workspace_bytes);
+            BOOST_TEST(L.wgrad.offset + L.wgrad.bytes <= L.cached_workspace_bytes);
+            // The weights come last, so a call with a weight cache needs only what precedes them.
+            for (const moejit::Region &r : {W.w1_q, W.w1_scale, W.w2_q, W.w2_scale})
+                BOOST_TEST((r.offset >= L.cached_workspace_bytes && r.offset + r.bytes <= L.workspace_bytes), "T=" << T);
+            BOOST_TEST(L.workspace_bytes - L.cached_workspace_bytes >= static_cast<std::size_t>(3 * I * H * p.num_experts));
         }
     }
     // Bad T: named, as every size query.
     const moejit::PlanDesc p = moejit::to_internal(fp8_desc(256, 128, 4, 2));
     BOOST_CHECK_THROW(moejit::Fp8Layout(p, -1), moejit::Error);
     BOOST_CHECK_THROW(moejit::Fp8Layout(p, std::int64_t{1} << 40), moejit::Error);
+}
+
+// The weight cache (moejit_weight_cache_mode_t): its layout, and every refusal of its fields,
+// each before anything runs (the calls check them before asking for a device).
+BOOST_AUTO_TEST_CASE(weight_cache_layout_and_refusals) {
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
+        const moejit::PlanDesc p = moejit::to_internal(fp8_desc(2048, 768, 128, 8, layout));
+        const moejit::Fp8WeightCacheLayout C(p);
+        const std::int64_t weights = 3 * p.intermediate_size * p.hidden_size * p.num_experts;  // e4m3 bytes per layout
+        const std::int64_t scales = 3 * (p.intermediate_size / 128) * (p.hidden_size / 128) * p.num_experts * 4;
+        // Both layouts, each its e4m3 bytes and fp32 block scales, and nothing else but alignment.
+        BOOST_TEST(C.bytes >= static_cast<std::size_t>(2 * (weights + scales)));
+        BOOST_TEST(C.bytes <= static_cast<std::size_t>(2 * (weights + scales) + 8 * 256));
+        std::vector<moejit::Region> all;
+        for (const moejit::Fp8WeightRegions *w : {&C.forward, &C.transposed})
+            for (const moejit::Region &r : {w->w1_q, w->w1_scale, w->w2_q, w->w2_scale}) all.push_back(r);
+        for (std::size_t i = 0; i < all.size(); ++i) {
+            BOOST_TEST(all[i].offset % 256 == 0u);
+            BOOST_TEST(all[i].offset + all[i].bytes <= C.bytes);
+            for (std::size_t j = i + 1; j < all.size(); ++j)
+                BOOST_TEST((all[i].offset + all[i].bytes <= all[j].offset || all[j].offset + all[j].bytes <= all[i].offset));
+        }
+        // The workspace with a cache is the workspace less (at least) one layout of the weights.
+        const moejit::Fp8Layout L(p, 8192);
+        BOOST_TEST(L.workspace_bytes - L.cached_workspace_bytes >= static_cast<std::size_t>(weights + scales));
+    }
+
+    // The calls' refusals, on a plan of a compile-only context (its kernels compile; none runs).
+    CompileOnlyContext ctx("sm_90a");
+    const moejit::PlanDesc p = moejit::to_internal(fp8_desc(256, 128, 4, 2, MOEJIT_FC1_MERGED));
+    moejit::Plan plan(ctx.impl(), p);
+    const std::size_t cache_bytes = plan.weight_cache_bytes();
+    BOOST_TEST(cache_bytes == moejit::Fp8WeightCacheLayout(p).bytes);
+    BOOST_TEST(plan.cached_workspace_bytes(64) < plan.workspace_bytes(64));
+    alignas(256) static unsigned char fake[256];  // never written: every case fails before a launch
+    auto forward = [&](auto change) {
+        moejit::ForwardArgs a;
+        a.num_tokens = 0;  // no tensors needed, but the weights are (FILL reads them at T = 0)
+        a.weights.w_gate_up = fake;
+        a.weights.w_down = fake;
+        a.saved = fake;
+        a.saved_size = plan.saved_bytes(0);
+        a.workspace = fake;
+        a.workspace_size = plan.workspace_bytes(0);
+        a.weight_cache = moejit::WeightCacheArgs{fake, cache_bytes, 1, 0};
+        change(a);
+        try {
+            plan.forward(a);
+        } catch (const moejit::Error &e) {
+            return std::pair{e.status(), std::string(e.what())};
+        }
+        return std::pair{moejit::Status::success, std::string()};
+    };
+    auto refused = [&](auto change, moejit::Status status, const char *names) {
+        const auto [st, message] = forward(change);
+        BOOST_TEST(static_cast<int>(st) == static_cast<int>(status), names << ": " << message);
+        BOOST_TEST(message.find(names) != std::string::npos, message);
+    };
+    using moejit::Status;
+    refused([](moejit::ForwardArgs &a) { a.weight_cache.mode = 3; }, Status::invalid_argument, "args->weight_cache_mode is 3");
+    refused([](moejit::ForwardArgs &a) { a.weight_cache.mode = -1; }, Status::invalid_argument, "MOEJIT_WEIGHT_CACHE_USE (2)");
+    refused([](moejit::ForwardArgs &a) { a.weight_cache.reserved = 7; }, Status::invalid_argument, "args->reserved_0_11");
+    refused([](moejit::ForwardArgs &a) { a.weight_cache.buffer = nullptr; }, Status::invalid_argument, "args->weight_cache is NULL");
+    refused([](moejit::ForwardArgs &a) { a.weight_cache.buffer = fake + 8; }, Status::invalid_argument, "16-byte aligned");
+    refused([&](moejit::ForwardArgs &a) { a.weight_cache.size = cache_bytes - 1; }, Status::invalid_argument,
+            "moejit_plan_weight_cache_size");
+    refused([](moejit::ForwardArgs &a) { a.weights.w_down = nullptr; }, Status::invalid_argument, "args->w_down");
+    // With a cache the workspace may be the smaller size; without, it may not.
+    refused([&](moejit::ForwardArgs &a) { a.workspace_size = plan.cached_workspace_bytes(0) - 1; }, Status::invalid_argument,
+            "moejit_plan_cached_workspace_size");
+    refused([&](moejit::ForwardArgs &a) {
+                a.weight_cache = moejit::WeightCacheArgs{};
+                a.workspace_size = plan.cached_workspace_bytes(0);
+            },
+            Status::invalid_argument, "moejit_plan_workspace_size");
+    // Valid fields get as far as the device (this context has none).
+    refused([&](moejit::ForwardArgs &a) { a.workspace_size = plan.cached_workspace_bytes(0); }, Status::invalid_argument,
+            "compile-only");
+    refused([](moejit::ForwardArgs &a) { a.weight_cache.mode = 2; }, Status::invalid_argument, "compile-only");
+
+    // A bf16 plan refuses the cache, and its size queries say why.
+    moejit::PlanDesc bf16 = p;
+    bf16.recipe = moejit::Recipe::bf16;
+    moejit::Plan bplan(ctx.impl(), bf16);
+    BOOST_CHECK_THROW(bplan.weight_cache_bytes(), moejit::Error);
+    try {
+        bplan.cached_workspace_bytes(8);
+    } catch (const moejit::Error &e) {
+        BOOST_TEST(static_cast<int>(e.status()) == static_cast<int>(moejit::Status::unsupported));
+        BOOST_TEST(std::string(e.what()).find("MOEJIT_RECIPE_FP8_BLOCK plans only") != std::string::npos, e.what());
+    }
+    moejit::BackwardArgs b;
+    b.weight_cache = moejit::WeightCacheArgs{fake, cache_bytes, 2, 0};
+    try {
+        bplan.backward(b);
+        BOOST_TEST(false, "a bf16 plan's backward took a weight cache");
+    } catch (const moejit::Error &e) {
+        BOOST_TEST(static_cast<int>(e.status()) == static_cast<int>(moejit::Status::unsupported));
+        BOOST_TEST(std::string(e.what()).find("MOEJIT_WEIGHT_CACHE_USE") != std::string::npos, e.what());
+    }
 }

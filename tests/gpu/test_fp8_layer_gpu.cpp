@@ -8,8 +8,12 @@
 //     K = 7168 (deepseek-v3's H), split and merged fc1; every output NaN-filled before the calls
 //     and checked written; ||out - ref|| / ||ref|| printed per output and gradient (FP8 e4m3
 //     with block scales: a few 1e-2, the bound checked is 0.1, 0.15 with outliers);
+//   - the weight cache (args->weight_cache): FILL / USE in every order, T = 0 FILL included,
+//     change no bit of any output, run in the smaller cached workspace, and FILL writes every
+//     value of both layouts (the cache NaN-filled first);
 //   - a disabled case, `benchmark` (--run_test=benchmark): FP8 vs bf16 layer forward and
-//     forward + backward time and TFLOP/s on qwen3-30b-a3b, deepseek-v3 and mixtral-8x7b.
+//     forward + backward time and TFLOP/s on qwen3-30b-a3b, deepseek-v3 and mixtral-8x7b, and
+//     FP8 with the weight cache in USE (the micro-batches of one optimizer step).
 // Exits 77 (skipped) without a GPU; prints "skipping" on a device that is not sm_90a.
 #include "gpu_main.hpp"
 #include "fp8_models.hpp"
@@ -23,6 +27,7 @@
 #include "fp8/e4m3.hpp"
 #include "fp8/fp8_layer_quant.hpp"
 #include "layer_args.h"
+#include "moe/fp8_weights.hpp"
 #include "reference_moe.hpp"
 #include "runtime/context.hpp"
 #include "runtime/driver.hpp"
@@ -250,12 +255,28 @@ std::vector<double> merge_fc1(const std::vector<float> &g, const std::vector<flo
     return m;
 }
 
-moejit_plan_t make_plan(const LayerCase &c, moejit_recipe_t recipe) {
+moejit_plan_desc_t case_desc(const LayerCase &c, moejit_recipe_t recipe) {
     moejit_plan_desc_t d;
     layer_desc_init(&d, c.H, c.I, c.E, c.k);
     d.fc1_layout = c.layout;
     d.routing_dtype = MOEJIT_DTYPE_FP32;
     d.recipe = recipe;
+    return d;
+}
+
+PlanDesc to_internal_desc(const LayerCase &c, moejit_recipe_t recipe) {
+    const moejit_plan_desc_t d = case_desc(c, recipe);
+    PlanDesc p;
+    p.dtype = DType::bf16;
+    p.hidden_size = d.hidden_size, p.intermediate_size = d.intermediate_size;
+    p.num_experts = d.num_experts, p.top_k = d.top_k;
+    p.fc1_layout = static_cast<Fc1Layout>(d.fc1_layout);
+    p.recipe = static_cast<Recipe>(d.recipe);
+    return p;
+}
+
+moejit_plan_t make_plan(const LayerCase &c, moejit_recipe_t recipe) {
+    const moejit_plan_desc_t d = case_desc(c, recipe);
     moejit_plan_t plan = nullptr;
     MOEJIT_TEST_OK(moejit_plan_create(gpu_context(), &d, &plan));
     return plan;
@@ -376,6 +397,133 @@ BOOST_AUTO_TEST_CASE(layer_matches_float64) {
     for (const LayerCase &c : cases) run_layer_case(c);
 }
 
+// ---------------------------------------------------------------- the weight cache
+
+namespace {
+
+// One forward + backward of an FP8 plan with the given cache modes; every output downloaded as
+// bytes (the cache must not change a bit: the same quantization feeds the same GEMMs).
+struct Fp8Outputs {
+    std::vector<std::uint8_t> out, dx, drw, dwgu, dwd;
+};
+
+struct CacheCase {
+    const char *name;
+    moejit_weight_cache_mode_t forward, backward;
+    bool fill_at_t0 = false;  // a FILL forward with T = 0 first; both calls then USE
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(weight_cache_changes_no_bit) {
+    if (!hopper()) return;
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_MERGED, MOEJIT_FC1_SPLIT}) {
+        const LayerCase c{layout == MOEJIT_FC1_SPLIT ? "cache split" : "cache merged", 200, 256, 384, 8, 2,
+                          Routing::duplicates, layout};
+        BOOST_TEST_CONTEXT(c.name) {
+            std::mt19937_64 rng = case_rng(c.name);
+            const std::int64_t T = c.T, H = c.H, I = c.I, E = c.E, k = c.k;
+            const bool merged = layout != MOEJIT_FC1_SPLIT;
+            const std::vector<std::int64_t> sel = make_routes(c, rng);
+            std::vector<float> rw(static_cast<std::size_t>(T * k));
+            std::uniform_real_distribution<float> wdist(0.05f, 1.0f);
+            for (float &w : rw) w = wdist(rng);
+            DeviceBuffer d_x = DeviceBuffer::from(random_bf16(static_cast<std::size_t>(T * H), 1.0f, rng));
+            DeviceBuffer d_dout = DeviceBuffer::from(random_bf16(static_cast<std::size_t>(T * H), 1.0f, rng));
+            DeviceBuffer d_sel = DeviceBuffer::from(sel), d_rw = DeviceBuffer::from(rw);
+            const float s1 = 1.0f / std::sqrt(float(H)), s2 = 1.0f / std::sqrt(float(I));
+            DeviceBuffer d_wgu, d_wg, d_wu;
+            if (merged)
+                d_wgu = DeviceBuffer::from(random_bf16(static_cast<std::size_t>(E * 2 * I * H), s1, rng));
+            else
+                d_wg = DeviceBuffer::from(random_bf16(static_cast<std::size_t>(E * I * H), s1, rng)),
+                d_wu = DeviceBuffer::from(random_bf16(static_cast<std::size_t>(E * I * H), s1, rng));
+            DeviceBuffer d_wd = DeviceBuffer::from(random_bf16(static_cast<std::size_t>(E * H * I), s2, rng));
+            moejit_plan_t plan = make_plan(c, MOEJIT_RECIPE_FP8_BLOCK);
+            std::size_t saved_bytes = 0, workspace_bytes = 0, cached_bytes = 0, cache_bytes = 0;
+            MOEJIT_TEST_OK(moejit_plan_saved_size(plan, T, &saved_bytes));
+            MOEJIT_TEST_OK(moejit_plan_workspace_size(plan, T, &workspace_bytes));
+            MOEJIT_TEST_OK(moejit_plan_cached_workspace_size(plan, T, &cached_bytes));
+            MOEJIT_TEST_OK(moejit_plan_weight_cache_size(plan, &cache_bytes));
+            BOOST_TEST(cached_bytes < workspace_bytes);
+            DeviceBuffer cache(cache_bytes);
+            cache.poison();
+
+            auto run = [&](const CacheCase &cc) {
+                const bool uses_cache = cc.forward != MOEJIT_WEIGHT_CACHE_NONE;
+                // A cached call gets exactly the smaller workspace: it must not touch more.
+                DeviceBuffer saved(saved_bytes), workspace(uses_cache ? cached_bytes : workspace_bytes);
+                DeviceBuffer out(static_cast<std::size_t>(T * H) * 2), dx(out.bytes()),
+                    drw(static_cast<std::size_t>(T * k) * 4), dwd(static_cast<std::size_t>(E * H * I) * 2),
+                    dwgu(static_cast<std::size_t>(E * 2 * I * H) * 2);
+                for (DeviceBuffer *b : {&saved, &workspace, &out, &dx, &drw, &dwd, &dwgu}) b->poison();
+                moejit_forward_args_t f;
+                moejit_forward_args_init(&f);
+                f.x = d_x.get(), f.selected_experts = d_sel.get(), f.routing_weights = d_rw.get();
+                f.w_gate = d_wg.get(), f.w_up = d_wu.get(), f.w_gate_up = d_wgu.get(), f.w_down = d_wd.get();
+                f.out = out.get();
+                f.saved = saved.get(), f.saved_size = saved.bytes();
+                f.workspace = workspace.get(), f.workspace_size = workspace.bytes();
+                f.weight_cache = cache.get(), f.weight_cache_size = cache.bytes();
+                if (cc.fill_at_t0) {  // T = 0 fills the cache all the same
+                    f.num_tokens = 0;
+                    f.weight_cache_mode = MOEJIT_WEIGHT_CACHE_FILL;
+                    MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
+                }
+                f.num_tokens = T;
+                f.weight_cache_mode = cc.forward;
+                MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
+                moejit_backward_args_t b;
+                layer_backward_args(&f, &b);
+                b.dout = d_dout.get(), b.dx = dx.get(), b.d_routing_weights = drw.get();
+                b.dw_down = dwd.get();
+                if (merged) b.dw_gate_up = dwgu.get();
+                else b.dw_gate = dwgu.get(), b.dw_up = dwgu.as<char>() + E * I * H * 2;
+                b.weight_cache = cache.get(), b.weight_cache_size = cache.bytes(), b.weight_cache_mode = cc.backward;
+                MOEJIT_TEST_OK(moejit_plan_backward(plan, &b));
+                synchronize();
+                return Fp8Outputs{out.download<std::uint8_t>(), dx.download<std::uint8_t>(), drw.download<std::uint8_t>(),
+                                  dwgu.download<std::uint8_t>(), dwd.download<std::uint8_t>()};
+            };
+            const Fp8Outputs none = run({"none", MOEJIT_WEIGHT_CACHE_NONE, MOEJIT_WEIGHT_CACHE_NONE});
+            for (const CacheCase &cc : {CacheCase{"fill, then use", MOEJIT_WEIGHT_CACHE_FILL, MOEJIT_WEIGHT_CACHE_USE},
+                                        CacheCase{"use, use (the cache as filled above)", MOEJIT_WEIGHT_CACHE_USE,
+                                                  MOEJIT_WEIGHT_CACHE_USE},
+                                        CacheCase{"fill at T = 0, then use, use", MOEJIT_WEIGHT_CACHE_USE,
+                                                  MOEJIT_WEIGHT_CACHE_USE, true},
+                                        CacheCase{"use, fill (backward refills)", MOEJIT_WEIGHT_CACHE_USE,
+                                                  MOEJIT_WEIGHT_CACHE_FILL}}) {
+                if (cc.fill_at_t0) cache.poison();  // nothing but the T = 0 FILL may have written it
+                const Fp8Outputs got = run(cc);
+                BOOST_TEST_CONTEXT(cc.name) {
+                    BOOST_TEST(got.out == none.out, "out differs from the uncached call");
+                    BOOST_TEST(got.dx == none.dx, "dx differs");
+                    BOOST_TEST(got.drw == none.drw, "d_routing_weights differs");
+                    BOOST_TEST(got.dwgu == none.dwgu, "dw_gate_up (split: dw_gate, dw_up) differs");
+                    BOOST_TEST(got.dwd == none.dwd, "dw_down differs");
+                }
+            }
+            // Every value of the cache was written by the FILLs: the poison (0xFF bytes) is NaN as
+            // e4m3 and as fp32, which finite weights never quantize to.
+            const std::vector<std::uint8_t> bytes = cache.download<std::uint8_t>();
+            const Fp8WeightCacheLayout L(to_internal_desc(c, MOEJIT_RECIPE_FP8_BLOCK));
+            std::size_t unwritten = 0;
+            for (const Fp8WeightRegions *w : {&L.forward, &L.transposed}) {
+                for (const Region &r : {w->w1_q, w->w2_q})
+                    for (std::size_t i = r.offset; i < r.offset + r.bytes; ++i) unwritten += (bytes[i] & 0x7F) == 0x7F;
+                for (const Region &r : {w->w1_scale, w->w2_scale})
+                    for (std::size_t i = r.offset; i < r.offset + r.bytes; i += 4) {
+                        float v;
+                        std::memcpy(&v, &bytes[i], 4);
+                        unwritten += !std::isfinite(v);
+                    }
+            }
+            BOOST_TEST(unwritten == 0u, unwritten << " values of the weight cache are NaN (unwritten)");
+            moejit_plan_destroy(plan);
+        }
+    }
+}
+
 // An FP8 plan's experts entry refuses (no FP8 form yet), naming the recipe.
 BOOST_AUTO_TEST_CASE(experts_entry_refuses_fp8) {
     if (!hopper()) return;
@@ -453,6 +601,24 @@ BOOST_AUTO_TEST_CASE(benchmark, *boost::unit_test::disabled()) {
             const int r = recipe == MOEJIT_RECIPE_FP8_BLOCK;
             fwd_ms[r] = time_ms(false);
             step_ms[r] = time_ms(true);
+            if (r) {  // the micro-batches of one optimizer step: the weights quantized once, then USE
+                std::size_t cache_bytes = 0, cached_bytes = 0;
+                MOEJIT_TEST_OK(moejit_plan_weight_cache_size(plan, &cache_bytes));
+                MOEJIT_TEST_OK(moejit_plan_cached_workspace_size(plan, T, &cached_bytes));
+                DeviceBuffer cache(cache_bytes);
+                f.weight_cache = b.weight_cache = cache.get();
+                f.weight_cache_size = b.weight_cache_size = cache.bytes();
+                f.weight_cache_mode = MOEJIT_WEIGHT_CACHE_FILL;
+                MOEJIT_TEST_OK(moejit_plan_forward(plan, &f));
+                f.weight_cache_mode = b.weight_cache_mode = MOEJIT_WEIGHT_CACHE_USE;
+                const double cached_fwd = time_ms(false), cached_step = time_ms(true);
+                std::printf("layer benchmark %s fp8-block, weight cache USE: forward %.3f ms (%.0f TFLOP/s), "
+                            "forward+backward %.3f ms (%.0f TFLOP/s), %.2fx bf16; cache %.1f MiB, workspace %.1f MiB\n",
+                            m.name, cached_fwd, fwd_flop / (cached_fwd * 1e-3) / 1e12, cached_step,
+                            (fwd_flop + bwd_flop) / (cached_step * 1e-3) / 1e12, step_ms[0] / cached_step,
+                            cache_bytes / 1048576.0, cached_bytes / 1048576.0);
+                f.weight_cache_mode = b.weight_cache_mode = MOEJIT_WEIGHT_CACHE_NONE;
+            }
             std::printf("layer benchmark %s T=%lld H=%lld I=%lld E=%lld k=%lld %s: forward %.3f ms (%.0f TFLOP/s), "
                         "forward+backward %.3f ms (%.0f TFLOP/s); saved %.1f MiB, workspace %.1f MiB\n",
                         m.name, (long long)T, (long long)H, (long long)I, (long long)E, (long long)k,

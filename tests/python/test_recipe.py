@@ -35,6 +35,26 @@ def test_recipe_values_and_default(lib):
     assert desc.recipe == 1
 
 
+def test_args_carry_the_weight_cache_and_init_to_none(lib):
+    for cls, offset, size in ((_capi.ForwardArgs, 136, 160), (_capi.BackwardArgs, 184, 208)):
+        fields = [f for f, _ in cls._fields_]
+        assert fields[-4:] == ["weight_cache", "weight_cache_size", "weight_cache_mode",
+                               "reserved_0_11"]
+        if ctypes.sizeof(ctypes.c_void_p) == 8:
+            assert cls.weight_cache.offset == offset and ctypes.sizeof(cls) == size
+        args = _capi.c_init_struct(cls)
+        assert (args.weight_cache, args.weight_cache_size, args.weight_cache_mode) == (None, 0, 0)
+    assert (_capi.WEIGHT_CACHE_NONE, _capi.WEIGHT_CACHE_FILL, _capi.WEIGHT_CACHE_USE) == (0, 1, 2)
+    assert lib.has("moejit_plan_weight_cache_size")
+    assert lib.has("moejit_plan_cached_workspace_size")
+
+
+@pytest.mark.parametrize("bad", ["off", "FILL", "", None, 1])
+def test_unknown_weight_cache_mode_names_the_choices(bad):
+    with pytest.raises(ValueError, match=r"weight_cache_mode is .*expected one of 'none', 'fill', 'use'"):
+        core.weight_cache_mode_code(bad)
+
+
 @pytest.mark.parametrize("bad", ["fp8", "FP8-BLOCK", "", None, 1])
 def test_unknown_recipe_names_the_choices(bad):
     with pytest.raises(ValueError, match=r"recipe must be one of 'bf16', 'fp8-block'"):

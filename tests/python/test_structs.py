@@ -145,9 +145,12 @@ GROWTH_0_5 = {
     # 0.11 appended recipe after naming 0.5's tail padding (96 stays a released size).
     _capi.PlanDesc: (104, {"tokens_hint": 72, "activation_alpha": 80, "weights_transposed": 84,
                            "has_bias": 88, "recipe": 96}, (80, 96)),
-    _capi.ForwardArgs: (136, {"stream": 112, "b_gate_up": 120, "b_down": 128}, (120,)),
-    _capi.BackwardArgs: (184, {"x": 152, "b_down": 160, "db_gate_up": 168, "db_down": 176},
-                         (152, 160)),
+    # 0.11 appended the FP8 weight cache to both args (136 and 184 stay released sizes).
+    _capi.ForwardArgs: (160, {"stream": 112, "b_gate_up": 120, "b_down": 128,
+                              "weight_cache": 136, "weight_cache_mode": 152}, (120, 136)),
+    _capi.BackwardArgs: (208, {"x": 152, "b_down": 160, "db_gate_up": 168, "db_down": 176,
+                               "weight_cache": 184, "weight_cache_mode": 200},
+                         (152, 160, 184)),
 }
 
 

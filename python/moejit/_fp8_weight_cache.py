@@ -1,0 +1,98 @@
+"""The FP8 recipe's weight cache for the PyTorch ops (moejit.torch.fp8_weight_cache; the C
+ABI's args->weight_cache, docs/DESIGN.md §2.9).
+
+Without it every FP8 call quantizes the weights it reads (forward: per 128x128 block; backward:
+transposed). Inside `with moejit.torch.fp8_weight_cache():` the caller promises that no layer's
+weights change, which is what the micro-batches of one optimizer step look like: the first call
+that meets a layer's weights quantizes both layouts into a cache buffer (FILL), every later call
+in the block reads it (USE). When the block ends the buffers are dropped, so the next step
+quantizes its updated weights again.
+
+What the block cannot see is the caller's to avoid: a write through `.data` or from outside
+PyTorch changes the weights without moving their version counter. What it can see, it handles:
+a weight changed in place inside the block (its `_version` moved, e.g. an optimizer step taken
+inside) is quantized again, and weights at a new address or of another tensor are a new
+entry."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Dict, Iterator, Optional, Tuple
+
+import torch
+
+from . import errors
+
+_state = threading.local()
+# How many calls filled and used a cache, since import (tests and benchmarks read it).
+counts = {"fill": 0, "use": 0}
+
+
+class _Entry:
+    """One layer's cache: the buffer and the weights' versions when it was filled."""
+
+    __slots__ = ("buffer", "versions")
+
+    def __init__(self, buffer: torch.Tensor, versions: Tuple) -> None:
+        self.buffer = buffer
+        self.versions = versions
+
+
+def _version(w: torch.Tensor) -> Optional[int]:
+    try:
+        return w._version
+    except RuntimeError:  # an inference tensor keeps no version counter
+        return None
+
+
+@contextlib.contextmanager
+def fp8_weight_cache() -> Iterator[None]:
+    """Keeps each FP8 layer's weights quantized across the calls of this block (this thread).
+    Use it around the micro-batches of one optimizer step, with the optimizer step outside:
+
+        for batches in steps:
+            with moejit.torch.fp8_weight_cache():
+                for micro in batches:
+                    model(micro).loss.backward()
+            optimizer.step()
+
+    The block holds, per layer, a buffer of twice its weights' e4m3 bytes (plus scales) until it
+    ends. bf16 layers are not affected. Blocks do not nest."""
+    if getattr(_state, "entries", None) is not None:
+        raise errors.InvalidArgumentError(
+            "moejit.torch.fp8_weight_cache(): a block is already open on this thread (blocks do "
+            "not nest)")
+    _state.entries = {}
+    try:
+        yield
+    finally:
+        _state.entries = None
+
+
+def active() -> bool:
+    return getattr(_state, "entries", None) is not None
+
+
+def call_cache(plan, weights: Dict[str, torch.Tensor],
+               device: torch.device) -> Tuple[Optional[torch.Tensor], str]:
+    """(buffer, mode) for an FP8 call with these weights ({name: tensor}): (None, "none")
+    outside a block; inside, ("fill") the first time these tensors are met or after one of
+    them changed in place, else ("use")."""
+    entries = getattr(_state, "entries", None)
+    if entries is None:
+        return None, "none"
+    named = sorted((n, w) for n, w in weights.items() if w is not None)
+    key = tuple((n, id(w), w.data_ptr(), tuple(w.shape), w.dtype, w.device) for n, w in named)
+    versions = tuple(_version(w) for _, w in named)
+    entry = entries.get(key)
+    mode = "use"
+    if entry is None:
+        entry = entries[key] = _Entry(
+            torch.empty(plan.weight_cache_size(), dtype=torch.uint8, device=device), versions)
+        mode = "fill"
+    elif entry.versions != versions or None in versions:
+        entry.versions = versions  # changed in place (or untracked): quantize again
+        mode = "fill"
+    counts[mode] += 1
+    return entry.buffer, mode
