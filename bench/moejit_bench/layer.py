@@ -19,12 +19,16 @@ torch._scaled_grouped_mm with row-wise scales, weight gradients in bf16 as moeji
 selected, an 8192^3 e4m3 torch._scaled_mm (row-wise scales) is measured as the FP8 dense ceiling
 beside the bf16 one; each FP8 row records its output's relative difference from the bf16
 grouped_mm layer (out_rel_err_vs_bf16), and the table adds moejit-fp8/moejit,
-moejit-fp8/scaled_grouped_mm and the FP8 rows' fraction of the FP8 ceiling.
+moejit-fp8/scaled_grouped_mm and the FP8 rows' fraction of the FP8 ceiling. moejit-fp8-cached is
+moejit-fp8 timed inside moejit.torch.fp8_weight_cache(): the weights quantized once (the first
+warm-up call), as across the micro-batches of one optimizer step; moejit-fp8 quantizes them on
+every call, as a step without gradient accumulation does.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import json
@@ -66,7 +70,7 @@ IMPLS = ("moejit", "grouped_mm", "eager")
 # autograd.Function without the custom-op dispatch (the binding before torch.ops.moejit).
 EXTRA_IMPLS = ("moejit-compile", "moejit-direct")
 # FP8 (opt-in): moejit's fp8-block recipe and the torch._scaled_grouped_mm row-wise peer.
-FP8_IMPLS = ("moejit-fp8", "scaled_grouped_mm")
+FP8_IMPLS = ("moejit-fp8", "moejit-fp8-cached", "scaled_grouped_mm")
 # Optional peers (moejit_bench/peers_fast.py): skipped with the reason when not installed.
 PEER_IMPLS = ("sonicmoe", "sonicmoe-tuned", "quack", "quack-tuned")  # = peers_fast.PEER_IMPLS
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
@@ -133,7 +137,7 @@ def moejit_compile_layer(x, sel, rw, **kwargs):
 
 LAYERS = ({"moejit": moejit_layer, "grouped_mm": grouped_mm_layer, "eager": eager_loop_layer,
            "moejit-compile": moejit_compile_layer, "moejit-direct": moejit_direct_layer,
-           "moejit-fp8": moejit_fp8_layer,
+           "moejit-fp8": moejit_fp8_layer, "moejit-fp8-cached": moejit_fp8_layer,
            "scaled_grouped_mm": peers_fp8.scaled_grouped_mm_layer}
           if torch is not None else {})
 
@@ -253,8 +257,9 @@ def run_shape(name, dims, args, dtype, dense_tflops,
                 r = peers_fast.run_peer(impl, args.peer_status, ref, x, sel, rw, weights, dout,
                                         limit, timer)
             else:
-                r = bench_impl(impl, x, sel, rw, weights, dout, limit, args.warmup, args.reps,
-                               args.eager_budget)
+                with _weight_cache_block(impl):
+                    r = bench_impl(impl, x, sel, rw, weights, dout, limit, args.warmup,
+                                   args.reps, args.eager_budget)
             if "fwd_ms" in r:
                 r["fwd_tflops"] = flops_fwd / (r["fwd_ms"] * 1e-3) / 1e12
                 r["fwd_bwd_tflops"] = (flops_fwd + flops_bwd) / (r["fwd_bwd_ms"] * 1e-3) / 1e12
@@ -311,9 +316,20 @@ def fp8_rel_err(layer, x, sel, rw, weights, limit) -> Optional[float]:
         return None
 
 
+def _weight_cache_block(impl: str):
+    """moejit-fp8-cached runs inside one fp8_weight_cache() block: the weights do not change
+    between the timed calls, so only the first quantizes them."""
+    if impl != "moejit-fp8-cached":
+        return contextlib.nullcontext()
+    import moejit.torch as mt
+    return mt.fp8_weight_cache()
+
+
 # (ratio key suffix, numerator impl, denominator impl), the FP8 ratios of a shape's record
 FP8_RATIOS = (("moejit-fp8_vs_moejit", "moejit-fp8", "moejit"),
-              ("moejit-fp8_vs_scaled_grouped_mm", "moejit-fp8", "scaled_grouped_mm"))
+              ("moejit-fp8_vs_scaled_grouped_mm", "moejit-fp8", "scaled_grouped_mm"),
+              ("moejit-fp8-cached_vs_moejit", "moejit-fp8-cached", "moejit"),
+              ("moejit-fp8-cached_vs_scaled_grouped_mm", "moejit-fp8-cached", "scaled_grouped_mm"))
 
 
 def fp8_ratios(record) -> None:

@@ -30,8 +30,12 @@ def rel(a, b):
 def test_impls_parse_and_registry():
     args = bench.parse_args(["--impls", "moejit,moejit-fp8,scaled_grouped_mm"])
     assert args.impls == ["moejit", "moejit-fp8", "scaled_grouped_mm"]
-    assert set(bench.FP8_IMPLS) == {"moejit-fp8", "scaled_grouped_mm"}
+    assert set(bench.FP8_IMPLS) == {"moejit-fp8", "moejit-fp8-cached", "scaled_grouped_mm"}
     assert bench.LAYERS["moejit-fp8"] is bench.moejit_fp8_layer
+    # the cached row is the same layer, timed inside one fp8_weight_cache() block
+    assert bench.LAYERS["moejit-fp8-cached"] is bench.moejit_fp8_layer
+    assert type(bench._weight_cache_block("moejit-fp8")).__name__ == "nullcontext"
+    assert "moejit-fp8-cached" not in bench.IMPLS
     assert bench.LAYERS["scaled_grouped_mm"] is peers_fp8.scaled_grouped_mm_layer
     assert "moejit-fp8" not in bench.IMPLS  # opt-in: the default run is unchanged
     with pytest.raises(SystemExit):
@@ -98,7 +102,7 @@ def test_table_with_fp8():
 def test_table_without_fp8_is_unchanged():
     rec = synthetic_record()
     for impl in bench.FP8_IMPLS:
-        del rec["impls"][impl]
+        rec["impls"].pop(impl, None)
     rec = {k: v for k, v in rec.items() if not k.startswith("ratio_")}
     table = bench.format_table([rec], 800.0)
     assert "FP8" not in table and "fp8" not in table
