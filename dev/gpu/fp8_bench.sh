@@ -17,7 +17,7 @@ timeout 120 python3 -m pytest -q tests/python/test_bench_fp8.py -rs >"$out/test_
 echo "test_bench_fp8 rc=$?"; tail -3 "$out/test_bench_fp8.log"
 # shellcheck disable=SC2086  # ARGS is a list of options
 timeout "${LIMIT:-480}" python3 -m moejit_bench --shapes "${SHAPES:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b}" \
-    --impls moejit,moejit-fp8,grouped_mm,scaled_grouped_mm ${ARGS:---quick} \
+    --impls moejit,moejit-fp8,moejit-fp8-cached,grouped_mm,scaled_grouped_mm ${ARGS:---quick} \
     --json "$out/fp8_bench.json" >"$out/fp8_bench.txt" 2>"$out/fp8_bench.log"
 rc=$?
 echo "moejit_bench rc=$rc"; grep -E "dense|peer|error|Error" "$out/fp8_bench.log" | head -20; cat "$out/fp8_bench.txt"

@@ -41,7 +41,7 @@ bench() {  # bench NAME LIMIT COMMAND...
 cap() { local l; l=$(left "$1"); [ "$l" -lt "$2" ] && echo "$l" || echo "$2"; }  # cap RESERVE MAX
 # In order of what the issues need most; each keeps RESERVE seconds for the steps after it.
 bench fp8_layer_bench $(cap 130 120) python3 -m moejit_bench --shapes "${FP8_SHAPES:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b}" \
-  --impls moejit,moejit-fp8,grouped_mm,scaled_grouped_mm --quick --json "$out/fp8_bench.json"
+  --impls moejit,moejit-fp8,moejit-fp8-cached,grouped_mm,scaled_grouped_mm --quick --json "$out/fp8_bench.json"
 bench fp8_train_curve $(cap 50 90) python3 dev/fp8_train_curve.py --json "$out/fp8_train_curve.json"
 bench cold_start $(cap 20 50) python3 dev/gpu/cold_start.py --shapes "${COLD_SHAPES:-qwen3-30b-a3b,deepseek-v3}" --tokens 8192 --json "$out/cold_start.json"
 bench bench_fp8_gemm $(cap 10 25) "$b/tests/test_gpu_fp8" --run_test=benchmark --report_level=short
