@@ -120,19 +120,57 @@ PlanDesc to_internal(const moejit_plan_desc_t &d) {
     return p;
 }
 
+namespace {
+
+// The field groups several C structs share under the same names, copied by one piece each (a
+// field missing from either side does not compile).
+
+// The experts' parameters; only the forwards have b_gate_up (the backward does not read it).
+template <class C> ExpertWeights weights_of(const C &a) {
+    ExpertWeights w{a.w_gate, a.w_up, a.w_gate_up, a.w_down, nullptr, a.b_down};
+    if constexpr (requires { a.b_gate_up; }) w.b_gate_up = a.b_gate_up;
+    return w;
+}
+template <class C> ExpertGrads grads_of(const C &a) {
+    return ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
+}
+
+// A plan call's caller-provided buffers and stream.
+template <class Args, class C> void copy_call_buffers(Args &to, const C &a) {
+    to.saved = a.saved;
+    to.saved_size = a.saved_size;
+    to.workspace = a.workspace;
+    to.workspace_size = a.workspace_size;
+    to.stream = a.stream;
+}
+
+// What both standalone grouped GEMMs take; the shape fields are each one's own.
+template <class Args, class C> Args group_gemm_args(const C &a) {
+    Args g;
+    g.dtype = to_internal(a.dtype);
+    g.c_dtype = to_internal(a.c_dtype);
+    g.rows = a.rows;
+    g.num_experts = a.num_experts;
+    g.accumulate = a.accumulate;
+    g.a = a.a;
+    g.b = a.b;
+    g.c = a.c;
+    g.offsets = a.offsets;
+    g.stream = a.stream;
+    return g;
+}
+
+}  // namespace
+
 ForwardArgs to_internal(const moejit_forward_args_t &a) {
     ForwardArgs f;
     f.num_tokens = a.num_tokens;
     f.x = a.x;
     f.selected_experts = a.selected_experts;
     f.routing_weights = a.routing_weights;
-    f.weights = ExpertWeights{a.w_gate, a.w_up, a.w_gate_up, a.w_down, a.b_gate_up, a.b_down};
+    f.weights = weights_of(a);
     f.out = a.out;
-    f.saved = a.saved;
-    f.saved_size = a.saved_size;
-    f.workspace = a.workspace;
-    f.workspace_size = a.workspace_size;
-    f.stream = a.stream;
+    copy_call_buffers(f, a);
     return f;
 }
 
@@ -141,16 +179,12 @@ BackwardArgs to_internal(const moejit_backward_args_t &a) {
     b.num_tokens = a.num_tokens;
     b.dout = a.dout;
     b.routing_weights = a.routing_weights;
-    b.weights = ExpertWeights{a.w_gate, a.w_up, a.w_gate_up, a.w_down, nullptr, a.b_down};
-    b.saved = a.saved;
-    b.saved_size = a.saved_size;
+    b.weights = weights_of(a);
     b.dx = a.dx;
     b.d_routing_weights = a.d_routing_weights;
-    b.grads = ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
-    b.workspace = a.workspace;
-    b.workspace_size = a.workspace_size;
-    b.stream = a.stream;
+    b.grads = grads_of(a);
     b.x = a.x;
+    copy_call_buffers(b, a);
     return b;
 }
 
@@ -160,13 +194,9 @@ ExpertsForwardArgs to_internal(const moejit_experts_forward_args_t &a) {
     f.xs = a.xs;
     f.expert_offsets = a.expert_offsets;
     f.row_weights = a.row_weights;
-    f.weights = ExpertWeights{a.w_gate, a.w_up, a.w_gate_up, a.w_down, a.b_gate_up, a.b_down};
+    f.weights = weights_of(a);
     f.ys = a.ys;
-    f.saved = a.saved;
-    f.saved_size = a.saved_size;
-    f.workspace = a.workspace;
-    f.workspace_size = a.workspace_size;
-    f.stream = a.stream;
+    copy_call_buffers(f, a);
     return f;
 }
 
@@ -177,50 +207,26 @@ ExpertsBackwardArgs to_internal(const moejit_experts_backward_args_t &a) {
     b.expert_offsets = a.expert_offsets;
     b.row_weights = a.row_weights;
     b.dys = a.dys;
-    b.weights = ExpertWeights{a.w_gate, a.w_up, a.w_gate_up, a.w_down, nullptr, a.b_down};
-    b.saved = a.saved;
-    b.saved_size = a.saved_size;
+    b.weights = weights_of(a);
     b.dxs = a.dxs;
     b.d_row_weights = a.d_row_weights;
-    b.grads = ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
-    b.workspace = a.workspace;
-    b.workspace_size = a.workspace_size;
-    b.stream = a.stream;
+    b.grads = grads_of(a);
+    copy_call_buffers(b, a);
     return b;
 }
 
 GroupGemmNkArgs to_internal(const moejit_group_gemm_nk_args_t &a) {
-    GroupGemmNkArgs g;
-    g.dtype = to_internal(a.dtype);
-    g.c_dtype = to_internal(a.c_dtype);
-    g.rows = a.rows;
+    GroupGemmNkArgs g = group_gemm_args<GroupGemmNkArgs>(a);
     g.n = a.n;
     g.k = a.k;
-    g.num_experts = a.num_experts;
     g.b_transposed = a.b_transposed;
-    g.accumulate = a.accumulate;
-    g.a = a.a;
-    g.b = a.b;
-    g.c = a.c;
-    g.offsets = a.offsets;
-    g.stream = a.stream;
     return g;
 }
 
 GroupGemmMnArgs to_internal(const moejit_group_gemm_mn_args_t &a) {
-    GroupGemmMnArgs g;
-    g.dtype = to_internal(a.dtype);
-    g.c_dtype = to_internal(a.c_dtype);
-    g.rows = a.rows;
+    GroupGemmMnArgs g = group_gemm_args<GroupGemmMnArgs>(a);
     g.m = a.m;
     g.n = a.n;
-    g.num_experts = a.num_experts;
-    g.accumulate = a.accumulate;
-    g.a = a.a;
-    g.b = a.b;
-    g.c = a.c;
-    g.offsets = a.offsets;
-    g.stream = a.stream;
     return g;
 }
 
