@@ -162,55 +162,34 @@ template <class Args, class C> Args group_gemm_args(const C &a) {
 
 }  // namespace
 
+// Designated initializers: each name is checked against the library's struct, and the fields
+// left out (the shared groups) are filled in after.
 ForwardArgs to_internal(const moejit_forward_args_t &a) {
-    ForwardArgs f;
-    f.num_tokens = a.num_tokens;
-    f.x = a.x;
-    f.selected_experts = a.selected_experts;
-    f.routing_weights = a.routing_weights;
-    f.weights = weights_of(a);
-    f.out = a.out;
+    ForwardArgs f{.num_tokens = a.num_tokens, .x = a.x, .selected_experts = a.selected_experts,
+                  .routing_weights = a.routing_weights, .weights = weights_of(a), .out = a.out};
     copy_call_buffers(f, a);
     return f;
 }
 
 BackwardArgs to_internal(const moejit_backward_args_t &a) {
-    BackwardArgs b;
-    b.num_tokens = a.num_tokens;
-    b.dout = a.dout;
-    b.routing_weights = a.routing_weights;
-    b.weights = weights_of(a);
-    b.dx = a.dx;
-    b.d_routing_weights = a.d_routing_weights;
-    b.grads = grads_of(a);
-    b.x = a.x;
+    BackwardArgs b{.num_tokens = a.num_tokens, .dout = a.dout, .routing_weights = a.routing_weights,
+                   .weights = weights_of(a), .dx = a.dx, .d_routing_weights = a.d_routing_weights,
+                   .grads = grads_of(a), .x = a.x};
     copy_call_buffers(b, a);
     return b;
 }
 
 ExpertsForwardArgs to_internal(const moejit_experts_forward_args_t &a) {
-    ExpertsForwardArgs f;
-    f.num_rows = a.num_rows;
-    f.xs = a.xs;
-    f.expert_offsets = a.expert_offsets;
-    f.row_weights = a.row_weights;
-    f.weights = weights_of(a);
-    f.ys = a.ys;
+    ExpertsForwardArgs f{.num_rows = a.num_rows, .xs = a.xs, .expert_offsets = a.expert_offsets,
+                         .row_weights = a.row_weights, .weights = weights_of(a), .ys = a.ys};
     copy_call_buffers(f, a);
     return f;
 }
 
 ExpertsBackwardArgs to_internal(const moejit_experts_backward_args_t &a) {
-    ExpertsBackwardArgs b;
-    b.num_rows = a.num_rows;
-    b.xs = a.xs;
-    b.expert_offsets = a.expert_offsets;
-    b.row_weights = a.row_weights;
-    b.dys = a.dys;
-    b.weights = weights_of(a);
-    b.dxs = a.dxs;
-    b.d_row_weights = a.d_row_weights;
-    b.grads = grads_of(a);
+    ExpertsBackwardArgs b{.num_rows = a.num_rows, .xs = a.xs, .expert_offsets = a.expert_offsets,
+                          .row_weights = a.row_weights, .dys = a.dys, .weights = weights_of(a), .dxs = a.dxs,
+                          .d_row_weights = a.d_row_weights, .grads = grads_of(a)};
     copy_call_buffers(b, a);
     return b;
 }
