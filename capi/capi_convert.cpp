@@ -135,13 +135,14 @@ template <class C> ExpertGrads grads_of(const C &a) {
     return ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
 }
 
-// A plan call's caller-provided buffers and stream.
-template <class Args, class C> void copy_call_buffers(Args &to, const C &a) {
+// `to` with a plan call's caller-provided buffers and stream.
+template <class Args, class C> Args with_call_buffers(Args to, const C &a) {
     to.saved = a.saved;
     to.saved_size = a.saved_size;
     to.workspace = a.workspace;
     to.workspace_size = a.workspace_size;
     to.stream = a.stream;
+    return to;
 }
 
 // What both standalone grouped GEMMs take; the shape fields are each one's own.
@@ -162,36 +163,39 @@ template <class Args, class C> Args group_gemm_args(const C &a) {
 
 }  // namespace
 
-// Designated initializers: each name is checked against the library's struct, and the fields
-// left out (the shared groups) are filled in after.
+// Designated initializers: each name is checked against the library's struct; the buffers and
+// stream are filled in after.
 ForwardArgs to_internal(const moejit_forward_args_t &a) {
-    ForwardArgs f{.num_tokens = a.num_tokens, .x = a.x, .selected_experts = a.selected_experts,
-                  .routing_weights = a.routing_weights, .weights = weights_of(a), .out = a.out};
-    copy_call_buffers(f, a);
-    return f;
+    return with_call_buffers(ForwardArgs{.num_tokens = a.num_tokens, .x = a.x,
+                                         .selected_experts = a.selected_experts,
+                                         .routing_weights = a.routing_weights, .weights = weights_of(a),
+                                         .out = a.out},
+                             a);
 }
 
 BackwardArgs to_internal(const moejit_backward_args_t &a) {
-    BackwardArgs b{.num_tokens = a.num_tokens, .dout = a.dout, .routing_weights = a.routing_weights,
-                   .weights = weights_of(a), .dx = a.dx, .d_routing_weights = a.d_routing_weights,
-                   .grads = grads_of(a), .x = a.x};
-    copy_call_buffers(b, a);
-    return b;
+    return with_call_buffers(BackwardArgs{.num_tokens = a.num_tokens, .dout = a.dout,
+                                          .routing_weights = a.routing_weights, .weights = weights_of(a),
+                                          .dx = a.dx, .d_routing_weights = a.d_routing_weights,
+                                          .grads = grads_of(a), .x = a.x},
+                             a);
 }
 
 ExpertsForwardArgs to_internal(const moejit_experts_forward_args_t &a) {
-    ExpertsForwardArgs f{.num_rows = a.num_rows, .xs = a.xs, .expert_offsets = a.expert_offsets,
-                         .row_weights = a.row_weights, .weights = weights_of(a), .ys = a.ys};
-    copy_call_buffers(f, a);
-    return f;
+    return with_call_buffers(ExpertsForwardArgs{.num_rows = a.num_rows, .xs = a.xs,
+                                                .expert_offsets = a.expert_offsets,
+                                                .row_weights = a.row_weights, .weights = weights_of(a),
+                                                .ys = a.ys},
+                             a);
 }
 
 ExpertsBackwardArgs to_internal(const moejit_experts_backward_args_t &a) {
-    ExpertsBackwardArgs b{.num_rows = a.num_rows, .xs = a.xs, .expert_offsets = a.expert_offsets,
-                          .row_weights = a.row_weights, .dys = a.dys, .weights = weights_of(a), .dxs = a.dxs,
-                          .d_row_weights = a.d_row_weights, .grads = grads_of(a)};
-    copy_call_buffers(b, a);
-    return b;
+    return with_call_buffers(ExpertsBackwardArgs{.num_rows = a.num_rows, .xs = a.xs,
+                                                 .expert_offsets = a.expert_offsets,
+                                                 .row_weights = a.row_weights, .dys = a.dys,
+                                                 .weights = weights_of(a), .dxs = a.dxs,
+                                                 .d_row_weights = a.d_row_weights, .grads = grads_of(a)},
+                             a);
 }
 
 GroupGemmNkArgs to_internal(const moejit_group_gemm_nk_args_t &a) {

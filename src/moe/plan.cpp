@@ -265,7 +265,8 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
 
     // The SwiGLU backward reads d(a·w) and writes a·w, recomputed from the saved g and u, in
     // its place (each element by the thread that read it): the forward keeps no a·w.
-    const SwigluBackwardArgs act = plan_swiglu_backward_args(d, S, r.gate_up, r.w_s, r.daw, r.d_gate_up, r.d_w_s, r.stream);
+    const SwigluBackwardArgs act =
+        plan_swiglu_backward_args(d, S, r.gate_up, r.w_s, r.daw, r.d_gate_up, r.d_w_s, r.stream);
     if (S > 0) swiglu_backward(ctx_, act, kernels_.swiglu_backward);
     gemms.fc2_wgrad(r.dy, r.daw, g.dw_down);
     if (has_bias(d)) {
