@@ -120,86 +120,43 @@ PlanDesc to_internal(const moejit_plan_desc_t &d) {
     return p;
 }
 
-ForwardArgs to_internal(const moejit_forward_args_t &a) {
-    ForwardArgs f;
-    f.num_tokens = a.num_tokens;
-    f.x = a.x;
-    f.selected_experts = a.selected_experts;
-    f.routing_weights = a.routing_weights;
-    f.weights = ExpertWeights{a.w_gate, a.w_up, a.w_gate_up, a.w_down, a.b_gate_up, a.b_down};
-    f.out = a.out;
-    f.saved = a.saved;
-    f.saved_size = a.saved_size;
-    f.workspace = a.workspace;
-    f.workspace_size = a.workspace_size;
-    f.stream = a.stream;
-    f.weight_cache = WeightCacheArgs{a.weight_cache, a.weight_cache_size, a.weight_cache_mode, a.reserved_0_11};
-    return f;
+namespace {
+
+// The field groups several C structs share under the same names, copied by one piece each (a
+// field missing from either side does not compile).
+
+// The experts' parameters; only the forwards have b_gate_up (the backward does not read it).
+template <class C> ExpertWeights weights_of(const C &a) {
+    ExpertWeights w{a.w_gate, a.w_up, a.w_gate_up, a.w_down, nullptr, a.b_down};
+    if constexpr (requires { a.b_gate_up; }) w.b_gate_up = a.b_gate_up;
+    return w;
+}
+template <class C> ExpertGrads grads_of(const C &a) {
+    return ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
 }
 
-BackwardArgs to_internal(const moejit_backward_args_t &a) {
-    BackwardArgs b;
-    b.num_tokens = a.num_tokens;
-    b.dout = a.dout;
-    b.routing_weights = a.routing_weights;
-    b.weights = ExpertWeights{a.w_gate, a.w_up, a.w_gate_up, a.w_down, nullptr, a.b_down};
-    b.saved = a.saved;
-    b.saved_size = a.saved_size;
-    b.dx = a.dx;
-    b.d_routing_weights = a.d_routing_weights;
-    b.grads = ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
-    b.workspace = a.workspace;
-    b.workspace_size = a.workspace_size;
-    b.stream = a.stream;
-    b.x = a.x;
-    b.weight_cache = WeightCacheArgs{a.weight_cache, a.weight_cache_size, a.weight_cache_mode, a.reserved_0_11};
-    return b;
+// The FP8 weight cache of a layer call (since 0.11).
+template <class C> WeightCacheArgs weight_cache_of(const C &a) {
+    return WeightCacheArgs{a.weight_cache, a.weight_cache_size, a.weight_cache_mode, a.reserved_0_11};
 }
 
-ExpertsForwardArgs to_internal(const moejit_experts_forward_args_t &a) {
-    ExpertsForwardArgs f;
-    f.num_rows = a.num_rows;
-    f.xs = a.xs;
-    f.expert_offsets = a.expert_offsets;
-    f.row_weights = a.row_weights;
-    f.weights = ExpertWeights{a.w_gate, a.w_up, a.w_gate_up, a.w_down, a.b_gate_up, a.b_down};
-    f.ys = a.ys;
-    f.saved = a.saved;
-    f.saved_size = a.saved_size;
-    f.workspace = a.workspace;
-    f.workspace_size = a.workspace_size;
-    f.stream = a.stream;
-    return f;
+// `to` with a plan call's caller-provided buffers and stream.
+template <class Args, class C> Args with_call_buffers(Args to, const C &a) {
+    to.saved = a.saved;
+    to.saved_size = a.saved_size;
+    to.workspace = a.workspace;
+    to.workspace_size = a.workspace_size;
+    to.stream = a.stream;
+    return to;
 }
 
-ExpertsBackwardArgs to_internal(const moejit_experts_backward_args_t &a) {
-    ExpertsBackwardArgs b;
-    b.num_rows = a.num_rows;
-    b.xs = a.xs;
-    b.expert_offsets = a.expert_offsets;
-    b.row_weights = a.row_weights;
-    b.dys = a.dys;
-    b.weights = ExpertWeights{a.w_gate, a.w_up, a.w_gate_up, a.w_down, nullptr, a.b_down};
-    b.saved = a.saved;
-    b.saved_size = a.saved_size;
-    b.dxs = a.dxs;
-    b.d_row_weights = a.d_row_weights;
-    b.grads = ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
-    b.workspace = a.workspace;
-    b.workspace_size = a.workspace_size;
-    b.stream = a.stream;
-    return b;
-}
-
-GroupGemmNkArgs to_internal(const moejit_group_gemm_nk_args_t &a) {
-    GroupGemmNkArgs g;
+// What both standalone grouped GEMMs take; the shape fields are each one's own.
+template <class Args, class C> Args group_gemm_args(const C &a) {
+    Args g;
     g.dtype = to_internal(a.dtype);
     g.c_dtype = to_internal(a.c_dtype);
     g.rows = a.rows;
-    g.n = a.n;
-    g.k = a.k;
     g.num_experts = a.num_experts;
-    g.b_transposed = a.b_transposed;
     g.accumulate = a.accumulate;
     g.a = a.a;
     g.b = a.b;
@@ -209,20 +166,56 @@ GroupGemmNkArgs to_internal(const moejit_group_gemm_nk_args_t &a) {
     return g;
 }
 
+}  // namespace
+
+// Designated initializers: each name is checked against the library's struct; the buffers and
+// stream are filled in after.
+ForwardArgs to_internal(const moejit_forward_args_t &a) {
+    return with_call_buffers(ForwardArgs{.num_tokens = a.num_tokens, .x = a.x,
+                                         .selected_experts = a.selected_experts,
+                                         .routing_weights = a.routing_weights, .weights = weights_of(a),
+                                         .out = a.out, .weight_cache = weight_cache_of(a)},
+                             a);
+}
+
+BackwardArgs to_internal(const moejit_backward_args_t &a) {
+    return with_call_buffers(BackwardArgs{.num_tokens = a.num_tokens, .dout = a.dout,
+                                          .routing_weights = a.routing_weights, .weights = weights_of(a),
+                                          .dx = a.dx, .d_routing_weights = a.d_routing_weights,
+                                          .grads = grads_of(a), .x = a.x,
+                                          .weight_cache = weight_cache_of(a)},
+                             a);
+}
+
+ExpertsForwardArgs to_internal(const moejit_experts_forward_args_t &a) {
+    return with_call_buffers(ExpertsForwardArgs{.num_rows = a.num_rows, .xs = a.xs,
+                                                .expert_offsets = a.expert_offsets,
+                                                .row_weights = a.row_weights, .weights = weights_of(a),
+                                                .ys = a.ys},
+                             a);
+}
+
+ExpertsBackwardArgs to_internal(const moejit_experts_backward_args_t &a) {
+    return with_call_buffers(ExpertsBackwardArgs{.num_rows = a.num_rows, .xs = a.xs,
+                                                 .expert_offsets = a.expert_offsets,
+                                                 .row_weights = a.row_weights, .dys = a.dys,
+                                                 .weights = weights_of(a), .dxs = a.dxs,
+                                                 .d_row_weights = a.d_row_weights, .grads = grads_of(a)},
+                             a);
+}
+
+GroupGemmNkArgs to_internal(const moejit_group_gemm_nk_args_t &a) {
+    GroupGemmNkArgs g = group_gemm_args<GroupGemmNkArgs>(a);
+    g.n = a.n;
+    g.k = a.k;
+    g.b_transposed = a.b_transposed;
+    return g;
+}
+
 GroupGemmMnArgs to_internal(const moejit_group_gemm_mn_args_t &a) {
-    GroupGemmMnArgs g;
-    g.dtype = to_internal(a.dtype);
-    g.c_dtype = to_internal(a.c_dtype);
-    g.rows = a.rows;
+    GroupGemmMnArgs g = group_gemm_args<GroupGemmMnArgs>(a);
     g.m = a.m;
     g.n = a.n;
-    g.num_experts = a.num_experts;
-    g.accumulate = a.accumulate;
-    g.a = a.a;
-    g.b = a.b;
-    g.c = a.c;
-    g.offsets = a.offsets;
-    g.stream = a.stream;
     return g;
 }
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "fp8/fp8.hpp"
+#include "fp8/fp8_launch_common.hpp"
 #include "gemm/gemm_common.hpp"
 #include "gemm/group_gemm_sm90.hpp"
 #include "gemm/tile_schedule.hpp"
@@ -12,42 +13,33 @@ namespace {
 
 constexpr int kQuantThreads = 256;
 
-template <class Spec, class Ops> void require(const Context &ctx, const Spec &spec, const Ops &ops) {
-    if (auto r = can_implement(ctx.arch(), spec, &ops)) throw Error(r->status, r->message);
-}
-
-// Enough CTAs to fill every SM `per_sm` times, at most one per work item.
-std::uint32_t grid_for(const Context &ctx, std::int64_t items, int per_sm) {
-    return static_cast<std::uint32_t>(std::min<std::int64_t>(items, std::int64_t{per_sm} * std::max(ctx.sm_count(), 1)));
-}
-
 }  // namespace
 
 void fp8_quantize_rows(Context &ctx, const Fp8QuantRowsSpec &spec, const Fp8QuantRowsOperands &ops) {
-    require(ctx, spec, ops);
+    require_implementable(ctx, spec, ops);
     ctx.require_device("fp8_quantize_rows");
     if (ops.rows == 0) return;
     const Kernel &kernel = ctx.kernel(render_fp8_quant_rows(spec));
     const std::int64_t tiles = ops.rows * ((spec.k + 127) / 128);  // one warp each
     LaunchShape shape;
-    shape.grid_x = grid_for(ctx, (tiles + kQuantThreads / 32 - 1) / (kQuantThreads / 32), 16);
+    shape.grid_x = fp8_grid_for(ctx, (tiles + kQuantThreads / 32 - 1) / (kQuantThreads / 32), 16);
     shape.block_x = kQuantThreads;
     ctx.launch(kernel, shape, ops.stream, kargs::Fp8QuantRowsArgs{ops.x, ops.q, ops.scales, ops.rows});
 }
 
 void fp8_quantize_blocks(Context &ctx, const Fp8QuantBlocksSpec &spec, const Fp8QuantBlocksOperands &ops) {
-    require(ctx, spec, ops);
+    require_implementable(ctx, spec, ops);
     ctx.require_device("fp8_quantize_blocks");
     const Kernel &kernel = ctx.kernel(render_fp8_quant_blocks(spec));
     const std::int64_t blocks = std::int64_t{ops.num_experts} * ((spec.n + 127) / 128) * ((spec.k + 127) / 128);
     LaunchShape shape;
-    shape.grid_x = grid_for(ctx, blocks, 8);
+    shape.grid_x = fp8_grid_for(ctx, blocks, 8);
     shape.block_x = 256;
     ctx.launch(kernel, shape, ops.stream, kargs::Fp8QuantBlocksArgs{ops.w, ops.q, ops.scales, ops.num_experts});
 }
 
 void fp8_group_gemm_nk(Context &ctx, const Fp8GemmSpec &requested, const Fp8GemmOperands &ops) {
-    require(ctx, requested, ops);
+    require_implementable(ctx, requested, ops);
     ctx.require_device("fp8_group_gemm_nk");
     if (ops.rows == 0) return;
     // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
@@ -68,11 +60,7 @@ void fp8_group_gemm_nk(Context &ctx, const Fp8GemmSpec &requested, const Fp8Gemm
     // The launch bound from S (never from T): ceil(S / 128) + min(E, S) M-tiles.
     const std::int64_t bound = m_tile_bound(ops.rows, ops.num_experts, kBlockM);
     const std::int64_t tiles = nk_tile_bound(ops.rows, ops.num_experts, kBlockM, spec.n, spec.block_n);
-    LaunchShape shape;
-    shape.grid_x = persistent_ctas(tiles, std::max(ctx.sm_count(), 1));  // one CTA per SM
-    shape.block_x = 384;
-    shape.shared_bytes = static_cast<std::uint32_t>(fp8_gemm_smem_bytes(spec, ops.num_experts));
-    ctx.launch(kernel, shape, ops.stream,
+    ctx.launch(kernel, fp8_gemm_launch_shape(ctx, tiles, fp8_gemm_smem_bytes(spec, ops.num_experts)), ops.stream,
                kargs::Sm90Fp8NkArgs{tma_a, tma_b, tma_c, ops.c, ops.a_scale, ops.b_scale, ops.offsets,
                                     static_cast<int>(ops.rows), ops.num_experts, static_cast<int>(bound)});
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "fp8/fp8_launch_common.hpp"
 
 namespace moejit {
 namespace {
@@ -23,10 +24,23 @@ void require_sm90a(const Context &ctx, const char *what) {
         fail(Status::unsupported, "{}: the FP8 kernels need an sm_90a context (Hopper), got {}", what, ctx.arch());
 }
 
-// One warp per tile, enough CTAs to fill every SM 16 times.
-std::uint32_t warp_grid(const Context &ctx, std::int64_t tiles) {
-    const std::int64_t ctas = (tiles + kThreads / 32 - 1) / (kThreads / 32);
-    return static_cast<std::uint32_t>(std::max<std::int64_t>(1, std::min<std::int64_t>(ctas, 16 * std::max(ctx.sm_count(), 1))));
+// The CTAs of kernels that give each tile one warp.
+std::int64_t warp_ctas(std::int64_t tiles) { return (tiles + kThreads / 32 - 1) / (kThreads / 32); }
+
+// Every launcher's steps: the arch and the device first, then the kernel (rendering validates
+// the spec even when there is no work), then `ctas` CTAs of kThreads, at most `per_sm` per SM
+// (grid-stride kernels); nothing is launched for ctas <= 0 (no rows, tokens or experts).
+template <class Spec, class Args>
+void launch(Context &ctx, const char *what, KernelSource (*render)(const Spec &), const Spec &spec, std::int64_t ctas,
+            int per_sm, void *stream, const Args &args) {
+    require_sm90a(ctx, what);
+    ctx.require_device(what);
+    const Kernel &kernel = ctx.kernel(render(spec));
+    if (ctas <= 0) return;
+    LaunchShape shape;
+    shape.grid_x = fp8_grid_for(ctx, ctas, per_sm);
+    shape.block_x = kThreads;
+    ctx.launch(kernel, shape, stream, args);
 }
 
 }  // namespace
@@ -68,51 +82,28 @@ KernelSource render_fp8_dequant_rows(const Fp8DequantRowsSpec &spec) {
 
 void fp8_quantize_scatter(Context &ctx, const Fp8QuantScatterSpec &spec, const void *x, const std::int32_t *scatter_index,
                           std::int64_t num_tokens, void *q, float *scales, void *stream) {
-    require_sm90a(ctx, "fp8_quantize_scatter");
-    ctx.require_device("fp8_quantize_scatter");
-    const Kernel &kernel = ctx.kernel(render_fp8_quant_scatter(spec));
-    if (num_tokens <= 0) return;
-    LaunchShape shape;
-    shape.grid_x = warp_grid(ctx, num_tokens * (spec.k / 128));
-    shape.block_x = kThreads;
-    ctx.launch(kernel, shape, stream, kargs::Fp8QuantScatterArgs{x, scatter_index, q, scales, num_tokens});
+    launch(ctx, "fp8_quantize_scatter", &render_fp8_quant_scatter, spec, warp_ctas(num_tokens * (spec.k / 128)), 16,
+           stream, kargs::Fp8QuantScatterArgs{x, scatter_index, q, scales, num_tokens});
 }
 
 void fp8_quantize_rows_ld(Context &ctx, const Fp8QuantRowsLdSpec &spec, const void *x, std::int64_t rows, void *q,
                           std::int64_t q_ld, float *scales, std::int64_t scale_ld, void *stream) {
-    require_sm90a(ctx, "fp8_quantize_rows_ld");
-    ctx.require_device("fp8_quantize_rows_ld");
-    const Kernel &kernel = ctx.kernel(render_fp8_quant_rows_ld(spec));
-    if (rows <= 0) return;
-    LaunchShape shape;
-    shape.grid_x = warp_grid(ctx, rows * (spec.k / 128));
-    shape.block_x = kThreads;
-    ctx.launch(kernel, shape, stream, kargs::Fp8QuantRowsLdArgs{x, q, scales, rows, q_ld, scale_ld});
+    launch(ctx, "fp8_quantize_rows_ld", &render_fp8_quant_rows_ld, spec, warp_ctas(rows * (spec.k / 128)), 16, stream,
+           kargs::Fp8QuantRowsLdArgs{x, q, scales, rows, q_ld, scale_ld});
 }
 
 void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const void *w, std::int32_t num_experts,
                            void *q, std::int64_t q_ld, float *scales, std::int64_t scale_ld, void *stream) {
-    require_sm90a(ctx, "fp8_quantize_blocks_t");
-    ctx.require_device("fp8_quantize_blocks_t");
-    const Kernel &kernel = ctx.kernel(render_fp8_quant_blocks_t(spec));
-    if (num_experts <= 0) return;
+    // One CTA per 128 x 128 block.
     const std::int64_t blocks = std::int64_t{num_experts} * (spec.n / 128) * (spec.k / 128);
-    LaunchShape shape;
-    shape.grid_x = static_cast<std::uint32_t>(std::min<std::int64_t>(blocks, 8 * std::max(ctx.sm_count(), 1)));
-    shape.block_x = 256;
-    ctx.launch(kernel, shape, stream, kargs::Fp8QuantBlocksTArgs{w, q, scales, num_experts, q_ld, scale_ld});
+    launch(ctx, "fp8_quantize_blocks_t", &render_fp8_quant_blocks_t, spec, blocks, 8, stream,
+           kargs::Fp8QuantBlocksTArgs{w, q, scales, num_experts, q_ld, scale_ld});
 }
 
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,
                          std::int64_t rows, void *x, void *stream) {
-    require_sm90a(ctx, "fp8_dequantize_rows");
-    ctx.require_device("fp8_dequantize_rows");
-    const Kernel &kernel = ctx.kernel(render_fp8_dequant_rows(spec));
-    if (rows <= 0) return;
-    LaunchShape shape;
-    shape.grid_x = warp_grid(ctx, rows * (spec.k / 128));
-    shape.block_x = kThreads;
-    ctx.launch(kernel, shape, stream, kargs::Fp8DequantRowsArgs{q, scales, x, rows});
+    launch(ctx, "fp8_dequantize_rows", &render_fp8_dequant_rows, spec, warp_ctas(rows * (spec.k / 128)), 16, stream,
+           kargs::Fp8DequantRowsArgs{q, scales, x, rows});
 }
 
 }  // namespace moejit

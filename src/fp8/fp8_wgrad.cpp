@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fp8/fp8.hpp"
+#include "fp8/fp8_launch_common.hpp"
 #include "gemm/gemm_common.hpp"
 #include "gemm/group_gemm_sm90.hpp"
 #include "gemm/tile_schedule.hpp"
@@ -10,10 +11,6 @@
 
 namespace moejit {
 namespace {
-
-template <class Spec, class Ops> void require(const Context &ctx, const Spec &spec, const Ops &ops) {
-    if (auto r = can_implement(ctx.arch(), spec, &ops)) throw Error(r->status, r->message);
-}
 
 std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
 
@@ -40,7 +37,7 @@ std::size_t fp8_weight_grad_workspace_bytes(std::int64_t rows, std::int32_t num_
 }
 
 void fp8_quantize_cols(Context &ctx, const Fp8QuantColsSpec &spec, const Fp8QuantColsOperands &ops) {
-    require(ctx, spec, ops);
+    require_implementable(ctx, spec, ops);
     ctx.require_device("fp8_quantize_cols");
     if (ops.rows == 0) return;
     const Kernel &kernel = ctx.kernel(render_fp8_quant_cols(spec));
@@ -48,7 +45,7 @@ void fp8_quantize_cols(Context &ctx, const Fp8QuantColsSpec &spec, const Fp8Quan
     // blocks past the routing's own count.
     const std::int64_t items = ops.padded_rows / 128 * (spec.c / 64);
     LaunchShape shape;
-    shape.grid_x = static_cast<std::uint32_t>(std::min<std::int64_t>(items, std::int64_t{8} * std::max(ctx.sm_count(), 1)));
+    shape.grid_x = fp8_grid_for(ctx, items, 8);
     shape.block_x = 256;
     shape.shared_bytes = static_cast<std::uint32_t>((ops.num_experts + 1) * sizeof(int));  // cum[E+1]
     ctx.launch(kernel, shape, ops.stream,
@@ -57,7 +54,7 @@ void fp8_quantize_cols(Context &ctx, const Fp8QuantColsSpec &spec, const Fp8Quan
 }
 
 void fp8_wgrad_gemm(Context &ctx, const Fp8WgradSpec &requested, const Fp8WgradGemmOperands &ops) {
-    require(ctx, requested, ops);
+    require_implementable(ctx, requested, ops);
     ctx.require_device("fp8_wgrad_gemm");
     // TMA stores need a 16-byte aligned dW; otherwise the register epilogue (another kernel).
     Fp8WgradSpec spec = requested;
@@ -74,11 +71,7 @@ void fp8_wgrad_gemm(Context &ctx, const Fp8WgradSpec &requested, const Fp8WgradG
                                         {spec.n, spec.m, std::int64_t{ops.num_experts}}, {64, 64, 1})
                        : tma_b;  // unused by the register epilogue
     const std::int64_t tiles = mn_tile_count(ops.num_experts, spec.m, 128, spec.n, 128);
-    LaunchShape shape;
-    shape.grid_x = persistent_ctas(tiles, std::max(ctx.sm_count(), 1));  // one CTA per SM
-    shape.block_x = 384;
-    shape.shared_bytes = static_cast<std::uint32_t>(fp8_wgrad_smem_bytes(spec, ops.num_experts));
-    ctx.launch(kernel, shape, ops.stream,
+    ctx.launch(kernel, fp8_gemm_launch_shape(ctx, tiles, fp8_wgrad_smem_bytes(spec, ops.num_experts)), ops.stream,
                kargs::Sm90Fp8WgradArgs{tma_a, tma_b, tma_c, ops.c, ops.a_scale, ops.b_scale, ops.offsets,
                                        static_cast<int>(ops.rows), ops.num_experts,
                                        static_cast<int>(ops.padded_rows / 128)});

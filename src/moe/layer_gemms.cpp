@@ -157,9 +157,10 @@ void LayerGemms::fc2(const void *aw, const void *w_down, void *y) {
 void LayerGemms::fc2_dgrad(const void *dy, const void *w_down, void *daw) {
     nk(specs_.fc2_dgrad, &LayerKernels::fc2_dgrad, dy, w_down, daw);
 }
+// Weights stored for x·W ([E,K,N]) take their gradient transposed: the operands swap.
 void LayerGemms::fc2_wgrad(const void *dy, const void *aw, void *dw_down) {
-    if (desc_.weights_transposed) return mn(specs_.fc2_wgrad, &LayerKernels::fc2_wgrad, aw, dy, dw_down);
-    mn(specs_.fc2_wgrad, &LayerKernels::fc2_wgrad, dy, aw, dw_down);
+    const bool xw = desc_.weights_transposed != 0;
+    mn(specs_.fc2_wgrad, &LayerKernels::fc2_wgrad, xw ? aw : dy, xw ? dy : aw, dw_down);
 }
 void LayerGemms::fc1_dgrad_split(const void *dg, const void *w_gate, const void *du, const void *w_up,
                                  void *dxs) {
@@ -174,8 +175,8 @@ void LayerGemms::fc1_wgrad_split(const void *d, const void *xs, void *dw) {
     mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, d, xs, dw);
 }
 void LayerGemms::fc1_wgrad_merged(const void *dgu, const void *xs, void *dw) {
-    if (desc_.weights_transposed) return mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, xs, dgu, dw);
-    mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, dgu, xs, dw);
+    const bool xw = desc_.weights_transposed != 0;
+    mn(specs_.fc1_wgrad, &LayerKernels::fc1_wgrad, xw ? xs : dgu, xw ? dgu : xs, dw);
 }
 
 }  // namespace moejit

@@ -8,7 +8,9 @@
 
 #include "base/dtype.hpp"
 #include "moe/layer_gemms.hpp"
+#include "moe/plan_checks.hpp"
 #include "moe/plan_fp8.hpp"
+#include "moe/plan_swiglu.hpp"
 #include "ops/expert_rows.hpp"
 #include "ops/routing.hpp"
 #include "ops/scatter_gather.hpp"
@@ -17,64 +19,19 @@
 namespace moejit {
 namespace {
 
-// Merged storage: one [.,2I] fc1 (gate then up, or interleaved).
-bool merged(const PlanDesc &d) { return d.fc1_layout != Fc1Layout::split; }
 bool has_limit(const PlanDesc &d) { return d.swiglu_limit > 0.0f; }
 bool has_bias(const PlanDesc &d) { return d.has_bias != 0; }
-constexpr float kGptOssAlpha = 1.702f;
-float alpha(const PlanDesc &d) { return d.activation_alpha > 0.0f ? d.activation_alpha : kGptOssAlpha; }
-
-void require_tensor(const void *p, const char *name, bool needed) {
-    if (!needed) return;
-    MOEJIT_REQUIRE(p != nullptr, "{} is NULL", name);
-    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % 16 == 0,
-                   "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
-}
 
 PlanLayout checked_layout(const PlanDesc &d, std::int64_t num_tokens, bool gathered) {
     // PlanLayout validates T (>= 0, T·k <= 2^31-1) and every size with checked arithmetic.
     return PlanLayout(d, num_tokens, gathered, "args->num_tokens");
 }
 
-// The caller's saved and workspace buffers, against the sizes the queries return for this T.
-void require_buffers(const PlanLayout &L, const void *saved, std::size_t saved_size, const void *workspace,
-                     std::size_t workspace_size) {
-    require_tensor(saved, "args->saved", true);
-    require_tensor(workspace, "args->workspace", L.workspace_bytes > 0);
-    MOEJIT_REQUIRE(saved_size >= L.saved_bytes, "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})",
-                   saved_size, L.saved_bytes, L.tokens);
-    MOEJIT_REQUIRE(workspace_size >= L.workspace_bytes,
-                   "args->workspace_size is {}, expected >= {} (moejit_plan_workspace_size for T={})",
-                   workspace_size, L.workspace_bytes, L.tokens);
-}
-
-// The SwiGLU op's arguments over the saved g and u (`gate_up`: g then u [S,I] each, or merged
-// [S,2I]); the op takes exactly one layout's pointers. The caller adds the rest.
-template <class Args>
-Args swiglu_args(const PlanDesc &d, std::int64_t rows, const char *gate_up, const float *w_s, void *stream) {
-    const std::size_t half = static_cast<std::size_t>(rows * d.intermediate_size) * dtype_size(d.dtype);
-    Args act;
-    act.dtype = d.dtype;
-    act.rows = rows;
-    act.intermediate = d.intermediate_size;
-    act.merged = merged(d);
-    act.limit = d.swiglu_limit;
-    act.gate = merged(d) ? nullptr : gate_up;
-    act.up = merged(d) ? nullptr : gate_up + half;
-    act.gate_up = merged(d) ? gate_up : nullptr;
-    act.w_s = w_s;
-    act.stream = stream;
-    act.interleaved = d.fc1_layout == Fc1Layout::interleaved;
-    act.activation = d.activation;
-    act.alpha = alpha(d);
-    return act;
-}
-
 SwigluSpec swiglu_spec_of(const PlanDesc &d) {
     SwigluSpec s;
     s.dtype = d.dtype;
     s.intermediate = d.intermediate_size;
-    s.merged = merged(d);
+    s.merged = fc1_merged(d);
     s.has_limit = has_limit(d);
     s.has_weights = true;
     s.interleaved = d.fc1_layout == Fc1Layout::interleaved;
@@ -276,19 +233,18 @@ void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
     void *u = gate_up + S * I * el;
     if (gemm_specs_.fused_swiglu) {
         // g, u (saved for the backward) and aw from fc1's epilogue.
-        if (merged(d))
+        if (fc1_merged(d))
             gemms.fc1_swiglu(r.xs, w.w_gate_up, nullptr, gate_up, gate_up + I * el, r.aw, r.w_s);
         else
             gemms.fc1_swiglu(r.xs, w.w_gate, w.w_up, g, u, r.aw, r.w_s);
     } else {
-        if (merged(d)) {
+        if (fc1_merged(d)) {
             gemms.fc1_merged(r.xs, w.w_gate_up, gate_up);
         } else {
             gemms.fc1_split(r.xs, w.w_gate, g);
             gemms.fc1_split(r.xs, w.w_up, u);
         }
-        SwigluForwardArgs act = swiglu_args<SwigluForwardArgs>(d, S, gate_up, r.w_s, r.stream);
-        act.aw = r.aw;
+        SwigluForwardArgs act = plan_swiglu_forward_args(d, S, gate_up, r.w_s, r.aw, r.stream);
         if (has_bias(d)) {
             act.bias = w.b_gate_up;  // g, u += b_gate_up[e], written back to the saved gate_up
             act.offsets = r.offsets;
@@ -302,7 +258,6 @@ void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
 void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, const ExpertGrads &g) {
     const PlanDesc &d = desc_;
     const std::int64_t S = r.rows, H = d.hidden_size, I = d.intermediate_size;
-    const std::size_t el = dtype_size(d.dtype);
     // Weight gradients of every expert are written even with no rows (zeros, or untouched when
     // accumulating), so the GEMMs run whatever the row count; the row ops are skipped then.
     LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, r.bound, r.offsets, nullptr /* backward gathers nothing */,
@@ -311,13 +266,8 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
 
     // The SwiGLU backward reads d(a·w) and writes a·w, recomputed from the saved g and u, in
     // its place (each element by the thread that read it): the forward keeps no a·w.
-    SwigluBackwardArgs act = swiglu_args<SwigluBackwardArgs>(d, S, r.gate_up, r.w_s, r.stream);
-    act.daw = r.daw;
-    act.aw = r.daw;
-    act.d_gate = merged(d) ? nullptr : r.d_gate_up;
-    act.d_up = merged(d) ? nullptr : r.d_gate_up + S * I * el;
-    act.d_gate_up = merged(d) ? r.d_gate_up : nullptr;
-    act.d_w_s = r.d_w_s;
+    const SwigluBackwardArgs act =
+        plan_swiglu_backward_args(d, S, r.gate_up, r.w_s, r.daw, r.d_gate_up, r.d_w_s, r.stream);
     if (S > 0) swiglu_backward(ctx_, act, kernels_.swiglu_backward);
     gemms.fc2_wgrad(r.dy, r.daw, g.dw_down);
     if (has_bias(d)) {
@@ -339,7 +289,7 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
     // fc1's weight gradients read them before its dgrad writes dxs there.
     const void *xs = r.xs;
     if (r.late_x.x) xs = scatter_rows(r.late_x.index, r.late_x.tokens, r.late_x.x, r.late_x.xs, r.stream);
-    if (merged(d)) {
+    if (fc1_merged(d)) {
         gemms.fc1_wgrad_merged(r.d_gate_up, xs, g.dw_gate_up);
         gemms.fc1_dgrad_merged(r.d_gate_up, w.w_gate_up, r.dxs);
     } else {
@@ -348,27 +298,6 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
         gemms.fc1_dgrad_split(act.d_gate, w.w_gate, act.d_up, w.w_up, r.dxs);
     }
 }
-
-namespace {
-
-// The weights every call reads (and, with `grads`, the gradients every backward writes).
-void require_weights(const PlanDesc &d, const ExpertWeights &w, bool bias_needed) {
-    require_tensor(w.w_gate, "args->w_gate", !merged(d));
-    require_tensor(w.w_up, "args->w_up", !merged(d));
-    require_tensor(w.w_gate_up, "args->w_gate_up", merged(d));
-    require_tensor(w.w_down, "args->w_down", true);
-    require_tensor(w.b_down, "args->b_down", has_bias(d) && bias_needed);
-}
-void require_grads(const PlanDesc &d, const ExpertGrads &g) {
-    require_tensor(g.dw_gate, "args->dw_gate", !merged(d));
-    require_tensor(g.dw_up, "args->dw_up", !merged(d));
-    require_tensor(g.dw_gate_up, "args->dw_gate_up", merged(d));
-    require_tensor(g.dw_down, "args->dw_down", true);
-    require_tensor(g.db_gate_up, "args->db_gate_up", has_bias(d));
-    require_tensor(g.db_down, "args->db_down", has_bias(d));
-}
-
-}  // namespace
 
 std::size_t Plan::saved_bytes(std::int64_t num_tokens) const {
     if (desc_.recipe == Recipe::fp8_block) return Fp8Layout(desc_, num_tokens).saved_bytes;
@@ -413,7 +342,7 @@ void Plan::forward(const ForwardArgs &a) {
     require_weights(d, w, true);
     require_tensor(w.b_gate_up, "args->b_gate_up", has_bias(d));
     require_tensor(a.out, "args->out", T0);
-    require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    require_layer_buffers(L, a);
     ctx_.require_device("moejit_plan_forward");
 
     auto *offsets = L.offsets.in<std::int32_t>(a.saved);
@@ -461,7 +390,7 @@ void Plan::backward(const BackwardArgs &a) {
     require_tensor(a.dx, "args->dx", T0);
     require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
     require_grads(d, g);
-    require_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    require_layer_buffers(L, a);
     ctx_.require_device("moejit_plan_backward");
 
     const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
@@ -487,16 +416,30 @@ void Plan::backward(const BackwardArgs &a) {
 
 namespace {
 
-void require_experts_buffers(const ExpertsLayout &L, const void *saved, std::size_t saved_size, const void *workspace,
-                             std::size_t workspace_size) {
-    require_tensor(saved, "args->saved", L.saved_bytes > 0);
-    require_tensor(workspace, "args->workspace", L.workspace_bytes > 0);
-    MOEJIT_REQUIRE(saved_size >= L.saved_bytes,
-                   "args->saved_size is {}, expected >= {} (moejit_plan_experts_saved_size for R={})", saved_size,
+// The experts entry's saved and workspace buffers against its own size queries for R.
+template <class Args> void require_experts_buffers(const ExpertsLayout &L, const Args &a) {
+    require_tensor(a.saved, "args->saved", L.saved_bytes > 0);
+    require_tensor(a.workspace, "args->workspace", L.workspace_bytes > 0);
+    MOEJIT_REQUIRE(a.saved_size >= L.saved_bytes,
+                   "args->saved_size is {}, expected >= {} (moejit_plan_experts_saved_size for R={})", a.saved_size,
                    L.saved_bytes, L.rows);
-    MOEJIT_REQUIRE(workspace_size >= L.workspace_bytes,
+    MOEJIT_REQUIRE(a.workspace_size >= L.workspace_bytes,
                    "args->workspace_size is {}, expected >= {} (moejit_plan_experts_workspace_size for R={})",
-                   workspace_size, L.workspace_bytes, L.rows);
+                   a.workspace_size, L.workspace_bytes, L.rows);
+}
+
+// The entry has no FP8 form yet: `entry` refused for an FP8 plan.
+void refuse_fp8_experts(const PlanDesc &d, const char *entry) {
+    if (d.recipe == Recipe::fp8_block)
+        fail(Status::unsupported, "{}: the plan's desc->recipe is MOEJIT_RECIPE_FP8_BLOCK, and the experts entry has "
+                                  "no FP8 form yet (use a MOEJIT_RECIPE_BF16 plan)",
+             entry);
+}
+
+void require_expert_offsets(const std::int32_t *offsets) {
+    MOEJIT_REQUIRE(offsets != nullptr, "args->expert_offsets is NULL (int32 [E+1] on the device)");
+    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(offsets) % 4 == 0,
+                   "args->expert_offsets ({}) is not 4-byte aligned (int32)", static_cast<const void *>(offsets));
 }
 
 void require_row_weights(const float *p, const char *name) {
@@ -508,22 +451,18 @@ void require_row_weights(const float *p, const char *name) {
 }  // namespace
 
 void Plan::experts_forward(const ExpertsForwardArgs &a) {
-    if (desc_.recipe == Recipe::fp8_block)
-        fail(Status::unsupported, "moejit_plan_experts_forward: the plan's desc->recipe is MOEJIT_RECIPE_FP8_BLOCK, and the "
-                                  "experts entry has no FP8 form yet (use a MOEJIT_RECIPE_BF16 plan)");
+    refuse_fp8_experts(desc_, "moejit_plan_experts_forward");
     const PlanDesc &d = desc_;
     const ExpertsLayout L(d, a.num_rows, gemm_specs_.gathered, "args->num_rows");
     const bool R0 = a.num_rows > 0;
     const ExpertWeights &w = a.weights;
     require_tensor(a.xs, "args->xs", R0);
-    MOEJIT_REQUIRE(a.expert_offsets != nullptr, "args->expert_offsets is NULL (int32 [E+1] on the device)");
-    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(a.expert_offsets) % 4 == 0,
-                   "args->expert_offsets ({}) is not 4-byte aligned (int32)", static_cast<const void *>(a.expert_offsets));
+    require_expert_offsets(a.expert_offsets);
     require_row_weights(a.row_weights, "args->row_weights");
     require_weights(d, w, true);
     require_tensor(w.b_gate_up, "args->b_gate_up", has_bias(d));
     require_tensor(a.ys, "args->ys", R0);
-    require_experts_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    require_experts_buffers(L, a);
     ctx_.require_device("moejit_plan_experts_forward");
     if (!R0) return;  // no rows: nothing to write (the backward still writes weight gradients)
 
@@ -549,9 +488,7 @@ void Plan::experts_forward(const ExpertsForwardArgs &a) {
 }
 
 void Plan::experts_backward(const ExpertsBackwardArgs &a) {
-    if (desc_.recipe == Recipe::fp8_block)
-        fail(Status::unsupported, "moejit_plan_experts_backward: the plan's desc->recipe is MOEJIT_RECIPE_FP8_BLOCK, and the "
-                                  "experts entry has no FP8 form yet (use a MOEJIT_RECIPE_BF16 plan)");
+    refuse_fp8_experts(desc_, "moejit_plan_experts_backward");
     const PlanDesc &d = desc_;
     const ExpertsLayout L(d, a.num_rows, gemm_specs_.gathered, "args->num_rows");
     const bool R0 = a.num_rows > 0;
@@ -559,9 +496,7 @@ void Plan::experts_backward(const ExpertsBackwardArgs &a) {
     const ExpertGrads &g = a.grads;
     require_tensor(a.xs, "args->xs", R0);
     require_tensor(a.dys, "args->dys", R0);
-    MOEJIT_REQUIRE(a.expert_offsets != nullptr, "args->expert_offsets is NULL (int32 [E+1] on the device)");
-    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(a.expert_offsets) % 4 == 0,
-                   "args->expert_offsets ({}) is not 4-byte aligned (int32)", static_cast<const void *>(a.expert_offsets));
+    require_expert_offsets(a.expert_offsets);
     require_row_weights(a.row_weights, "args->row_weights");
     require_row_weights(a.d_row_weights, "args->d_row_weights");
     MOEJIT_REQUIRE((a.d_row_weights != nullptr) == (a.row_weights != nullptr) || !R0,
@@ -571,7 +506,7 @@ void Plan::experts_backward(const ExpertsBackwardArgs &a) {
     require_weights(d, w, R0);
     require_tensor(a.dxs, "args->dxs", R0);
     require_grads(d, g);
-    require_experts_buffers(L, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    require_experts_buffers(L, a);
     ctx_.require_device("moejit_plan_experts_backward");
 
     // The row weights' gradient goes straight to the caller's fp32 buffer.

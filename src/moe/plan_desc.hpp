@@ -46,4 +46,7 @@ struct PlanDesc {
     Recipe recipe = Recipe::bf16;  // since 0.11
 };
 
+// fc1 in one [.,2I] tensor (merged or interleaved) rather than W_gate and W_up apart.
+inline bool fc1_merged(const PlanDesc &d) { return d.fc1_layout != Fc1Layout::split; }
+
 }  // namespace moejit

@@ -8,6 +8,8 @@
 #include "base/dtype.hpp"
 #include "moe/layer_gemms.hpp"
 #include "moe/plan.hpp"
+#include "moe/plan_checks.hpp"
+#include "moe/plan_swiglu.hpp"
 #include "ops/routing.hpp"
 #include "ops/scatter_gather.hpp"
 #include "ops/swiglu.hpp"
@@ -16,9 +18,6 @@ namespace moejit {
 namespace {
 
 constexpr std::int64_t kTile = 128;
-
-bool merged(const PlanDesc &d) { return d.fc1_layout != Fc1Layout::split; }
-constexpr float kGptOssAlpha = 1.702f;
 
 // block_n 256 where N allows it (the faster variant on an H200), else 128.
 Fp8GemmSpec gemm(std::int64_t n, std::int64_t k, std::int32_t experts) {
@@ -33,7 +32,7 @@ struct WgradShape {
 };
 std::vector<WgradShape> wgrad_shapes(const PlanDesc &d) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size;
-    return {{H, I}, {merged(d) ? 2 * I : I, H}};
+    return {{H, I}, {fc1_merged(d) ? 2 * I : I, H}};
 }
 
 Fp8WgradSpec wgrad_spec(const PlanDesc &d, const WgradShape &s) {
@@ -51,55 +50,7 @@ std::size_t wgrad_scratch_bytes(const PlanDesc &d, std::int64_t rows) {
 }
 
 // fc1's output rows as the row quantizers see them: merged [S, 2I], split [2S, I] (g then u).
-std::int64_t gate_up_k(const PlanDesc &d) { return merged(d) ? 2 * d.intermediate_size : d.intermediate_size; }
-
-void require_tensor(const void *p, const char *name, bool needed) {
-    if (!needed) return;
-    MOEJIT_REQUIRE(p != nullptr, "{} is NULL", name);
-    MOEJIT_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % 16 == 0,
-                   "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
-}
-
-// With a weight cache the workspace holds no weights (Fp8Layout::cached_workspace_bytes).
-void require_buffers(const Fp8Layout &L, WeightCacheMode mode, const void *saved, std::size_t saved_size,
-                     const void *workspace, std::size_t workspace_size) {
-    const bool cached = mode != WeightCacheMode::none;
-    const std::size_t need = cached ? L.cached_workspace_bytes : L.workspace_bytes;
-    require_tensor(saved, "args->saved", true);
-    require_tensor(workspace, "args->workspace", need > 0);
-    MOEJIT_REQUIRE(saved_size >= L.saved_bytes,
-                   "args->saved_size is {}, expected >= {} (moejit_plan_saved_size for T={})", saved_size,
-                   L.saved_bytes, L.tokens);
-    MOEJIT_REQUIRE(workspace_size >= need, "args->workspace_size is {}, expected >= {} ({} for T={})", workspace_size,
-                   need, cached ? "moejit_plan_cached_workspace_size" : "moejit_plan_workspace_size", L.tokens);
-}
-
-void require_weights(const PlanDesc &d, const ExpertWeights &w) {
-    require_tensor(w.w_gate, "args->w_gate", !merged(d));
-    require_tensor(w.w_up, "args->w_up", !merged(d));
-    require_tensor(w.w_gate_up, "args->w_gate_up", merged(d));
-    require_tensor(w.w_down, "args->w_down", true);
-}
-
-// The SwiGLU op's arguments over gate_up (bf16; split: g then u, [S, I] each).
-template <class Args> Args swiglu_args(const PlanDesc &d, std::int64_t rows, const char *gate_up, const float *w_s,
-                                       void *stream) {
-    Args act;
-    act.dtype = d.dtype;
-    act.rows = rows;
-    act.intermediate = d.intermediate_size;
-    act.merged = merged(d);
-    act.limit = d.swiglu_limit;
-    act.gate = merged(d) ? nullptr : gate_up;
-    act.up = merged(d) ? nullptr : gate_up + rows * d.intermediate_size * 2;
-    act.gate_up = merged(d) ? gate_up : nullptr;
-    act.w_s = w_s;
-    act.stream = stream;
-    act.interleaved = d.fc1_layout == Fc1Layout::interleaved;
-    act.activation = d.activation;
-    act.alpha = d.activation_alpha > 0.0f ? d.activation_alpha : kGptOssAlpha;
-    return act;
-}
+std::int64_t gate_up_k(const PlanDesc &d) { return fc1_merged(d) ? 2 * d.intermediate_size : d.intermediate_size; }
 
 }  // namespace
 
@@ -139,7 +90,7 @@ void require_fp8_arch(const std::string &arch) {
 Fp8LayerSpecs fp8_layer_specs(const PlanDesc &d) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size;
     const std::int32_t E = d.num_experts;
-    return Fp8LayerSpecs{gemm(merged(d) ? 2 * I : I, H, E), gemm(H, I, E), gemm(I, H, E), gemm(H, 2 * I, E)};
+    return Fp8LayerSpecs{gemm(fc1_merged(d) ? 2 * I : I, H, E), gemm(H, I, E), gemm(I, H, E), gemm(H, 2 * I, E)};
 }
 
 std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
@@ -148,7 +99,7 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
     std::vector<KernelSource> s;
     // forward
     s.push_back(render_fp8_quant_scatter(Fp8QuantScatterSpec{H, d.top_k}));
-    s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{merged(d) ? 2 * I : I, H}));
+    s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{fc1_merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{H, I}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1));
     s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{gate_up_k(d)}));  // saved gate/up
@@ -159,11 +110,11 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{H, I}));
     s.push_back(render_fp8_group_gemm_nk(g.fc2_dgrad));
     s.push_back(render_fp8_dequant_rows(Fp8DequantRowsSpec{gate_up_k(d)}));
-    if (merged(d))
+    if (fc1_merged(d))
         s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{2 * I}));
     else
         s.push_back(render_fp8_quant_rows_ld(Fp8QuantRowsLdSpec{I}));
-    s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{merged(d) ? 2 * I : I, H}));
+    s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{fc1_merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1_dgrad));
     if (kFp8WeightGrads) {  // the weight gradients: each operand's column quantizer, each GEMM
         std::vector<std::int64_t> cols;
@@ -231,10 +182,10 @@ void Plan::fp8_forward(const ForwardArgs &a) {
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.selected_experts, "args->selected_experts", T0);
     require_tensor(a.routing_weights, "args->routing_weights", T0);
-    require_weights(d, w);
+    require_weights(d, w, true);  // no biases in this recipe (validate_fp8_desc)
     require_tensor(a.out, "args->out", T0);
     const WeightCacheMode cache_mode = check_weight_cache(d, a.weight_cache);
-    require_buffers(L, cache_mode, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    require_layer_buffers(L, a, cache_mode != WeightCacheMode::none);
     ctx_.require_device("moejit_plan_forward");
 
     const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
@@ -265,23 +216,21 @@ void Plan::fp8_forward(const ForwardArgs &a) {
     const Fp8LayerSpecs g = fp8_layer_specs(d);
     auto *gate_up = L.gate_up.in<char>(a.workspace);
     fp8_group_gemm_nk(ctx_, g.fc1, Fp8GemmOperands{xq, x_scale, wq.w1_q, wq.w1_scale, gate_up, offsets, S, E, stream});
-    if (!merged(d)) {  // up's blocks follow gate's
+    if (!fc1_merged(d)) {  // up's blocks follow gate's
         const std::size_t half_q = static_cast<std::size_t>(E) * I * H;
         const std::size_t half_scale = static_cast<std::size_t>(E) * (I / kTile) * (H / kTile);
         fp8_group_gemm_nk(ctx_, g.fc1,
                           Fp8GemmOperands{xq, x_scale, wq.w1_q + half_q, wq.w1_scale + half_scale, gate_up + S * I * 2,
                                           offsets, S, E, stream});
     }
-    const std::int64_t gu_k = gate_up_k(d), gu_rows = merged(d) ? S : 2 * S;
+    const std::int64_t gu_k = gate_up_k(d), gu_rows = fc1_merged(d) ? S : 2 * S;
     fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{gu_k},
                       Fp8QuantRowsOperands{gate_up, L.gate_up_q.in<char>(a.saved), L.gate_up_scale.in<float>(a.saved),
                                            gu_rows, stream});
 
     // aw = SwiGLU(g, u)·w_s in bf16, quantized for fc2.
     auto *aw = L.aw.in<char>(a.workspace);
-    SwigluForwardArgs act = swiglu_args<SwigluForwardArgs>(d, S, gate_up, w_s, stream);
-    act.aw = aw;
-    swiglu_forward(ctx_, act, kernels_.swiglu_forward);
+    swiglu_forward(ctx_, plan_swiglu_forward_args(d, S, gate_up, w_s, aw, stream), kernels_.swiglu_forward);
     auto *awq = L.awq.in<char>(a.workspace);
     auto *aw_scale = L.aw_scale.in<float>(a.workspace);
     fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{I}, Fp8QuantRowsOperands{aw, awq, aw_scale, S, stream});
@@ -302,14 +251,11 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     const WeightCacheMode cache_mode = check_weight_cache(d, a.weight_cache);
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.dout, "args->dout", T0);
-    if (T0 || cache_mode == WeightCacheMode::fill) require_weights(d, w);
+    if (T0 || cache_mode == WeightCacheMode::fill) require_weights(d, w, true);
     require_tensor(a.dx, "args->dx", T0);
     require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
-    require_tensor(gr.dw_gate, "args->dw_gate", !merged(d));
-    require_tensor(gr.dw_up, "args->dw_up", !merged(d));
-    require_tensor(gr.dw_gate_up, "args->dw_gate_up", merged(d));
-    require_tensor(gr.dw_down, "args->dw_down", true);
-    require_buffers(L, cache_mode, a.saved, a.saved_size, a.workspace, a.workspace_size);
+    require_grads(d, gr);
+    require_layer_buffers(L, a, cache_mode != WeightCacheMode::none);
     ctx_.require_device("moejit_plan_backward");
 
     const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
@@ -346,23 +292,17 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     // The saved g, u back to bf16; the SwiGLU backward writes d_gate_up, d_w_s and (in daw's
     // place) a·w for fc2's weight gradient.
     auto *gate_up = L.gate_up.in<char>(a.workspace);
-    const std::int64_t gu_k = gate_up_k(d), gu_rows = merged(d) ? S : 2 * S;
+    const std::int64_t gu_k = gate_up_k(d), gu_rows = fc1_merged(d) ? S : 2 * S;
     fp8_dequantize_rows(ctx_, Fp8DequantRowsSpec{gu_k}, L.gate_up_q.in<char>(a.saved), L.gate_up_scale.in<float>(a.saved),
                         gu_rows, gate_up, stream);
-    SwigluBackwardArgs act = swiglu_args<SwigluBackwardArgs>(d, S, gate_up, w_s, stream);
-    act.daw = daw;
-    act.aw = daw;
-    act.d_gate = merged(d) ? nullptr : d_gate_up;
-    act.d_up = merged(d) ? nullptr : d_gate_up + S * I * 2;
-    act.d_gate_up = merged(d) ? d_gate_up : nullptr;
-    act.d_w_s = d_w_s;
-    swiglu_backward(ctx_, act, kernels_.swiglu_backward);
+    swiglu_backward(ctx_, plan_swiglu_backward_args(d, S, gate_up, w_s, daw, d_gate_up, d_w_s, stream),
+                    kernels_.swiglu_backward);
 
     // d_gate_up's 1x128 tiles over [S, 2I] (split: d_gate's columns, then d_up's), for fc1's
     // dgrad with W_gate_upᵀ (wt: [E, H, 2I], split [W_gateᵀ | W_upᵀ]).
     auto *dguq = L.dguq.in<char>(a.workspace);
     auto *dgu_scale = L.dgu_scale.in<float>(a.workspace);
-    if (merged(d)) {
+    if (fc1_merged(d)) {
         fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{2 * I}, Fp8QuantRowsOperands{d_gate_up, dguq, dgu_scale, S, stream});
     } else {
         const Fp8QuantRowsLdSpec rows_spec{I};
@@ -417,7 +357,7 @@ void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
     const void *xs = r.dy;
     if (r.tokens > 0)
         xs = scatter_rows(r.scatter_index, r.tokens, r.x, r.dy, r.stream);
-    if (merged(d)) {
+    if (fc1_merged(d)) {
         wgrad(r.d_gate_up, 2 * I, xs, H, g.dw_gate_up);  // [E,2I,H] (interleaved: rows as d_gate_up's columns)
     } else {
         wgrad(r.d_gate_up, I, xs, H, g.dw_gate);          // [E,I,H]
@@ -434,7 +374,7 @@ void Plan::bf16_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
     const void *xs = r.dy;
     if (r.tokens > 0)
         xs = scatter_rows(r.scatter_index, r.tokens, r.x, r.dy, r.stream);
-    if (merged(d)) {
+    if (fc1_merged(d)) {
         gemms.fc1_wgrad_merged(r.d_gate_up, xs, g.dw_gate_up);
     } else {
         gemms.fc1_wgrad_split(r.d_gate_up, xs, g.dw_gate);

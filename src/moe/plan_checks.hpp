@@ -1,0 +1,38 @@
+// The checks a plan's calls make on the caller's arguments, shared by both recipes (moe/plan.cpp,
+// moe/plan_fp8.cpp): each failure is Status::invalid_argument naming the C field (args->...) and
+// what was expected.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "moe/plan.hpp"
+#include "moe/plan_desc.hpp"
+
+namespace moejit {
+
+// A tensor the call needs (when `needed`): not NULL and 16-byte aligned (rows move as 16-byte
+// vectors).
+void require_tensor(const void *p, const char *name, bool needed);
+
+// The layer calls' saved and workspace buffers against what moejit_plan_saved_size and
+// `workspace_query` (moejit_plan_workspace_size, or moejit_plan_cached_workspace_size for an FP8
+// call with a weight cache) return for the layout's T (PlanLayout or Fp8Layout).
+void require_layer_buffers(std::int64_t tokens, std::size_t saved_bytes, std::size_t workspace_bytes,
+                           const char *workspace_query, const void *saved, std::size_t saved_size,
+                           const void *workspace, std::size_t workspace_size);
+template <class Layout, class Args> void require_layer_buffers(const Layout &L, const Args &a, bool cached = false) {
+    std::size_t workspace_bytes = L.workspace_bytes;
+    const char *query = "moejit_plan_workspace_size";
+    if constexpr (requires { L.cached_workspace_bytes; })
+        if (cached) workspace_bytes = L.cached_workspace_bytes, query = "moejit_plan_cached_workspace_size";
+    require_layer_buffers(L.tokens, L.saved_bytes, workspace_bytes, query, a.saved, a.saved_size, a.workspace,
+                          a.workspace_size);
+}
+
+// The weights every call reads (b_down only with biases and `bias_needed`; b_gate_up is the
+// forward's own check), and the gradients every backward writes.
+void require_weights(const PlanDesc &desc, const ExpertWeights &w, bool bias_needed);
+void require_grads(const PlanDesc &desc, const ExpertGrads &g);
+
+}  // namespace moejit
