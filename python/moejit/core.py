@@ -314,6 +314,15 @@ def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_exp
     return desc
 
 
+def validate_plan_desc(**desc) -> None:
+    """Raises what moejit_plan_create would raise for this descriptor (plan_desc()'s keywords),
+    without a context or a device: the library validates it (moejit_saved_size_terms checks a
+    descriptor as plan creation does), so a caller can ask before committing to a recipe."""
+    d = plan_desc(**desc)
+    per_token, constant = ctypes.c_int64(), ctypes.c_int64()
+    _capi.check(_capi.lib().moejit_saved_size_terms(byref(d), byref(per_token), byref(constant)))
+
+
 def check_swiglu_limit(limit: Optional[float]) -> float:
     """None -> 0.0 (no limit); otherwise a finite number > 0."""
     if limit is None:

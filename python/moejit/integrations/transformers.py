@@ -427,16 +427,25 @@ def _prepare(module, hidden_states, top_k_index, top_k_weights):
 
 
 def _fp8_refusal(kind: str, x: torch.Tensor, weights: dict) -> Optional[str]:
-    """Why the FP8 recipe cannot take a call _prepare accepted (None: it can); the library
-    refuses the same cases (docs/DECISIONS.md, the FP8 recipe's scope)."""
+    """Why the FP8 recipe cannot take a call _prepare accepted (None: it can). The binding's own
+    scope first (its FP8 path is the plain SwiGLU op), then the library's word on the layer's
+    descriptor with recipe "fp8-block" (dtype, H and I; core.validate_plan_desc), then the
+    device's arch."""
     if kind != "swiglu" or len(weights) != 2:
         return "the FP8 recipe computes plain SwiGLU experts (no gpt-oss activation, biases, " \
                "interleaved or transposed weights)"
-    if x.dtype != torch.bfloat16:
-        return f"the FP8 recipe takes bfloat16 layers, not {x.dtype}"
-    hidden, inter = x.shape[-1], weights["w_down"].shape[-1]
-    if hidden % 128 or inter % 128:
-        return f"the FP8 recipe needs H and I multiples of 128 (H={hidden}, I={inter})"
+    from moejit import core, errors  # the package, loaded by now
+    w_down = weights["w_down"]
+    try:
+        core.validate_plan_desc(dtype=str(x.dtype).replace("torch.", ""), hidden_size=int(x.shape[-1]),
+                                intermediate_size=int(w_down.shape[-1]),
+                                num_experts=int(w_down.shape[0]), top_k=1, merged=True,
+                                recipe="fp8-block")
+    except errors.MoejitError as e:
+        return str(e).splitlines()[0]
+    if x.is_cuda and torch.cuda.get_device_capability(x.device) != (9, 0):
+        major, minor = torch.cuda.get_device_capability(x.device)
+        return f"the FP8 recipe runs on sm_90a (Hopper) devices; {x.device} is sm_{major}{minor}"
     return None
 
 
