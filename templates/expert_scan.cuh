@@ -3,6 +3,8 @@
 // (E+1 ints from L2): cheaper than another kernel and needs no host round trip.
 #pragma once
 
+#include "group_gemm_schedule.cuh"
+
 namespace moejit {
 
 // cum[0..E] = exclusive prefix sum of value(e), THREADS experts at a time, by the whole CTA;
@@ -36,6 +38,18 @@ __device__ __forceinline__ int scan_experts(int num_experts, int *warp_sums, int
     if (tid == 0) cum[0] = 0;
     __syncthreads();
     return carry;
+}
+
+// same_nk: cum = the exclusive scan of each expert's M-tiles, and the M-tile count. The host's
+// bound is never smaller than the true count (clamped offsets guarantee it); taking the minimum
+// keeps every kernel exactly what the CPU emulation of the schedule checks.
+template <int THREADS>
+__device__ __forceinline__ int scan_nk_m_tiles(const int *offsets, int rows, int num_experts, int block_m,
+                                               int m_tile_bound, int *warp_sums, int *cum) {
+    const int carry = scan_experts<THREADS>(num_experts, warp_sums, cum, [&](int e) {
+        return sched::expert_m_tiles(offsets, e, rows, block_m);
+    });
+    return sched::min_int(carry, m_tile_bound);
 }
 
 }  // namespace moejit

@@ -351,14 +351,8 @@ __device__ __forceinline__ void group_gemm_nk(const typename Cfg::T *__restrict_
     int *cum = reinterpret_cast<int *>(smem_raw + Cfg::STAGES * Cfg::STAGE_BYTES);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-    // Exclusive scan of ceil(count_e / BM) over experts (expert_scan.cuh).
-    const int carry = scan_experts<THREADS>(num_experts, warp_sums, cum, [&](int e) {
-        return sched::expert_m_tiles(offsets, e, rows, BM);
-    });
-
-    // The host bound is never smaller than the true count (clamped offsets guarantee it);
-    // taking the minimum keeps the kernel exactly what the CPU emulation checks.
-    const int m_tiles = sched::min_int(carry, m_tile_bound);
+    // The experts' M-tiles (expert_scan.cuh), at most the host's bound.
+    const int m_tiles = scan_nk_m_tiles<THREADS>(offsets, rows, num_experts, BM, m_tile_bound, warp_sums, cum);
     const int total_tiles = m_tiles * N_TILES;
 
     const int warp_m0 = (warp / Cfg::WARPS_N) * Cfg::WM;
@@ -367,12 +361,10 @@ __device__ __forceinline__ void group_gemm_nk(const typename Cfg::T *__restrict_
     const unsigned smem = smem_addr(smem_raw);
 
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-        sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
-        sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-        const int row0 = rr.begin + tc.m_block * BM;
-        const int rows_valid = rr.end - row0;  // may exceed BM: the tile takes BM
-        const int n0 = tc.n_block * BN;
-        const T *b_e = b + static_cast<long long>(tc.expert) * N * K;
+        const sched::NkTilePlace tp = sched::nk_tile_place(cum, offsets, num_experts, rows, N_TILES, Cfg::GROUP_M, BM, BN, t);
+        const int row0 = tp.row0, n0 = tp.n0;
+        const int rows_valid = tp.row_end - row0;  // may exceed BM: the tile takes BM
+        const T *b_e = b + static_cast<long long>(tp.expert) * N * K;
 
         // A rows of the tile; B: [N,K] rows n (K-major) or [K,N] rows k (MN-major).
         const LoaderA la(a + static_cast<long long>(row0) * K, rows_valid, 0, tid);

@@ -93,6 +93,26 @@ MOEJIT_HD TileCoord nk_tile(const int *cum, int num_experts, int n_tiles, int gr
     return c;
 }
 
+// Where same_nk tile t lies: its expert, its first row, the end of the expert's rows (a tile
+// may hold fewer than block_m of them) and its first column.
+struct NkTilePlace {
+    int expert;
+    int row0;
+    int row_end;
+    int n0;
+};
+MOEJIT_HD NkTilePlace nk_tile_place(const int *cum, const int *offsets, int num_experts, int rows, int n_tiles,
+                                    int group, int block_m, int block_n, int t) {
+    TileCoord c = nk_tile(cum, num_experts, n_tiles, group, t);
+    RowRange r = expert_rows(offsets, c.expert, rows);
+    NkTilePlace p;
+    p.expert = c.expert;
+    p.row0 = r.begin + c.m_block * block_m;
+    p.row_end = r.end;
+    p.n0 = c.n_block * block_n;
+    return p;
+}
+
 // same_mn: a fixed m_tiles x n_tiles block per expert, whatever its row count (the reduction
 // runs over the expert's rows inside the tile), so the tile count is known on the host exactly.
 MOEJIT_HD TileCoord mn_tile(int m_tiles, int n_tiles, int group, int t) {

@@ -192,12 +192,8 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (tid == 0) init_ring<Cfg, false>(m, tma_a, tma_b);
 
-    // Exclusive scan of ceil(count_e / BM) over experts; its __syncthreads also publish the
-    // barrier initialization.
-    const int carry = scan_experts<THREADS>(num_experts, warp_sums, cum, [&](int e) {
-        return sched::expert_m_tiles(offsets, e, rows, BM);
-    });
-    const int m_tiles = sched::min_int(carry, m_tile_bound);
+    // The experts' M-tiles; the scan's __syncthreads also publish the barrier initialization.
+    const int m_tiles = scan_nk_m_tiles<THREADS>(offsets, rows, num_experts, BM, m_tile_bound, warp_sums, cum);
     const int total_tiles = m_tiles * N_TILES;
     const int wg = warp >> 2;
 
@@ -207,16 +203,14 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
         if (tid != 0) return;
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-            const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
-            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-            const int row0 = rr.begin + tc.m_block * BM;
-            const int n0 = tc.n_block * BN;
+            const sched::NkTilePlace tp = sched::nk_tile_place(cum, offsets, num_experts, rows, N_TILES, Cfg::GROUP_M, BM, BN, t);
+            const int row0 = tp.row0, n0 = tp.n0;
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it) {
                 const unsigned stage = producer_wait(m, pos);
                 const unsigned bar = m.full(pos.stage());
                 mbar_arrive_expect_tx(bar, Cfg::STAGE_BYTES);  // full boxes, even where zero-filled
                 tma_load_2d(stage, &tma_a, bar, kb * BK, row0);
-                tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, kb * BK, n0, tc.expert);
+                tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, kb * BK, n0, tp.expert);
             }
         }
         return;
@@ -234,15 +228,13 @@ __device__ __forceinline__ void group_gemm_nk(const TmaDesc &tma_a, const TmaDes
 #pragma unroll
     for (int i = 0; i < (Cfg::OVERLAP ? 64 : 1); ++i) part2[i] = 0.0f;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-        const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
-        const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-        const int row0 = rr.begin + tc.m_block * BM;
-        const int n0 = tc.n_block * BN;
-        const int rows_valid = rr.end - row0;
+        const sched::NkTilePlace tp = sched::nk_tile_place(cum, offsets, num_experts, rows, N_TILES, Cfg::GROUP_M, BM, BN, t);
+        const int row0 = tp.row0, n0 = tp.n0;
+        const int rows_valid = tp.row_end - row0;
         const bool valid0 = r_base < rows_valid, valid1 = r_base + 8 < rows_valid;
         const float *const a_row0 = a_scale + static_cast<long long>(row0 + r_base) * K_TILES;
         const float *const a_row1 = a_row0 + 8LL * K_TILES;
-        const float *const b_blk = b_scale + (static_cast<long long>(tc.expert) * NB + n0 / 128) * K_TILES;
+        const float *const b_blk = b_scale + (static_cast<long long>(tp.expert) * NB + n0 / 128) * K_TILES;
 
         float acc[Cfg::ACC];
 #pragma unroll

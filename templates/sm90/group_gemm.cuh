@@ -83,13 +83,9 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         if constexpr (K_SPLIT > 0 || Glu::ON) tma_prefetch(&tma_b2);
     }
 
-    // Exclusive scan of ceil(count_e / BM) over experts (as the mma.sync kernel does); its
-    // __syncthreads also publish the barrier initialization.
-    const int carry = scan_experts<THREADS>(num_experts, warp_sums, cum, [&](int e) {
-        return sched::expert_m_tiles(offsets, e, rows, BM);
-    });
-
-    const int m_tiles = sched::min_int(carry, m_tile_bound);
+    // The experts' M-tiles (as the mma.sync kernel scans them); the scan's __syncthreads also
+    // publish the barrier initialization.
+    const int m_tiles = scan_nk_m_tiles<THREADS>(offsets, rows, num_experts, BM, m_tile_bound, warp_sums, cum);
     const int total_tiles = m_tiles * N_TILES;
     const int wg = warp >> 2;
 
@@ -99,12 +95,10 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         if (!GATHER_A && tid != 0) return;  // TMA only: one thread issues everything
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-            const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
-            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-            const int row0 = rr.begin + tc.m_block * BM;
-            const int n0 = tc.n_block * BN;
+            const sched::NkTilePlace tp = sched::nk_tile_place(cum, offsets, num_experts, rows, N_TILES, Cfg::GROUP_M, BM, BN, t);
+            const int row0 = tp.row0, n0 = tp.n0;
             GatherRows<BM> a_rows;
-            if constexpr (GATHER_A) a_rows.load(row_token, row0, rr.end - row0, tid);
+            if constexpr (GATHER_A) a_rows.load(row_token, row0, tp.row_end - row0, tid);
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it) {
                 const unsigned stage = producer_wait(m, pos);
                 const unsigned bar = m.full(pos.stage());
@@ -118,16 +112,16 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                     if constexpr (!GATHER_A) tma_load_2d(stage, ta, bar, k0, row0);
                     if constexpr (Glu::ON) {
                         // [gate rows | up rows] of intermediate columns n0/2.. (K-major, BN/2 each)
-                        tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, k0, n0 / 2, tc.expert);
+                        tma_load_3d(stage + Cfg::A_BYTES, &tma_b, bar, k0, n0 / 2, tp.expert);
                         tma_load_3d(stage + Cfg::A_BYTES + Cfg::B_BYTES / 2, &tma_b2, bar, k0, Glu::UP_ROW + n0 / 2,
-                                    tc.expert);
+                                    tp.expert);
                     } else if constexpr (B_TRANSPOSED) {
-                        tma_load_3d(stage + Cfg::A_BYTES, tb, bar, k0, n0, tc.expert);
+                        tma_load_3d(stage + Cfg::A_BYTES, tb, bar, k0, n0, tp.expert);
                     } else {
 #pragma unroll
                         for (int j = 0; j < BN / 64; ++j)
                             tma_load_3d(stage + Cfg::A_BYTES + j * Cfg::CHUNK_BYTES, tb, bar, n0 + 64 * j, k0,
-                                        tc.expert);
+                                        tp.expert);
                     }
                 }
                 if constexpr (GATHER_A) {
@@ -152,10 +146,8 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                 pos.it += K_TILES;
                 continue;
             }
-            const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
-            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-            const int row0 = rr.begin + tc.m_block * BM;
-            const int n0 = tc.n_block * BN;
+            const sched::NkTilePlace tp = sched::nk_tile_place(cum, offsets, num_experts, rows, N_TILES, Cfg::GROUP_M, BM, BN, t);
+            const int row0 = tp.row0, n0 = tp.n0;
             float acc[2][Cfg::ACC];
 #pragma unroll
             for (int i = 0; i < Cfg::ACC; ++i) acc[0][i] = acc[1][i] = 0.0f;
@@ -165,7 +157,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                 consume_kslice_rows2<Cfg, false, !B_TRANSPOSED>(m, pos, kb == 0, prev, acc, NoPrepare{});
             turns.pass(m, cw, leader);
             consume_finish_rows2(m, prev, acc);  // K_TILES >= 1 (K >= 8)
-            const int rows_valid = rr.end - row0;
+            const int rows_valid = tp.row_end - row0;
             // A box may not reach into the next expert's rows: TMA only for whole 64-row blocks.
             int tma_blocks = 0;
             if constexpr (Cfg::EPI_TMA && !ACCUMULATE) {
@@ -188,10 +180,8 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
         const int r_base = cw * 64 + (warp & 3) * 16 + (lane >> 2);
         RingPos<Cfg::STAGES> pos;
         for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-            const sched::TileCoord tc = sched::nk_tile(cum, num_experts, N_TILES, Cfg::GROUP_M, t);
-            const sched::RowRange rr = sched::expert_rows(offsets, tc.expert, rows);
-            const int row0 = rr.begin + tc.m_block * BM;
-            const int n0 = tc.n_block * BN;
+            const sched::NkTilePlace tp = sched::nk_tile_place(cum, offsets, num_experts, rows, N_TILES, Cfg::GROUP_M, BM, BN, t);
+            const int row0 = tp.row0, n0 = tp.n0;
             float acc[Cfg::ACC];
 #pragma unroll
             for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
@@ -199,7 +189,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
             for (int kb = 0; kb < K_TILES; ++kb, ++pos.it)
                 consume_kslice<Cfg, false, !B_TRANSPOSED>(m, pos, cw, kb == 0, prev, acc, NoPrepare{});
             consume_finish(m, prev, acc);  // K_TILES >= 1 (K >= 8)
-            const int rows_valid = rr.end - row0;
+            const int rows_valid = tp.row_end - row0;
             if constexpr (Glu::ON) {
                 if (Cfg::EPI_TMA && rows_valid >= (cw + 1) * 64) {
                     store_tile_tma<Cfg>(acc, m, cw, warp & 3, lane, [&](int j, unsigned src) {
