@@ -47,6 +47,35 @@ built=$(date +%s)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_suppressions=0}
+# LeakSanitizer's exit-time tracer sometimes crashes by itself ("Tracer caught signal 11 ...
+# LeakSanitizer has encountered a fatal error": google/sanitizers#1353, no leak report). A test
+# that failed only that way runs once more, alone; any other failure, or that one twice, fails.
+tracer_crashes() {
+    python3 - "$san/meson-logs/testlog.json" <<'PY'
+import json, sys
+failed, crashed = [], []
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    if t.get("result") in ("FAIL", "TIMEOUT", "ERROR", "UNEXPECTEDPASS"):
+        failed.append(t["name"])
+        out = (t.get("stdout") or "") + (t.get("stderr") or "")
+        if ("Tracer caught signal" in out and "LeakSanitizer has encountered a fatal error" in out
+                and "ERROR: LeakSanitizer: detected memory leaks" not in out):
+            crashed.append(t["name"])
+print(" ".join(crashed) if failed and crashed == failed else "")
+PY
+}
+rc=0
 # shellcheck disable=SC2086
-meson test -C "$san" --no-rebuild --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" --suite cpu $names
+meson test -C "$san" --no-rebuild --print-errorlogs --num-processes "${MOEJIT_TEST_JOBS:-2}" --suite cpu $names || rc=$?
+if [ "$rc" != 0 ]; then
+    again=$(tracer_crashes)
+    if [ -n "$again" ]; then
+        echo "sanitizer pass: only LeakSanitizer's tracer crashed (no report) in: $again; running those once more"
+        rc=0
+        # shellcheck disable=SC2086
+        meson test -C "$san" --no-rebuild --print-errorlogs --num-processes 1 $again || rc=$?
+    fi
+fi
 echo "sanitizer pass: build $((built - start)) s, tests $(( $(date +%s) - built )) s"
+exit "$rc"
