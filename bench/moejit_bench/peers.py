@@ -84,13 +84,11 @@ def eager_loop_layer(x, selected_experts, routing_weights, w_gate=None, w_up=Non
     return out.to(x.dtype)
 
 
-def grouped_mm_layer(x, selected_experts, routing_weights, w_gate=None, w_up=None,
-                     w_gate_up=None, w_down=None, swiglu_limit: Optional[float] = None):
-    """The layer on torch._grouped_mm: routes sorted by expert on the device (stable), one
-    grouped GEMM per projection; no host synchronisation."""
-    tokens, hidden = x.shape
+def _sort_routes(x, selected_experts, routing_weights, experts: int):
+    """The routes sorted by expert on the device (stable), without host synchronisation:
+    (offs, the int32 group ends; position, the sorted row of each route; xs, the token row of
+    each sorted row; w_rows, its routing weight)."""
     top_k = selected_experts.shape[1]
-    experts = w_down.shape[0]
     flat = selected_experts.reshape(-1).long()
     counts = torch.zeros(experts, dtype=torch.int64, device=x.device)
     counts.scatter_add_(0, flat, torch.ones_like(flat))  # bincount would sync for its size
@@ -98,9 +96,19 @@ def grouped_mm_layer(x, selected_experts, routing_weights, w_gate=None, w_up=Non
     order = torch.sort(flat, stable=True).indices        # route id of each sorted row
     position = torch.empty_like(order)                   # sorted row of each route
     position[order] = torch.arange(order.numel(), device=x.device)
-
     xs = x.index_select(0, order // top_k)
     w_rows = routing_weights.reshape(-1).index_select(0, order)
+    return offs, position, xs, w_rows
+
+
+def grouped_mm_layer(x, selected_experts, routing_weights, w_gate=None, w_up=None,
+                     w_gate_up=None, w_down=None, swiglu_limit: Optional[float] = None):
+    """The layer on torch._grouped_mm: routes sorted by expert on the device (stable), one
+    grouped GEMM per projection; no host synchronisation."""
+    tokens, hidden = x.shape
+    top_k = selected_experts.shape[1]
+    offs, position, xs, w_rows = _sort_routes(x, selected_experts, routing_weights,
+                                             w_down.shape[0])
     if w_gate_up is not None:
         inter = w_gate_up.shape[1] // 2
         gu = torch._grouped_mm(xs, w_gate_up.transpose(-2, -1), offs=offs)

@@ -34,7 +34,8 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
+
+from .peers import _swiglu, _sort_routes
 
 __all__ = ["E4M3", "E4M3_MAX", "FAST_ACCUM", "quantize_rows", "dequantize_rows",
            "scaled_grouped_mm_layer", "fp8_dense_ceiling"]
@@ -106,30 +107,14 @@ class _Fp8GroupedLinear(torch.autograd.Function):
         return (d_a, None, *d_weights)
 
 
-def _swiglu(g: torch.Tensor, u: torch.Tensor, limit: Optional[float]) -> torch.Tensor:
-    if limit is not None:
-        g = g.clamp(max=limit)
-        u = u.clamp(min=-limit, max=limit)
-    return F.silu(g) * u
-
-
 def scaled_grouped_mm_layer(x, selected_experts, routing_weights, w_gate=None, w_up=None,
                             w_gate_up=None, w_down=None, swiglu_limit: Optional[float] = None):
     """The layer with FP8 row-wise scaled grouped GEMMs (module docstring); arguments as for
     moejit.torch.fused_moe, fc1 weights split or merged; bf16 in, bf16 out."""
     tokens, hidden = x.shape
     top_k = selected_experts.shape[1]
-    experts = w_down.shape[0]
-    flat = selected_experts.reshape(-1).long()
-    counts = torch.zeros(experts, dtype=torch.int64, device=x.device)
-    counts.scatter_add_(0, flat, torch.ones_like(flat))  # bincount would sync for its size
-    offs = torch.cumsum(counts, 0).to(torch.int32)       # group ends
-    order = torch.sort(flat, stable=True).indices        # route id of each sorted row
-    position = torch.empty_like(order)                   # sorted row of each route
-    position[order] = torch.arange(order.numel(), device=x.device)
-
-    xs = x.index_select(0, order // top_k)
-    w_rows = routing_weights.reshape(-1).index_select(0, order)
+    offs, position, xs, w_rows = _sort_routes(x, selected_experts, routing_weights,
+                                             w_down.shape[0])
     fc1: Sequence[torch.Tensor] = (w_gate_up,) if w_gate_up is not None else (w_gate, w_up)
     outs = _Fp8GroupedLinear.apply(xs, offs, *fc1)
     if w_gate_up is not None:

@@ -8,11 +8,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$PWD/out}; mkdir -p "$out"
-b=${FP8_BENCH_BUILD:-/tmp/moejit-build}; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-[ -f $b/build.ninja ] || meson setup $b --buildtype=release >"$out/setup.log" 2>&1 || { tail -20 "$out/setup.log"; exit 1; }
-ninja -C $b capi/libmoejit.so >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
-export MOEJIT_LIBRARY=$b/capi/libmoejit.so PYTHONPATH=python:bench
+build_dir=${FP8_BENCH_BUILD:-/tmp/moejit-build} build_targets="capi/libmoejit.so"
+# shellcheck source=dev/gpu/common.sh
+. dev/gpu/common.sh  # builds (or reuses) $b; MOEJIT_LIBRARY, PYTHONPATH
 timeout 120 python3 -m pytest -q tests/python/test_bench_fp8.py -rs >"$out/test_bench_fp8.log" 2>&1
 echo "test_bench_fp8 rc=$?"; tail -3 "$out/test_bench_fp8.log"
 # shellcheck disable=SC2086  # ARGS is a list of options

@@ -8,10 +8,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$PWD/out}; mkdir -p "$out"
-b=${FP8_LAYER_BUILD:-/tmp/moejit-fp8-layer-build}; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-[ -f $b/build.ninja ] || meson setup $b --buildtype=release >"$out/setup.log" 2>&1 || { tail -20 "$out/setup.log"; exit 1; }
-ninja -C $b tests/test_cpu_fp8_layer tests/test_gpu_fp8_layer >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+build_dir=${FP8_LAYER_BUILD:-/tmp/moejit-fp8-layer-build} build_targets="tests/test_cpu_fp8_layer tests/test_gpu_fp8_layer"
+# shellcheck source=dev/gpu/common.sh
+. dev/gpu/common.sh  # builds (or reuses) $b; MOEJIT_LIBRARY, PYTHONPATH
 timeout 300 $b/tests/test_cpu_fp8_layer --report_level=short >"$out/cpu_fp8_layer.log" 2>&1; echo "cpu fp8_layer rc=$?"
 grep -E "error|failure|passed|failed|kernels|saved FP8" "$out/cpu_fp8_layer.log" | head -20
 timeout 420 $b/tests/test_gpu_fp8_layer --report_level=short >"$out/gpu_fp8_layer.log" 2>&1; echo "gpu fp8_layer rc=$?"

@@ -9,11 +9,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$PWD/out}; mkdir -p "$out"
-b=${FP8_TRAIN_BUILD:-/tmp/moejit-build}; export MOEJIT_CACHE_DIR=/tmp/moejit-cache
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-[ -f $b/build.ninja ] || meson setup $b --buildtype=release >"$out/setup.log" 2>&1 || { tail -20 "$out/setup.log"; exit 1; }
-ninja -C $b capi/libmoejit.so >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
-export MOEJIT_LIBRARY=$b/capi/libmoejit.so PYTHONPATH=python
+build_dir=${FP8_TRAIN_BUILD:-/tmp/moejit-build} build_targets="capi/libmoejit.so"
+# shellcheck source=dev/gpu/common.sh
+. dev/gpu/common.sh  # builds (or reuses) $b; MOEJIT_LIBRARY, PYTHONPATH
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 start=$(date +%s)
 # shellcheck disable=SC2086  # ARGS is a list of options

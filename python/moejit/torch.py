@@ -121,6 +121,17 @@ def _megatron_weight_grad(weight: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
 
 
+def _weight_names(weights: Sequence[torch.Tensor]):
+    """The parameter names of the layer's weights, given merged (w_gate_up, w_down) or split
+    (w_gate, w_up, w_down)."""
+    return ("w_gate_up", "w_down") if len(weights) == 2 else ("w_gate", "w_up", "w_down")
+
+
+def _fc1_args(weights: Sequence[torch.Tensor]):
+    """The implementations' fc1 arguments (w_gate, w_up, w_gate_up) of merged or split weights."""
+    return (None, None, weights[0]) if len(weights) == 2 else (weights[0], weights[1], None)
+
+
 def __getattr__(name: str):
     # moejit.torch.distributed: the expert-parallel layer (moejit/distributed.py), on demand
     # (`from moejit.torch import distributed` works too; torch.py is a module, not a package).
@@ -154,8 +165,7 @@ class _MainGradFunction(torch.autograd.Function):
         main_grads = ctx.main_grads
         if main_grads is None:
             main_grads = []
-            for name, w in zip(("w_gate_up", "w_down") if len(weights) == 2 else
-                               ("w_gate", "w_up", "w_down"), ctx.weights):
+            for name, w in zip(_weight_names(weights), ctx.weights):
                 grad = getattr(w, "main_grad", None)
                 if grad is None:
                     raise errors.InvalidArgumentError(
@@ -348,10 +358,8 @@ class _DirectFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, selected_experts, routing_weights, swiglu_limit, *weights):
-        merged = len(weights) == 2
-        fc1 = (None, None, weights[0]) if merged else (weights[0], weights[1], None)
-        out, saved = _op._forward("moejit.torch", x, selected_experts, routing_weights, *fc1,
-                                  weights[-1], swiglu_limit)
+        out, saved = _op._forward("moejit.torch", x, selected_experts, routing_weights,
+                                  *_fc1_args(weights), weights[-1], swiglu_limit)
         ctx.save_for_backward(x, selected_experts, routing_weights, *weights, saved)
         ctx.swiglu_limit = swiglu_limit
         return out
@@ -360,12 +368,9 @@ class _DirectFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dout):
         x, sel, rw, *weights, saved = ctx.saved_tensors
-        merged = len(weights) == 2
-        fc1 = (None, None, weights[0]) if merged else (weights[0], weights[1], None)
-        dx, drw, grads = _op._backward("moejit.torch", dout, x, sel, rw, *fc1, weights[-1],
-                                       saved, ctx.swiglu_limit)
-        names = ("w_gate_up", "w_down") if merged else ("w_gate", "w_up", "w_down")
-        return (dx, None, drw, None, *(grads[n] for n in names))
+        dx, drw, grads = _op._backward("moejit.torch", dout, x, sel, rw, *_fc1_args(weights),
+                                       weights[-1], saved, ctx.swiglu_limit)
+        return (dx, None, drw, None, *(grads[n] for n in _weight_names(weights)))
 
 
 def _fused_direct(x, selected_experts, routing_weights, w_gate=None, w_up=None,

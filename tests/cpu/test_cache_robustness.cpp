@@ -407,6 +407,16 @@ int cache_fault_child(const fs::path &base, const char *tmpfs_size, bool skip_ro
     return checks.failures ? 1 : 0;
 }
 
+// Runs cache_fault_child under tmp/mnt in a child process (600 s at most) and checks it passed.
+void expect_cache_fault_child_passed(const TempDir &tmp, const char *tmpfs_size,
+                                     bool skip_root_without_mount, const CacheFault &fault,
+                                     const char *what) {
+    const int code = in_child(600, [&]() -> int {
+        return cache_fault_child(tmp.path() / "mnt", tmpfs_size, skip_root_without_mount, fault);
+    });
+    expect_child_passed(code, what);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(read_only_cache_during_a_run_compiles_in_memory_and_says_so_once) {
@@ -429,10 +439,7 @@ BOOST_AUTO_TEST_CASE(read_only_cache_during_a_run_compiles_in_memory_and_says_so
         }
         return std::nullopt;
     };
-    const int code = in_child(600, [&]() -> int {
-        return cache_fault_child(tmp.path() / "mnt", "64m", true, remount_read_only);
-    });
-    expect_child_passed(code, "read-only cache");
+    expect_cache_fault_child_passed(tmp, "64m", true, remount_read_only, "read-only cache");
 }
 
 BOOST_AUTO_TEST_CASE(full_disk_during_a_run_compiles_in_memory_and_says_so_once) {
@@ -465,8 +472,5 @@ BOOST_AUTO_TEST_CASE(full_disk_during_a_run_compiles_in_memory_and_says_so_once)
         }
         return std::nullopt;
     };
-    const int code = in_child(600, [&]() -> int {
-        return cache_fault_child(tmp.path() / "mnt", "16m", false, fill_the_disk);
-    });
-    expect_child_passed(code, "full disk");
+    expect_cache_fault_child_passed(tmp, "16m", false, fill_the_disk, "full disk");
 }

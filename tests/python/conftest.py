@@ -63,6 +63,28 @@ def fresh_transformers_backend(monkeypatch):
 
 
 @pytest.fixture
+def emulated(monkeypatch):
+    """The transformers tests' emulation of the library's launches (hf_emulation.Emulation:
+    float32 on the CPU, calls counted)."""
+    from hf_emulation import Emulation
+
+    return Emulation(monkeypatch)
+
+
+@pytest.fixture
+def extended(monkeypatch):
+    """For the transformers tests: the extended call (hf_emulation.ExtendedCall) in place of
+    moejit.torch.fused_moe_merged (and registered as supported)."""
+    from hf_emulation import ExtendedCall
+    from moejit.integrations import transformers as mjt
+
+    call = ExtendedCall()
+    monkeypatch.setattr(mjt, "_fused_moe_merged", lambda: call)
+    monkeypatch.setattr(mjt, "_extended_api", True)
+    return call
+
+
+@pytest.fixture
 def compile_only_context(tmp_path, lib):
     """A compile-only context for sm_90a with a private disk cache."""
     ctx = moejit.Context(compile_only=True, arch="sm_90a", cache_dir=str(tmp_path / "cache"))

@@ -181,3 +181,15 @@ def rel(a, b, floor=0.0):
 def unused_experts(sel, num_experts):
     used = set(sel.reshape(-1).tolist())
     return [e for e in range(num_experts) if e not in used]
+
+
+def opcheck_forward_backward(forward, backward, x, index, rw, params, options, dout, **checks):
+    """torch.library.opcheck of a gated forward op called (x, index, rw, *params, *options), with
+    x, rw and every param (None stays None) requiring grad, then of its backward op called (dout,
+    x, index, rw, *params, saved, *options) on the forward's saved buffer, which it returns.
+    checks: opcheck's keyword arguments (test_utils)."""
+    grad = [t if t is None else t.clone().requires_grad_() for t in (x, rw, *params)]
+    torch.library.opcheck(forward, (grad[0], index, grad[1], *grad[2:], *options), **checks)
+    _, saved = forward(x, index, rw, *params, *options)
+    torch.library.opcheck(backward, (dout, x, index, rw, *params, saved, *options), **checks)
+    return saved

@@ -22,7 +22,8 @@ except ImportError:
 import moe_emulation  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
-from gated_reference import CONFIGS, call_kwargs, random_weights, reference_grads, rel  # noqa: E402
+from gated_reference import (CONFIGS, call_kwargs, opcheck_forward_backward,  # noqa: E402
+                             random_weights, reference_grads, rel)
 
 BF16 = torch.bfloat16
 TOL = 1e-2  # bf16 results vs float64
@@ -156,15 +157,9 @@ class TestEmulated(AgainstReference):
             "gpt_oss", "spread", rows=24, E=4, H=32, I=8, device="cpu", seed=fresh_seed())
         c = CONFIGS["gpt_oss"]
         options = (c["limit"], c["activation"], 1.702, c["interleaved"], c["transposed"])
-        leaves = [t.clone().requires_grad_() for t in (xs, rw, w_gate_up, w_down, b_gate_up,
-                                                        b_down)]
-        torch.library.opcheck(torch.ops.moejit.experts,
-                              (leaves[0], offsets, leaves[1], *leaves[2:], *options))
-        _, saved = torch.ops.moejit.experts(xs, offsets, rw, w_gate_up, w_down, b_gate_up,
-                                            b_down, *options)
-        torch.library.opcheck(torch.ops.moejit.experts_backward,
-                              (dys, xs, offsets, rw, w_gate_up, w_down, b_gate_up, b_down, saved,
-                               *options))
+        opcheck_forward_backward(torch.ops.moejit.experts, torch.ops.moejit.experts_backward,
+                                 xs, offsets, rw, (w_gate_up, w_down, b_gate_up, b_down), options,
+                                 dys)
 
     @pytest.mark.parametrize("what", ["offsets_dtype", "offsets_len", "rw_shape", "rw_dtype",
                                       "xs_rank"])

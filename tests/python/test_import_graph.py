@@ -14,7 +14,8 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "python", PACKAGE)
 # Top-level names of the workshop, which the product never imports.
 WORKSHOP = ("moejit_bench", "bench", "peers", "peers_fast", "conftest", "hf_families",
-            "moe_emulation")
+            "moe_emulation", "hf_emulation",
+            "optional_imports")
 
 
 def package_modules(root: str, package: str):

@@ -24,7 +24,8 @@ import moejit.torch as mt  # noqa: E402
 from compile_steps import assert_one_graph_calling, assert_steps_equal, train_step  # noqa: E402
 from dispatch_log import DispatchLog  # noqa: E402
 from gated_reference import (BF16, CONFIGS, ROUTINGS, call_kwargs, gated_inputs,  # noqa: E402
-                             reference_grads, rel, run_merged, unused_experts)
+                             opcheck_forward_backward, reference_grads, rel, run_merged,
+                             unused_experts)
 
 # H != 2I, so a weight in the other layout has the wrong shape instead of a transposed meaning.
 H, I, E, K = 32, 8, 4, 2
@@ -121,15 +122,10 @@ def test_opcheck_every_gated_op(config):
     x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, dout = inputs(config, seed=3)
     options = (c["limit"] or 0.0, c["activation"], c["alpha"] or 1.702, c["interleaved"],
                c["transposed"])
-    grad = [t if t is None else t.clone().requires_grad_()
-            for t in (x, rw, w_gate_up, w_down, b_gate_up, b_down)]
-    torch.library.opcheck(torch.ops.moejit.fused_moe_gated,
-                          (grad[0], sel, grad[1], *grad[2:], *options), **checks)
-    out, saved = torch.ops.moejit.fused_moe_gated(x, sel, rw, w_gate_up, w_down, b_gate_up,
-                                                  b_down, *options)
-    torch.library.opcheck(torch.ops.moejit.fused_moe_gated_backward,
-                          (dout, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved,
-                           *options), **checks)
+    saved = opcheck_forward_backward(torch.ops.moejit.fused_moe_gated,
+                                     torch.ops.moejit.fused_moe_gated_backward, x, sel, rw,
+                                     (w_gate_up, w_down, b_gate_up, b_down), options, dout,
+                                     **checks)
     main = [torch.randn(t.shape) if t is not None else None
             for t in (w_gate_up, w_down, b_gate_up, b_down)]
     torch.library.opcheck(torch.ops.moejit.fused_moe_gated_backward_main_grad,

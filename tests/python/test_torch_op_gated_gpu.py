@@ -27,7 +27,8 @@ import torch._dynamo.testing  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
 from gated_reference import (BF16, CONFIGS, ROUTINGS, call_kwargs, gated_inputs,  # noqa: E402
-                             reference_grads, rel, run_merged, unused_experts)
+                             opcheck_forward_backward, reference_grads, rel, run_merged,
+                             unused_experts)
 from moejit import _op  # noqa: E402
 
 H, I, E, K = 512, 256, 8, 4
@@ -137,14 +138,9 @@ def test_opcheck_gated_ops():
     c = CONFIGS[config]
     x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, dout = inputs(config, "mixed", 300)
     options = (c["limit"], c["activation"], 1.702, c["interleaved"], c["transposed"])
-    grad = [t.clone().requires_grad_() for t in (x, rw, w_gate_up, w_down, b_gate_up, b_down)]
-    torch.library.opcheck(torch.ops.moejit.fused_moe_gated,
-                          (grad[0], sel, grad[1], *grad[2:], *options))
-    out, saved = torch.ops.moejit.fused_moe_gated(x, sel, rw, w_gate_up, w_down, b_gate_up,
-                                                  b_down, *options)
-    torch.library.opcheck(torch.ops.moejit.fused_moe_gated_backward,
-                          (dout, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved,
-                           *options))
+    saved = opcheck_forward_backward(torch.ops.moejit.fused_moe_gated,
+                                     torch.ops.moejit.fused_moe_gated_backward, x, sel, rw,
+                                     (w_gate_up, w_down, b_gate_up, b_down), options, dout)
     mains = [torch.randn(t.shape, device="cuda") for t in (w_gate_up, w_down, b_gate_up, b_down)]
     torch.library.opcheck(torch.ops.moejit.fused_moe_gated_backward_main_grad,
                           (dout, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved,

@@ -15,7 +15,7 @@ from transformers.integrations import moe as hf_moe  # noqa: E402
 from moejit.integrations import transformers as mjt  # noqa: E402
 
 from hf_families import experts_modules, model_pair  # noqa: E402
-from test_transformers_emulated import reference_layer  # noqa: E402
+from hf_emulation import reference_layer  # noqa: E402
 
 LOG_NAME = "moejit.integrations.transformers"
 pytestmark = pytest.mark.usefixtures("fresh_transformers_backend")  # conftest.py

@@ -16,16 +16,12 @@ import sys
 
 import pytest
 
-try:
-    import torch
-except ImportError:
-    pytest.skip("torch is not installed", allow_module_level=True)
+from optional_imports import TORCH_MISSING, TRANSFORMERS_MISSING, import_or_skip
+
+torch = import_or_skip("torch", TORCH_MISSING)
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device (torch.cuda.is_available() is False)", allow_module_level=True)
-try:
-    import transformers  # noqa: F401
-except ImportError:
-    pytest.skip("transformers (>= 5) is not installed", allow_module_level=True)
+import_or_skip("transformers", TRANSFORMERS_MISSING)
 
 import torch._dynamo  # noqa: E402
 
@@ -168,7 +164,7 @@ def test_short_training_follows_eager():
 def test_sentinels_dtypes_and_leading_shape_on_the_kernels(index_dtype):
     """One experts module on the kernels: [B, S, H] input, int32 / int64 ids with EP sentinels
     (ids >= E: dropped routes), float32 routing weights; against the float32 reference."""
-    from test_transformers_emulated import reference_layer
+    from hf_emulation import reference_layer
     experts = experts_modules(model_pair("qwen3_moe", dtype=BF16, seed=12, device="cuda",
                                          **SIZES)[1])[0]
     E, H = experts.num_experts, SIZES["hidden"]

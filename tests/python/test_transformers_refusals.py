@@ -16,43 +16,26 @@ import types
 
 import pytest
 
-try:
-    import torch
-except ImportError:
-    pytest.skip("torch is not installed", allow_module_level=True)
-try:
-    import transformers  # noqa: F401
-    from transformers.activations import ACT2FN, SiLUActivation
-    from transformers.integrations import moe as hf_moe  # noqa: F401
-except ImportError:
-    pytest.skip("transformers (>= 5) is not installed", allow_module_level=True)
+from optional_imports import TRANSFORMERS_MISSING, import_or_skip, torch_and_transformers
+
+torch, _ = torch_and_transformers()
+ACT2FN, SiLUActivation = import_or_skip("transformers.activations", TRANSFORMERS_MISSING,
+                                        "ACT2FN", "SiLUActivation")
 
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from moejit.integrations import transformers as mjt  # noqa: E402
 
-from hf_families import experts_modules, model_pair, rel, run  # noqa: E402
-from test_transformers_emulated import (Emulation, ExtendedCall,  # noqa: E402
-                                        reference_layer, tokens)
+from hf_families import experts_modules, model_pair, rel  # noqa: E402
+from hf_emulation import reference_layer  # noqa: E402
+from test_transformers_emulated import eager_step_warnings, tokens  # noqa: E402
 
 BF16 = torch.bfloat16
 LOG_NAME = "moejit.integrations.transformers"
 
 pytestmark = pytest.mark.usefixtures("fresh_transformers_backend")  # conftest.py
-
-
-@pytest.fixture
-def emulated(monkeypatch):
-    return Emulation(monkeypatch)
-
-
-@pytest.fixture
-def extended(monkeypatch):
-    call = ExtendedCall()
-    monkeypatch.setattr(mjt, "_fused_moe_merged", lambda: call)
-    monkeypatch.setattr(mjt, "_extended_api", True)
-    return call
+# Fixtures emulated and extended: conftest.py.
 
 
 def experts_of(family, seed=0, **sizes):
@@ -96,14 +79,7 @@ def test_gelu_tanh_module_with_a_silu_config_runs_its_eager_forward(emulated, ca
     mods = experts_modules(fused)
     assert all(m.config.hidden_act == "silu" for m in mods)
     assert all(type(m.act_fn).__name__ != "SiLUActivation" for m in mods)
-    ids = tokens(seed=31)
-    with caplog.at_level(logging.WARNING, logger=LOG_NAME):
-        le, _, ge = run(eager, ids)
-        lf, _, gf = run(fused, ids)
-    assert torch.equal(lf, le)
-    assert all(torch.equal(gf[n], g) for n, g in ge.items())
-    assert emulated.forward_calls == 0
-    records = [r.getMessage() for r in caplog.records if r.name == LOG_NAME]
+    records = eager_step_warnings(caplog, emulated, eager, fused, tokens(seed=31))
     assert len(records) == 1 and "not provably SiLU" in records[0]
     assert "hidden_act='silu'" in records[0] and "GELUTanh" in records[0]
 
