@@ -15,7 +15,7 @@ with the reason; each peer is checked against moejit (forward output and dx, rel
 
 FP8 (issue 31, opt-in via --impls): moejit-fp8 (moejit.torch with recipe="fp8-block": e4m3 with
 1x128 / 128x128 block scales) and scaled_grouped_mm (moejit_bench/peers_fp8.py: the layer on
-torch._scaled_grouped_mm with row-wise scales, weight gradients in bf16 as moejit's). With either
+torch._scaled_grouped_mm with row-wise scales, its weight gradients in bf16). With either
 selected, an 8192^3 e4m3 torch._scaled_mm (row-wise scales) is measured as the FP8 dense ceiling
 beside the bf16 one; each FP8 row records its output's relative difference from the bf16
 grouped_mm layer (out_rel_err_vs_bf16), and the table adds moejit-fp8/moejit,

@@ -18,8 +18,9 @@ GEMM in FP8 e4m3 with float32 row-wise scales:
     groups included). Not FP8: row-wise
     scales for the wgrad would lie along the ragged token axis (one scale per expert group and
     row, segment reductions) and _scaled_grouped_mm's 2d-2d (ragged-K) case needs every group's
-    start 16-byte aligned, i.e. token groups padded to multiples of 16; moejit's fp8-block recipe
-    keeps its weight gradients in bf16 too, so the two compare like for like.
+    start 16-byte aligned, i.e. token groups padded to multiples of 16. moejit's fp8-block
+    recipe runs its weight gradients in e4m3 too (128x1 operands padded per expert), so on
+    the weight gradients this peer does bf16 work where moejit does FP8.
 Accumulation is float32 with use_fast_accum=False (FAST_ACCUM). Outputs are bf16. The FP8
 GEMMs are the 2d-3d case (ragged M), which takes any group size; H and I must be multiples of
 16 (16-byte rows of e4m3), as every reference shape is.
