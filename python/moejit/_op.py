@@ -310,6 +310,9 @@ def _weight_cache(spec: LayerSpec, plan: Plan, weights: Dict[str, torch.Tensor],
         cache, mode = _fp8_weight_cache.call_cache(plan, weights, device)
     if mode == "none":
         return {}, plan.workspace_size(tokens)
+    # This call's stream reads (or writes) the buffer: the allocator must not hand it out again
+    # at the block's end before that stream is past it.
+    cache.record_stream(torch.cuda.current_stream(device))
     return (dict(weight_cache=cache, weight_cache_size=cache.numel(), weight_cache_mode=mode),
             plan.cached_workspace_size(tokens))
 

@@ -4,7 +4,8 @@
     other call a USE), and a weight changed in place inside the block is quantized again;
   - a training step of MoEExperts(recipe="fp8-block") captured in a CUDA graph and replayed on
     fresh data equals eager execution bit for bit (no host sync, no stale replay), with and
-    without a weight-cache block around the capture.
+    without a weight-cache block around the capture (the captured calls use no cache: a replay
+    outlives the block).
 Every output and gradient is poisoned before the launches (moejit.torch._debug_poison) and must
 come back finite."""
 
@@ -108,7 +109,7 @@ def test_cuda_graph_training_step_matches_eager(cached):
         return out
 
     block = mt.fp8_weight_cache() if cached else contextlib.nullcontext()
-    with block:  # cached: the warm-up FILLs, the captured calls USE the cache
+    with block:  # cached: the warm-up FILLs and USEs; the captured calls quantize for themselves
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

@@ -73,17 +73,37 @@ def test_untracked_weights_are_quantized_every_call():
         assert wc.call_cache(FakePlan(), w, torch.device("cpu"))[1] == "fill"
 
 
-def test_blocks_do_not_nest_and_belong_to_their_thread():
+def test_blocks_do_not_nest_and_are_process_wide():
+    w = weights()
     with mt.fp8_weight_cache():
         with pytest.raises(errors.InvalidArgumentError, match="do not nest"):
             with mt.fp8_weight_cache():
                 pass
+        buf, _ = wc.call_cache(FakePlan(), w, torch.device("cpu"))
+        # autograd runs CUDA backwards on its own thread: that thread must see the block
         seen = []
-        t = threading.Thread(target=lambda: seen.append(wc.active()))
+        t = threading.Thread(target=lambda: seen.append(wc.call_cache(FakePlan(), w,
+                                                                      torch.device("cpu"))))
         t.start()
         t.join()
-        assert seen == [False]
+        assert seen[0][1] == "use" and seen[0][0] is buf
     assert not wc.active()
+
+
+def test_weights_that_are_not_leaves_are_not_cached():
+    base = weights()
+    with mt.fp8_weight_cache():
+        for _ in range(2):  # a weight rebuilt per call (a cast, a gathered copy): no buffer piles up
+            rebuilt = {n: (t.requires_grad_() * 1.0) for n, t in base.items()}
+            assert wc.call_cache(FakePlan(), rebuilt, torch.device("cpu")) == (None, "none")
+
+
+def test_an_entry_holds_its_weights():
+    with mt.fp8_weight_cache():
+        w = weights(5)
+        wc.call_cache(FakePlan(), w, torch.device("cpu"))
+        (entry,) = wc._entries.values()
+        assert all(a is b for a, b in zip(entry.weights, (w[n] for n in sorted(w))))
 
 
 def test_an_exception_closes_the_block():
