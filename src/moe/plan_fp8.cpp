@@ -36,7 +36,8 @@ std::vector<WgradShape> wgrad_shapes(const PlanDesc &d) {
 }
 
 Fp8WgradSpec wgrad_spec(const PlanDesc &d, const WgradShape &s) {
-    return make_fp8_wgrad_spec(s.m, s.n, d.weight_grad_dtype, d.num_experts, d.weight_grad_accumulate != 0);
+    return make_fp8_wgrad_spec(s.m, s.n, d.weight_grad_dtype, d.num_experts, d.weight_grad_accumulate != 0,
+                               kFp8WgradOverlap);
 }
 
 // The scratch of the largest call, plus slack to start it on 256 bytes (fp8_weight_grad's
@@ -347,6 +348,7 @@ void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
         args.n = n;
         args.dw_dtype = d.weight_grad_dtype;
         args.accumulate = d.weight_grad_accumulate != 0;
+        args.overlap = kFp8WgradOverlap;
         args.workspace = scratch;
         args.workspace_bytes = scratch_bytes;
         args.stream = r.stream;

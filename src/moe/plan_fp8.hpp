@@ -54,6 +54,11 @@ Fp8LayerSpecs fp8_layer_specs(const PlanDesc &desc);
 // The weight gradients through the FP8 GEMM (fp8_weight_grad). false: the bf16 GEMMs (LayerGemms),
 // to compare the two; plan creation compiles the bf16 weight-gradient kernels only then.
 inline constexpr bool kFp8WeightGrads = true;
+// Their GEMM with the overlapped promotion (the next k blocks' wgmmas run while the last ones
+// are promoted): 1.2-1.4x the plain promotion on the four weight gradients measured on an H200
+// (docs/PERF_LOG.md, "FP8 layer, first measurement"), and held to the same float64 bound by
+// the GPU suite's wgrad_overlapped_promotion cases.
+inline constexpr bool kFp8WgradOverlap = true;
 
 // Every FP8 kernel of the layer (GEMMs and quantizers), for plan creation and warmup.
 std::vector<KernelSource> fp8_layer_sources(const PlanDesc &desc);
