@@ -22,6 +22,7 @@ if torch.cuda.get_device_capability() != (9, 0):
 
 import moejit.torch as mt  # noqa: E402
 from moejit import _fp8_weight_cache as wc  # noqa: E402
+from cuda_graph_step import capture_step  # noqa: E402
 
 T, H, I, E, K = 256, 512, 256, 8, 2
 
@@ -110,17 +111,7 @@ def test_cuda_graph_training_step_matches_eager(cached):
 
     block = mt.fp8_weight_cache() if cached else contextlib.nullcontext()
     with block:  # cached: the warm-up FILLs and USEs; the captured calls quantize for themselves
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                zero_grads()
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        zero_grads()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = step()
+        graph, static_out = capture_step(step, zero_grads)
         for seed in (21, 22):  # fresh data each replay
             x, sel, rw, dout = micro_batch(seed)
             with torch.no_grad():

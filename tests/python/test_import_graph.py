@@ -15,7 +15,7 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 # Top-level names of the workshop, which the product never imports.
 WORKSHOP = ("moejit_bench", "bench", "peers", "peers_fast", "conftest", "hf_families",
             "moe_emulation", "hf_emulation",
-            "optional_imports")
+            "optional_imports", "cuda_graph_step")
 
 
 def package_modules(root: str, package: str):

@@ -21,6 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
 from gated_reference import rel  # noqa: E402
+from cuda_graph_step import capture_step  # noqa: E402
 from moejit_bench.peers import (eager_loop_layer, grouped_mm_layer, routing_all_to_expert0,  # noqa: E402
                           routing_topk)
 
@@ -309,18 +310,7 @@ def test_cuda_graph_training_step_matches_eager(merged):
         out.backward(static_dout)
         return out
 
-    # Warm up on a side stream (JIT compile, module load, allocator), as torch documents.
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            zero_grads()
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    zero_grads()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = step()
+    graph, static_out = capture_step(step, zero_grads)
 
     for seed in (11, 12):  # fresh data each replay: the graph must recompute, not replay stale
         case = Case(torch.bfloat16, merged, "topk", LIMIT, seed=seed)
