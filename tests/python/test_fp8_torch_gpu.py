@@ -9,6 +9,8 @@
 Every output and gradient is poisoned before the launches (moejit.torch._debug_poison) and must
 come back finite."""
 
+import contextlib
+
 import pytest
 
 try:
@@ -91,7 +93,6 @@ def test_a_weight_changed_inside_the_block_is_quantized_again():
 
 @pytest.mark.parametrize("cached", [False, True], ids=["plain", "weight_cache"])
 def test_cuda_graph_training_step_matches_eager(cached):
-    import contextlib
     torch.manual_seed(3)
     layer = mt.MoEExperts(E, H, I, merged=True, recipe="fp8-block", device="cuda",
                           dtype=torch.bfloat16)
