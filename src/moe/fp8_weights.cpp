@@ -14,8 +14,6 @@ namespace {
 
 constexpr std::int64_t kTile = 128;
 
-bool merged(const PlanDesc &d) { return d.fc1_layout != Fc1Layout::split; }
-
 const char *mode_name(WeightCacheMode m) {
     switch (m) {
     case WeightCacheMode::none: return "MOEJIT_WEIGHT_CACHE_NONE";
@@ -78,7 +76,7 @@ void quantize_fp8_weights(Context &ctx, const PlanDesc &d, const ExpertWeights &
                           void *stream) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size;
     const std::int32_t E = d.num_experts;
-    if (merged(d)) {
+    if (fc1_merged(d)) {
         fp8_quantize_blocks(ctx, Fp8QuantBlocksSpec{2 * I, H}, Fp8QuantBlocksOperands{w.w_gate_up, q.w1_q, q.w1_scale, E, stream});
     } else {  // gate's [E, I, H] then up's, each with its own blocks
         const std::size_t half_q = static_cast<std::size_t>(E) * I * H;
@@ -97,7 +95,7 @@ void quantize_fp8_weights_transposed(Context &ctx, const PlanDesc &d, const Expe
     // W_downᵀ [E, I, H] for fc2's dgrad.
     fp8_quantize_blocks_t(ctx, Fp8QuantBlocksTSpec{H, I}, w.w_down, E, q.w2_q, H, q.w2_scale, H / kTile, stream);
     // W_gate_upᵀ [E, H, 2I] for fc1's dgrad (split: [W_gateᵀ | W_upᵀ], side by side per row).
-    if (merged(d)) {
+    if (fc1_merged(d)) {
         fp8_quantize_blocks_t(ctx, Fp8QuantBlocksTSpec{2 * I, H}, w.w_gate_up, E, q.w1_q, 2 * I, q.w1_scale,
                               2 * I / kTile, stream);
     } else {
