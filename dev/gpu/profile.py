@@ -1,18 +1,21 @@
 """Per-kernel time of one moejit layer step (forward+backward) on the GPU, from torch.profiler.
 
-Usage: PYTHONPATH=python:bench MOEJIT_LIBRARY=... python3 dev/gpu/profile.py [shape ...]
+Usage: PYTHONPATH=python:bench MOEJIT_LIBRARY=... python3 dev/gpu/profile.py [--impl IMPL] [shape ...]
+IMPL is moejit (default), moejit-fp8 or moejit-fp8-cached (the FP8 layer inside one
+fp8_weight_cache() block: the weights quantized once, before the profiled steps).
 Prints, for each shape, every kernel of one step in launch order with its mean duration over
 the profiled steps, then the kernels' sum against the step's wall time (the gap is launch and
 host time). It shows where a step's time goes; it is not a benchmark (no peer).
 """
 
+import argparse
 import statistics
-import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from moejit_bench import SHAPES, make_inputs, moejit_layer
+from moejit_bench import SHAPES, make_inputs
+from moejit_bench.layer import LAYERS, _weight_cache_block
 
 STEPS = 3
 
@@ -21,14 +24,17 @@ def short(name: str) -> str:
     return name if len(name) <= 72 else name[:69] + "..."
 
 
-def profile_shape(name: str) -> None:
+def profile_shape(name: str, impl: str) -> None:
     T, E, H, I, k = SHAPES[name]
+    layer = LAYERS[impl]
     x, sel, rw, weights, dout = make_inputs(T, E, H, I, k, torch.bfloat16, "topk", False, 0)
     inputs = [x, rw] + list(weights.values())
 
     def step():
-        return torch.autograd.grad(moejit_layer(x, sel, rw, **weights), inputs, dout)
+        return torch.autograd.grad(layer(x, sel, rw, **weights), inputs, dout)
 
+    cache = _weight_cache_block(impl)
+    cache.__enter__()
     for _ in range(3):
         step()
     torch.cuda.synchronize()
@@ -39,6 +45,7 @@ def profile_shape(name: str) -> None:
             step()
         end.record()
         torch.cuda.synchronize()
+    cache.__exit__(None, None, None)
     wall_ms = start.elapsed_time(end) / STEPS
     kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
                      key=lambda e: e.time_range.start)
@@ -47,7 +54,7 @@ def profile_shape(name: str) -> None:
         print(f"{name}: {len(kernels)} kernels over {STEPS} steps (uneven); listing all")
         per_step = len(kernels)
     flops = 18.0 * T * k * H * I
-    print(f"== {name}: step {wall_ms:.3f} ms ({flops / wall_ms / 1e9:.0f} TFLOP/s), {per_step} kernels")
+    print(f"== {name} {impl}: step {wall_ms:.3f} ms ({flops / wall_ms / 1e9:.0f} TFLOP/s), {per_step} kernels")
     total = 0.0
     for i in range(per_step):
         runs = [kernels[s * per_step + i] for s in range(len(kernels) // per_step)]
@@ -58,8 +65,13 @@ def profile_shape(name: str) -> None:
 
 
 def main() -> None:
-    for name in sys.argv[1:] or ["small-expert-7b", "mid-expert-30b"]:
-        profile_shape(name)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--impl", default="moejit",
+                        choices=("moejit", "moejit-fp8", "moejit-fp8-cached"))
+    parser.add_argument("shapes", nargs="*", default=["small-expert-7b", "mid-expert-30b"])
+    args = parser.parse_args()
+    for name in args.shapes:
+        profile_shape(name, args.impl)
         torch.cuda.empty_cache()
 
 
