@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(256) quantize_blocks_kernel(const __grid_const
 // per 128-row block x 1 column. Each expert's rows start a new block and its last block is padded
 // with zero rows, so expert e owns padded blocks [cum[e], cum[e+1]) (cum: exclusive prefix sum of
 // ceil(count_e / 128), every CTA computes it from offsets; no host sync) and no block mixes two
-// experts. Output transposed so the GEMM reads the reduction (rows) K-major: q[c, 128 pb + r] is
+// experts. With row_token the rows are gathered from the unscattered x (the layer's dout and x:
+// no scattered bf16 copy of either exists). Output transposed so the GEMM reads the reduction (rows) K-major: q[c, 128 pb + r] is
 // row r of padded block pb, column c; scales[pb, c]. Blocks at or past block_bound (only offsets
 // that are not monotone ask for them) are not written.
 // One work item = padded block pb x 64 columns, 256 threads: the 128 x 64 bf16 box goes to
@@ -231,7 +232,13 @@ __global__ void __launch_bounds__(256) quantize_cols_kernel(const __grid_constan
         for (int i = 0; i < 4; ++i) {
             const int u = tid + 256 * i, r = u >> 3, cu = u & 7;
             uint4 raw = make_uint4(0u, 0u, 0u, 0u);
-            if (r < valid) raw = *reinterpret_cast<const uint4 *>(x + static_cast<long long>(row0 + r) * C + col0 + cu * 8);
+            // The source row: the scattered row itself, or (row_token) its token's row of x.
+            long long src = r < valid ? row0 + r : -1;
+            if (src >= 0 && args.row_token) {
+                const int t = args.row_token[src];
+                src = t >= 0 && t < args.tokens ? t : -1;
+            }
+            if (src >= 0) raw = *reinterpret_cast<const uint4 *>(x + src * C + col0 + cu * 8);
             *reinterpret_cast<uint4 *>(tile + r * PITCH + cu * 8) = raw;
         }
         __syncthreads();

@@ -266,15 +266,18 @@ struct Sm90Fp8NkArgs {
 
 // bf16 [rows, C] (rows grouped per expert by offsets) -> e4m3 [C, P] transposed, each expert's
 // rows padded with zeros to whole 128-row blocks (P = padded_rows = 128 * block_bound), and fp32
-// scales [P/128, C] (one per 128 rows x 1 column).
+// scales [P/128, C] (one per 128 rows x 1 column). With row_token, row r is x's row
+// row_token[r] (x is then the unscattered [tokens, C]; a token outside [0, tokens) reads zeros).
 struct Fp8QuantColsArgs {
-    const void *x;       // [rows, C] bf16
+    const void *x;       // [rows, C] bf16, or [tokens, C] with row_token
     const int *offsets;  // [E+1]
     void *q;             // [C, P] e4m3
     float *scales;       // [P/128, C]
     int rows;
     int num_experts;
     int block_bound;     // P / 128
+    const int *row_token;  // [rows] or NULL
+    int tokens;
 };
 
 // FP8 weight gradient: dW[e] (+)= A_eᵀ · B_e over expert e's padded 128-row blocks.

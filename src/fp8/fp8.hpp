@@ -152,6 +152,10 @@ struct Fp8QuantColsOperands {
     std::int32_t num_experts = 0;           // >= 1
     std::int64_t padded_rows = 0;           // >= fp8_wgrad_padded_rows(rows, E), a multiple of 128
     void *stream = nullptr;
+    // Gathered rows: row r is x's row row_token[r], x the unscattered [tokens, c] (a token outside
+    // [0, tokens) reads as zeros, on the device).
+    const std::int32_t *row_token = nullptr;  // [rows] or null
+    std::int64_t tokens = 0;
 };
 
 struct Fp8WgradSpec {
@@ -214,6 +218,14 @@ struct Fp8WgradArgs {
     void *workspace = nullptr;             // fp8_weight_grad_workspace_bytes, 256-byte aligned
     std::size_t workspace_bytes = 0;
     void *stream = nullptr;
+    // Gathered operands (Fp8QuantColsOperands::row_token): a or b non-null reads that operand's
+    // rows from the unscattered [tokens, m or n] through row_token.
+    const std::int32_t *row_token = nullptr;  // [rows]
+    std::int64_t tokens = 0;
+    bool gather_a = false, gather_b = false;
+    // b's e4m3 form is in the workspace already: the previous call had the same b, rows,
+    // num_experts, m, n and workspace (the split fc1's dW_gate and dW_up share x's rows).
+    bool b_quantized = false;
 };
 // Scratch of fp8_weight_grad: qa, qb, and both scale arrays, each 256-byte aligned.
 std::size_t fp8_weight_grad_workspace_bytes(std::int64_t rows, std::int32_t num_experts, std::int64_t m,

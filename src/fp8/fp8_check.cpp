@@ -186,7 +186,13 @@ std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8QuantC
                       what, ops->num_experts, kMaxQuantColsExperts);
     if (auto r = check_padded_rows(ops->padded_rows, ops->rows, ops->num_experts, what)) return r;
     if (ops->rows == 0) return std::nullopt;
-    return check_pointers(what, {{ops->x, 16, "x", "a non-null, 16-byte aligned bf16 [rows, c]"},
+    if (ops->row_token) {
+        if (ops->tokens < 0 || ops->tokens > kMaxDim)
+            return refuse(Status::invalid_argument, "{}: tokens = {}: expected 0 <= tokens < 2^31 with row_token",
+                          what, ops->tokens);
+        if (auto r = check_pointers(what, {{ops->row_token, 4, "row_token", "an int32 [rows] token index"}})) return r;
+    }
+    return check_pointers(what, {{ops->x, 16, "x", "a non-null, 16-byte aligned bf16 [rows, c] ([tokens, c] with row_token)"},
                                  {ops->offsets, 4, "offsets", kOffsetsRule},
                                  {ops->q, 16, "q", "a non-null, 16-byte aligned e4m3 [c, padded_rows]"},
                                  {ops->scales, 4, "scales", "a non-null fp32 [padded_rows / 128, c]"}});
@@ -246,8 +252,12 @@ std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8WgradA
         return refuse(Status::invalid_argument, "{}: dw must be a non-null, {}-byte aligned {} [E, m, n]", what,
                       dw_align, dtype_name(args.dw_dtype));
     if (args.rows == 0) return std::nullopt;
-    if (auto r = check_pointers(what, {{args.a, 16, "a", "a non-null, 16-byte aligned bf16 [rows, m]"},
-                                       {args.b, 16, "b", "a non-null, 16-byte aligned bf16 [rows, n]"},
+    if ((args.gather_a || args.gather_b) && (!args.row_token || args.tokens < 0 || args.tokens > kMaxDim))
+        return refuse(Status::invalid_argument,
+                      "{}: gather_a/gather_b need row_token (int32 [rows]) and 0 <= tokens < 2^31 (tokens = {})", what,
+                      args.tokens);
+    if (auto r = check_pointers(what, {{args.a, 16, "a", "a non-null, 16-byte aligned bf16 [rows, m] ([tokens, m] gathered)"},
+                                       {args.b, 16, "b", "a non-null, 16-byte aligned bf16 [rows, n] ([tokens, n] gathered)"},
                                        {args.offsets, 4, "offsets", kOffsetsRule}}))
         return r;
     const std::size_t need = fp8_weight_grad_workspace_bytes(args.rows, args.num_experts, args.m, args.n);

@@ -50,7 +50,8 @@ void fp8_quantize_cols(Context &ctx, const Fp8QuantColsSpec &spec, const Fp8Quan
     shape.shared_bytes = static_cast<std::uint32_t>((ops.num_experts + 1) * sizeof(int));  // cum[E+1]
     ctx.launch(kernel, shape, ops.stream,
                kargs::Fp8QuantColsArgs{ops.x, ops.offsets, ops.q, ops.scales, static_cast<int>(ops.rows),
-                                       ops.num_experts, static_cast<int>(ops.padded_rows / 128)});
+                                       ops.num_experts, static_cast<int>(ops.padded_rows / 128), ops.row_token,
+                                       static_cast<int>(ops.tokens)});
 }
 
 void fp8_wgrad_gemm(Context &ctx, const Fp8WgradSpec &requested, const Fp8WgradGemmOperands &ops) {
@@ -93,8 +94,12 @@ void fp8_weight_grad(Context &ctx, const Fp8WgradArgs &args) {
     auto *const base = static_cast<unsigned char *>(args.workspace);
     void *const qa = base + ws.qa, *const qb = base + ws.qb;
     float *const sa = reinterpret_cast<float *>(base + ws.sa), *const sb = reinterpret_cast<float *>(base + ws.sb);
-    fp8_quantize_cols(ctx, {args.m}, {args.a, args.offsets, qa, sa, args.rows, args.num_experts, padded, args.stream});
-    fp8_quantize_cols(ctx, {args.n}, {args.b, args.offsets, qb, sb, args.rows, args.num_experts, padded, args.stream});
+    auto operand = [&](const void *x, void *q, float *scales, bool gathered) {
+        return Fp8QuantColsOperands{x,      args.offsets, q, scales, args.rows, args.num_experts, padded, args.stream,
+                                    gathered ? args.row_token : nullptr, gathered ? args.tokens : 0};
+    };
+    fp8_quantize_cols(ctx, {args.m}, operand(args.a, qa, sa, args.gather_a));
+    if (!args.b_quantized) fp8_quantize_cols(ctx, {args.n}, operand(args.b, qb, sb, args.gather_b));
     const Fp8WgradSpec spec =
         make_fp8_wgrad_spec(args.m, args.n, args.dw_dtype, args.num_experts, args.accumulate, args.overlap);
     fp8_wgrad_gemm(ctx, spec,

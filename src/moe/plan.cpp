@@ -145,8 +145,10 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     b.add(std::move(routing.histogram), [](PlanKernels &p, Kernel *k) { p.routing.histogram = k; });
     b.add(std::move(routing.row_scan), [](PlanKernels &p, Kernel *k) { p.routing.row_scan = k; });
     b.add(std::move(routing.rank), [](PlanKernels &p, Kernel *k) { p.routing.rank = k; });
-    b.add(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}),
-          [](PlanKernels &p, Kernel *k) { p.scatter = k; });
+    const bool fp8 = d.recipe == Recipe::fp8_block;
+    if (!fp8)  // the FP8 recipe's scatters quantize (fp8_layer_sources)
+        b.add(render_scatter(ScatterSpec{d.dtype, d.hidden_size, d.top_k}),
+              [](PlanKernels &p, Kernel *k) { p.scatter = k; });
     b.add(render_gather(gather_spec_of(d, false)), [](PlanKernels &p, Kernel *k) { p.gather = k; });
     if (has_bias(d)) {
         b.add(render_gather(gather_spec_of(d, true)), [](PlanKernels &p, Kernel *k) { p.gather_bias = k; });
@@ -160,7 +162,6 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
             p.bias_grad_scaled.reduce = k;  // the reduction does not depend on the scale
         });
     }
-    const bool fp8 = d.recipe == Recipe::fp8_block;
     if (!fp8) {  // the experts entry has no FP8 form
         b.add(render_prepare_rows(false, gemms.gathered), [](PlanKernels &p, Kernel *k) { p.prepare_rows = k; });
         b.add(render_prepare_rows(true, gemms.gathered),
@@ -178,9 +179,7 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     b.add(render_swiglu_backward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_backward = k; });
     for (LayerGemmRole &role : layer_gemm_roles(d, gemms)) {
         GemmKernels LayerKernels::*where = role.kernels;
-        // FP8: no bf16 GEMM, unless the weight gradients are switched back to bf16 (kFp8WeightGrads).
-        const bool bf16_wgrad = !kFp8WeightGrads && (where == &LayerKernels::fc2_wgrad || where == &LayerKernels::fc1_wgrad);
-        if (fp8 && !bf16_wgrad) continue;
+        if (fp8) continue;  // every GEMM of the FP8 recipe is FP8
         for (std::size_t i = 0; i < role.sources.size(); ++i)
             b.add(std::move(role.sources[i]), [where, i](PlanKernels &p, Kernel *k) {
                 (i == 0 ? (p.gemms.*where).main : (p.gemms.*where).reduce) = k;

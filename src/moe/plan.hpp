@@ -168,25 +168,23 @@ private:
     // The FP8 recipe's calls (moe/plan_fp8.cpp), reached from forward and backward.
     void fp8_forward(const ForwardArgs &args);
     void fp8_backward(const BackwardArgs &args);
-    // The weight gradients of the FP8 recipe from rows grouped by expert: fc2's
-    // from dy and aw, then x's rows scattered into dy's place (dy is dead), then fc1's from
-    // d_gate_up (split: d_gate then d_up) and those rows, through fp8_weight_grad.
+    // The weight gradients of the FP8 recipe from rows grouped by expert, through
+    // fp8_weight_grad: fc2's from dout's rows and aw, then fc1's from d_gate_up (split: d_gate
+    // then d_up) and x's rows; dout's and x's rows gathered by row_token, never scattered.
     struct Fp8WeightGradRows {
         std::int64_t rows;  // S (0: every expert's gradient is still written)
         const std::int32_t *offsets;
-        void *dy;                 // [S,H] bf16, overwritten by x's rows
-        const void *aw;           // [S,I] bf16
-        const char *d_gate_up;    // [S,2I] bf16
-        const std::int32_t *scatter_index;
-        std::int64_t tokens;
-        const void *x;            // [T,H]
-        void *workspace;          // Fp8Layout::wgrad: the FP8 weight gradient's scratch
+        const std::int32_t *row_token;  // [S] the token of each scattered row
+        std::int64_t tokens;            // T
+        const void *dout;               // [T,H] bf16
+        const void *aw;                 // [S,I] bf16
+        const char *d_gate_up;          // [S,2I] bf16
+        const void *x;                  // [T,H] bf16
+        void *workspace;                // Fp8Layout::wgrad: the FP8 weight gradient's scratch
         std::size_t workspace_bytes;
         void *stream;
     };
     void fp8_weight_grads(const Fp8WeightGradRows &rows, const ExpertGrads &grads);
-    // The same in bf16 (LayerGemms), kept behind plan_fp8.cpp's kFp8WeightGrads for comparison.
-    void bf16_weight_grads(const Fp8WeightGradRows &rows, const ExpertGrads &grads);
 
     // The [S,H] scatter of a [T,H] tensor (x or dout) into `out`, for GEMMs that do not gather.
     const void *scatter_rows(const std::int32_t *scatter_index, std::int64_t num_tokens, const void *tokens, void *out,

@@ -25,8 +25,9 @@ Fp8GemmSpec gemm(std::int64_t n, std::int64_t k, std::int32_t experts) {
 }
 
 // fp8_weight_grad's calls, dW[e] = A_eᵀ·B_e as [E, m, n] (the layer's [E,H,I] / [E,2I,H] /
-// [E,I,H] weights; the FP8 recipe refuses transposed ones): fc2 a = dy (m = H), b = aw (n = I);
-// fc1 a = d_gate_up (m = 2I; split: d_gate, then d_up, m = I), b = x's rows (n = H).
+// [E,I,H] weights; the FP8 recipe refuses transposed ones): fc2 a = dout's rows (m = H), b = aw
+// (n = I); fc1 a = d_gate_up (m = 2I; split: d_gate, then d_up, m = I), b = x's rows (n = H).
+// dout's and x's rows are gathered by row_token inside the column quantizer.
 struct WgradShape {
     std::int64_t m, n;
 };
@@ -43,7 +44,6 @@ Fp8WgradSpec wgrad_spec(const PlanDesc &d, const WgradShape &s) {
 // The scratch of the largest call, plus slack to start it on 256 bytes (fp8_weight_grad's
 // alignment; the caller's workspace need only be 16-byte aligned).
 std::size_t wgrad_scratch_bytes(const PlanDesc &d, std::int64_t rows) {
-    if (!kFp8WeightGrads) return wgrad_split_workspace_bytes(d, rows);
     std::size_t bytes = 0;
     for (const WgradShape &s : wgrad_shapes(d))
         bytes = std::max(bytes, fp8_weight_grad_workspace_bytes(rows, d.num_experts, s.m, s.n));
@@ -106,8 +106,7 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
     s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{gate_up_k(d)}));  // saved gate/up
     s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{I}));             // aw
     s.push_back(render_fp8_group_gemm_nk(g.fc2));
-    // backward
-    s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{H}));  // dy
+    // backward (dout's rows: the forward's quantizing scatter, H and top_k the same)
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{H, I}));
     s.push_back(render_fp8_group_gemm_nk(g.fc2_dgrad));
     s.push_back(render_fp8_dequant_rows(Fp8DequantRowsSpec{gate_up_k(d)}));
@@ -117,14 +116,13 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
         s.push_back(render_fp8_quant_rows_ld(Fp8QuantRowsLdSpec{I}));
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{fc1_merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1_dgrad));
-    if (kFp8WeightGrads) {  // the weight gradients: each operand's column quantizer, each GEMM
-        std::vector<std::int64_t> cols;
-        for (const WgradShape &w : wgrad_shapes(d))
-            for (std::int64_t c : {w.m, w.n})
-                if (std::find(cols.begin(), cols.end(), c) == cols.end()) cols.push_back(c);
-        for (std::int64_t c : cols) s.push_back(render_fp8_quant_cols(Fp8QuantColsSpec{c}));
-        for (const WgradShape &w : wgrad_shapes(d)) s.push_back(render_fp8_wgrad_gemm(wgrad_spec(d, w)));
-    }
+    // the weight gradients: each operand's column quantizer, each GEMM
+    std::vector<std::int64_t> cols;
+    for (const WgradShape &w : wgrad_shapes(d))
+        for (std::int64_t c : {w.m, w.n})
+            if (std::find(cols.begin(), cols.end(), c) == cols.end()) cols.push_back(c);
+    for (std::int64_t c : cols) s.push_back(render_fp8_quant_cols(Fp8QuantColsSpec{c}));
+    for (const WgradShape &w : wgrad_shapes(d)) s.push_back(render_fp8_wgrad_gemm(wgrad_spec(d, w)));
     return s;
 }
 
@@ -138,6 +136,7 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     offsets = saved.take(bytes({E + 1, 4}));
     scatter_index = saved.take(bytes({S, 4}));
     w_s = saved.take(bytes({S, 4}));
+    row_token = saved.take(bytes({S, 4}));
     gate_up_q = saved.take(bytes({S, 2, I}));
     gate_up_scale = saved.take(bytes({S, 2 * I / kTile, 4}));
     saved_bytes = saved.end;
@@ -157,7 +156,7 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     aw_scale = fwd.take(bytes({S, I / kTile, 4}));
     y = fwd.take(bytes({S, H, 2}));
 
-    dy = bwd.take(bytes({S, H, 2}));
+    dxs = bwd.take(bytes({S, H, 2}));
     dyq = bwd.take(bytes({S, H}));
     dy_scale = bwd.take(bytes({S, H / kTile, 4}));
     daw = bwd.take(bytes({S, I, 2}));
@@ -205,8 +204,9 @@ void Plan::fp8_forward(const ForwardArgs &a) {
     if (T0 || cache_mode == WeightCacheMode::fill)
         wq = fp8_call_weights(ctx_, d, w, a.weight_cache, cache_mode, L.weights, a.workspace, false, stream);
     if (!T0) return;  // offsets are zero, nothing else is read (out has no rows)
+    // row_token is for the backward's gathered weight-gradient operands.
     scatter_weights(ctx_, WeightsScatterArgs{d.routing_dtype, a.routing_weights, scatter_index, a.num_tokens,
-                                             d.top_k, w_s, nullptr, stream},
+                                             d.top_k, w_s, L.row_token.in<std::int32_t>(a.saved), stream},
                     *kernels_.scatter_weights);
     // x's 1x128 tiles, quantized once per token, straight into the scattered rows.
     auto *xq = L.xq.in<char>(a.workspace);
@@ -265,12 +265,11 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     const auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
     const auto *w_s = L.w_s.in<float>(a.saved);
-    auto *dy = L.dy.in<char>(a.workspace);
     auto *daw = L.daw.in<char>(a.workspace);
     auto *d_gate_up = L.d_gate_up.in<char>(a.workspace);
     auto *d_w_s = L.d_w_s.in<float>(a.workspace);
-    const Fp8WeightGradRows wgrad_rows{S,       offsets, dy,       daw, d_gate_up, scatter_index, a.num_tokens, a.x,
-                                       L.wgrad.in<char>(a.workspace), L.wgrad.bytes, stream};
+    const Fp8WeightGradRows wgrad_rows{S,    offsets, L.row_token.in<std::int32_t>(a.saved), a.num_tokens, a.dout,
+                                       daw,  d_gate_up, a.x, L.wgrad.in<char>(a.workspace), L.wgrad.bytes, stream};
     // Wᵀ per 128x128 block for both dgrads: quantized into the workspace, or (FILL) both layouts
     // into the cache, T = 0 included, or (USE) the cache's.
     Fp8QuantWeights wt;
@@ -282,12 +281,12 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     }
     const Fp8LayerSpecs g = fp8_layer_specs(d);
 
-    // fc2's dgrad: daw = dyq · (W_down quantized per block, transposed to [E, I, H]).
-    scatter(ctx_, ScatterArgs{ScatterSpec{d.dtype, H, d.top_k}, a.dout, scatter_index, a.num_tokens, dy, stream},
-            *kernels_.scatter);
+    // fc2's dgrad: daw = dyq · (W_down quantized per block, transposed to [E, I, H]); dout's
+    // 1x128 tiles quantized once per token into its scattered rows (no bf16 copy of them).
     auto *dyq = L.dyq.in<char>(a.workspace);
     auto *dy_scale = L.dy_scale.in<float>(a.workspace);
-    fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{H}, Fp8QuantRowsOperands{dy, dyq, dy_scale, S, stream});
+    fp8_quantize_scatter(ctx_, Fp8QuantScatterSpec{H, d.top_k}, a.dout, scatter_index, a.num_tokens, dyq, dy_scale,
+                         stream);
     fp8_group_gemm_nk(ctx_, g.fc2_dgrad, Fp8GemmOperands{dyq, dy_scale, wt.w2_q, wt.w2_scale, daw, offsets, S, E, stream});
 
     // The saved g, u back to bf16; the SwiGLU backward writes d_gate_up, d_w_s and (in daw's
@@ -311,9 +310,9 @@ void Plan::fp8_backward(const BackwardArgs &a) {
         fp8_quantize_rows_ld(ctx_, rows_spec, d_gate_up + S * I * 2, S, dguq + I, 2 * I, dgu_scale + I / kTile,
                              2 * I / kTile, stream);
     }
-    // The weight gradients read dy, then x's rows in dy's place.
+    // The weight gradients gather dout's and x's rows themselves.
     fp8_weight_grads(wgrad_rows, gr);
-    void *dxs = dy;
+    void *dxs = L.dxs.in<char>(a.workspace);
     fp8_group_gemm_nk(ctx_, g.fc1_dgrad, Fp8GemmOperands{dguq, dgu_scale, wt.w1_q, wt.w1_scale, dxs, offsets, S, E, stream});
     gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
                                            a.d_routing_weights, stream},
@@ -327,7 +326,6 @@ void Plan::fp8_backward(const BackwardArgs &a) {
 void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
     const PlanDesc &d = desc_;
     const std::int64_t S = r.rows, H = d.hidden_size, I = d.intermediate_size;
-    if (!kFp8WeightGrads) return bf16_weight_grads(r, g);
     // The scratch from its first 256-byte boundary (Fp8Layout::wgrad has the slack).
     const auto base = reinterpret_cast<std::uintptr_t>(r.workspace);
     const std::uintptr_t start = (base + 255) / 256 * 256;
@@ -336,7 +334,10 @@ void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
     const std::size_t scratch_bytes = has_scratch ? r.workspace_bytes - (start - base) : 0;
     // dW = Aᵀ·B per expert into the caller's gradient: written, or added to with
     // weight_grad_accumulate (as the bf16 GEMMs do); no rows: zeros, or left as they are.
-    auto wgrad = [&](const void *a, std::int64_t m, const void *b, std::int64_t n, void *dw) {
+    // gather: which operand is a [T, ·] tensor read through row_token; b_quantized: b's e4m3
+    // form is the previous call's.
+    auto wgrad = [&](const void *a, std::int64_t m, const void *b, std::int64_t n, void *dw, bool gather_a,
+                     bool gather_b, bool b_quantized) {
         Fp8WgradArgs args;
         args.a = a;
         args.b = b;
@@ -352,35 +353,19 @@ void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
         args.workspace = scratch;
         args.workspace_bytes = scratch_bytes;
         args.stream = r.stream;
+        args.row_token = r.row_token;
+        args.tokens = r.tokens;
+        args.gather_a = gather_a;
+        args.gather_b = gather_b;
+        args.b_quantized = b_quantized;
         fp8_weight_grad(ctx_, args);
     };
-    wgrad(r.dy, H, r.aw, I, g.dw_down);  // [E,H,I] = dyᵀ·aw
-    // dy is dead (its column quantizer ran): x's rows take its place for fc1's gradients.
-    const void *xs = r.dy;
-    if (r.tokens > 0)
-        xs = scatter_rows(r.scatter_index, r.tokens, r.x, r.dy, r.stream);
+    wgrad(r.dout, H, r.aw, I, g.dw_down, true, false, false);  // [E,H,I] = dyᵀ·aw
     if (fc1_merged(d)) {
-        wgrad(r.d_gate_up, 2 * I, xs, H, g.dw_gate_up);  // [E,2I,H] (interleaved: rows as d_gate_up's columns)
-    } else {
-        wgrad(r.d_gate_up, I, xs, H, g.dw_gate);          // [E,I,H]
-        wgrad(r.d_gate_up + S * I * 2, I, xs, H, g.dw_up);
-    }
-}
-
-void Plan::bf16_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
-    const PlanDesc &d = desc_;
-    const std::int64_t S = r.rows, I = d.intermediate_size;
-    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, r.offsets, nullptr, r.stream, r.workspace,
-                     r.workspace_bytes);
-    gemms.fc2_wgrad(r.dy, r.aw, g.dw_down);
-    const void *xs = r.dy;
-    if (r.tokens > 0)
-        xs = scatter_rows(r.scatter_index, r.tokens, r.x, r.dy, r.stream);
-    if (fc1_merged(d)) {
-        gemms.fc1_wgrad_merged(r.d_gate_up, xs, g.dw_gate_up);
-    } else {
-        gemms.fc1_wgrad_split(r.d_gate_up, xs, g.dw_gate);
-        gemms.fc1_wgrad_split(r.d_gate_up + S * I * 2, xs, g.dw_up);
+        wgrad(r.d_gate_up, 2 * I, r.x, H, g.dw_gate_up, false, true, false);  // [E,2I,H] (interleaved)
+    } else {  // [E,I,H] twice, x's rows quantized once
+        wgrad(r.d_gate_up, I, r.x, H, g.dw_gate, false, true, false);
+        wgrad(r.d_gate_up + S * I * 2, I, r.x, H, g.dw_up, false, true, S > 0);
     }
 }
 

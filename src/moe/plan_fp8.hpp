@@ -10,14 +10,15 @@
 //   gate_up = FP8 GEMM(xq, W1q) in bf16 -> saved as e4m3 1x128 tiles + scales;
 //   aw = SwiGLU(gate_up)·w_s (bf16) -> awq (1x128) -> y = FP8 GEMM(awq, W2q) -> weighted gather.
 // Backward:
-//   dy = scatter(dout) (bf16, for the weight gradient) -> dyq (1x128);
+//   dyq = dout's 1x128 tiles, quantized once per token into its scattered rows (no bf16 copy);
 //   daw = FP8 GEMM(dyq, W_downᵀ quantized per block, or the cache's) ; gate_up dequantized from saved;
 //   SwiGLU backward (bf16: d_gate_up, d_w_s, aw recomputed);
 //   weight gradients through fp8_weight_grad (Plan::fp8_weight_grads: both operands e4m3 per
-//   128 rows x 1 column, the expert's rows padded to 128-row blocks; dW in weight_grad_dtype);
+//   128 rows x 1 column, the expert's rows padded to 128-row blocks, dout's and x's rows read
+//   through row_token by the column quantizer; dW in weight_grad_dtype);
 //   dxs = FP8 GEMM(d_gate_up quantized 1x128 over [S, 2I], W_gate_upᵀ per block) -> gather.
-// Saved between the calls: offsets, scatter_index, w_s and gate_up as e4m3 + fp32 scales:
-// 2·I + I/16 bytes per row instead of the bf16 plan's 4·I.
+// Saved between the calls: offsets, scatter_index, w_s, row_token and gate_up as e4m3 + fp32
+// scales: 2·I + I/16 bytes per row instead of the bf16 plan's 4·I.
 #pragma once
 
 #include <cstddef>
@@ -51,10 +52,7 @@ struct Fp8LayerSpecs {
 };
 Fp8LayerSpecs fp8_layer_specs(const PlanDesc &desc);
 
-// The weight gradients through the FP8 GEMM (fp8_weight_grad). false: the bf16 GEMMs (LayerGemms),
-// to compare the two; plan creation compiles the bf16 weight-gradient kernels only then.
-inline constexpr bool kFp8WeightGrads = true;
-// Their GEMM with the overlapped promotion (the next k blocks' wgmmas run while the last ones
+// The weight gradients' GEMM with the overlapped promotion (the next k blocks' wgmmas run while the last ones
 // are promoted): 1.2-1.4x the plain promotion on the four weight gradients measured on an H200
 // (docs/PERF_LOG.md, "FP8 layer, first measurement"), and held to the same float64 bound by
 // the GPU suite's wgrad_overlapped_promotion cases.
@@ -71,6 +69,7 @@ struct Fp8Layout {
     std::int64_t tokens = 0, rows = 0;  // T, S
     // saved
     Region offsets, scatter_index, w_s;
+    Region row_token;      // [S] int32: the token of each scattered row (the weight gradients' gathers)
     Region gate_up_q;      // [S, 2I] e4m3 (split: g rows [S, I] then u rows [S, I])
     Region gate_up_scale;  // [S, 2I/128] fp32 (split: [2S, I/128])
     std::size_t saved_bytes = 0, saved_payload = 0, saved_regions = 0;
@@ -83,7 +82,7 @@ struct Fp8Layout {
     Region awq, aw_scale;   // [S, I] e4m3, [S, I/128]
     Region y;               // [S, H] bf16
     // backward
-    Region dy;              // [S, H] bf16: dout's rows, then x's rows, then dxs
+    Region dxs;             // [S, H] bf16: fc1's dgrad, gathered into dx
     Region dyq, dy_scale;   // [S, H] e4m3, [S, H/128]
     Region daw;             // [S, I] bf16: d(a·w), then a·w recomputed
     Region d_gate_up;       // [S, 2I] bf16 (split: d_gate then d_up)

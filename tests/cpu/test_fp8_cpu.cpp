@@ -606,6 +606,26 @@ BOOST_AUTO_TEST_CASE(wgrad_validator_refusals) {
         b = w;
         b.a = nullptr;
         expect_args_refusal(b, S::invalid_argument, {"a must"});
+        // Gathered operands need row_token and a token count.
+        b = w;
+        b.gather_b = true;
+        expect_args_refusal(b, S::invalid_argument, {"gather_a/gather_b", "row_token"});
+        b.row_token = w.offsets;
+        b.tokens = -1;
+        expect_args_refusal(b, S::invalid_argument, {"tokens = -1"});
+        b.tokens = 100;
+        BOOST_TEST(!can_implement("sm_90a", b).has_value());
+    }
+    {  // the column quantizer's row_token
+        alignas(256) static unsigned char arena[1024];
+        Fp8QuantColsOperands q{arena, reinterpret_cast<const std::int32_t *>(arena + 16), arena + 256,
+                               reinterpret_cast<float *>(arena + 512), 300, 4, fp8_wgrad_padded_rows(300, 4), nullptr,
+                               reinterpret_cast<const std::int32_t *>(arena + 2), 50};
+        expect_refusal("sm_90a", Fp8QuantColsSpec{256}, &q, S::invalid_argument, {"row_token"});
+        q.row_token = reinterpret_cast<const std::int32_t *>(arena + 32);
+        BOOST_TEST(!can_implement("sm_90a", Fp8QuantColsSpec{256}, &q).has_value());
+        q.tokens = -3;
+        expect_refusal("sm_90a", Fp8QuantColsSpec{256}, &q, S::invalid_argument, {"tokens = -3"});
     }
 }
 

@@ -205,10 +205,12 @@ BOOST_AUTO_TEST_CASE(warmup_compiles_every_fp8_layer_kernel_for_sm90a) {
             const std::set<std::int64_t> widths{s.H, s.I, s.layout == MOEJIT_FC1_SPLIT ? s.I : 2 * s.I};
             BOOST_TEST(quant_cols == static_cast<int>(widths.size()));
             for (const std::string &n : names) {
-                // Every GEMM is FP8: no bf16 GEMM or split reduction is compiled (kFp8WeightGrads).
+                // Every GEMM is FP8: no bf16 GEMM or split reduction is compiled; no bf16 scatter
+                // either (the FP8 scatters quantize, the weight gradients gather).
                 const bool bf16_gemm = (n.find("gemm") != std::string::npos || n.find("split_reduce") != std::string::npos) &&
                                        n.rfind("fp8_", 0) != 0;
-                BOOST_TEST(!(moejit::kFp8WeightGrads && bf16_gemm), n << ": a bf16 GEMM kernel in an FP8 plan");
+                BOOST_TEST(!bf16_gemm, n << ": a bf16 GEMM kernel in an FP8 plan");
+                BOOST_TEST(n.rfind("scatter_bf16_h", 0) != 0, n << ": a bf16 scatter in an FP8 plan");
             }
             std::printf("fp8 layer H=%lld I=%lld E=%d k=%d layout %d: %d kernels compiled for sm_90a\n",
                         static_cast<long long>(s.H), static_cast<long long>(s.I), s.E, s.k, s.layout, kernels);
@@ -253,7 +255,7 @@ BOOST_AUTO_TEST_CASE(saved_buffer_is_about_half_and_its_bound_holds) {
                 BOOST_TEST(L.wgrad.bytes >= (need > 0 ? need + 256 : 0), "T=" << T << " m=" << m << " n=" << n);
             }
             const moejit::Fp8WeightRegions &W = L.weights;
-            for (const moejit::Region &r : {L.dy, L.dyq, L.dy_scale, L.daw, L.d_gate_up, L.dguq, L.dgu_scale, L.d_w_s,
+            for (const moejit::Region &r : {L.dxs, L.dyq, L.dy_scale, L.daw, L.d_gate_up, L.dguq, L.dgu_scale, L.d_w_s,
                                             W.w1_q, W.w1_scale, W.w2_q, W.w2_scale, L.gate_up})
                 BOOST_TEST((r.offset + r.bytes <= L.wgrad.offset || L.wgrad.offset + L.wgrad.bytes <= r.offset),
                            "T=" << T);

@@ -708,6 +708,88 @@ BOOST_AUTO_TEST_CASE(wgrad_offsets_not_monotone) {
     run_wgrad_case({"after_wild_offsets", {3, 0, 200}, 128, 128});
 }
 
+// Gathered operands (the layer's dout and x): a and b read from unscattered [T, ·] tensors
+// through row_token give the same dW bytes as their scattered copies, duplicate routes and empty
+// experts included; a token outside [0, T) reads as a zero row; a second call that reuses b's
+// quantized form (b_quantized, the split fc1) equals one that quantizes it again.
+BOOST_AUTO_TEST_CASE(wgrad_gathered_rows_equal_scattered_rows) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("wgrad_gather");
+    const std::int64_t T = 300, m = 256, n = 384;
+    const int top_k = 4;
+    const std::vector<int> counts = random_counts(T, top_k, 8, rng, {2, 6});
+    const std::vector<std::int32_t> offsets = offsets_from_counts(counts);
+    const std::int64_t rows = offsets.back();
+    const auto experts = static_cast<std::int32_t>(counts.size());
+    // row_token: any token per row (duplicates within an expert allowed, as with duplicate
+    // routes); one row points past T.
+    std::vector<std::int32_t> row_token(static_cast<std::size_t>(rows));
+    for (auto &t : row_token) t = static_cast<std::int32_t>(rng() % T);
+    row_token[static_cast<std::size_t>(rows / 2)] = static_cast<std::int32_t>(T + 5);
+    const HalfTensor ta = random_half(static_cast<std::size_t>(T * m), MOEJIT_DTYPE_BF16, rng);
+    const HalfTensor tb = random_half(static_cast<std::size_t>(T * n), MOEJIT_DTYPE_BF16, rng);
+    auto scatter_host = [&](const HalfTensor &t, std::int64_t c) {
+        std::vector<std::uint16_t> out(static_cast<std::size_t>(rows * c), 0);  // bf16 +0
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const std::int64_t tok = row_token[static_cast<std::size_t>(r)];
+            if (tok < T) std::memcpy(&out[r * c], &t.bits[tok * c], static_cast<std::size_t>(c) * 2);
+        }
+        return out;
+    };
+    DeviceBuffer da_t = DeviceBuffer::from(ta.bits), db_t = DeviceBuffer::from(tb.bits);
+    DeviceBuffer da_s = DeviceBuffer::from(scatter_host(ta, m)), db_s = DeviceBuffer::from(scatter_host(tb, n));
+    DeviceBuffer doff = DeviceBuffer::from(offsets), dtok = DeviceBuffer::from(row_token);
+    DeviceBuffer ws(fp8_weight_grad_workspace_bytes(rows, experts, m, n));
+    DeviceBuffer dw(static_cast<std::size_t>(experts * m * n) * 2);
+    auto run = [&](bool gather_a, bool gather_b, bool b_quantized) {
+        Fp8WgradArgs args;
+        args.a = gather_a ? da_t.get() : da_s.get();
+        args.b = gather_b ? db_t.get() : db_s.get();
+        args.dw = dw.get();
+        args.offsets = doff.as<std::int32_t>();
+        args.rows = rows;
+        args.num_experts = experts;
+        args.m = m;
+        args.n = n;
+        args.overlap = true;
+        args.workspace = ws.get();
+        args.workspace_bytes = ws.bytes();
+        args.row_token = dtok.as<std::int32_t>();
+        args.tokens = T;
+        args.gather_a = gather_a;
+        args.gather_b = gather_b;
+        args.b_quantized = b_quantized;
+        dw.poison();
+        fp8_weight_grad(internal_ctx(), args);
+        return dw.download<std::uint16_t>();
+    };
+    ws.poison();
+    const auto scattered = run(false, false, false);
+    const std::int64_t nan_count = std::count_if(scattered.begin(), scattered.end(), [](std::uint16_t v) {
+        return (v & 0x7F80) == 0x7F80;
+    });
+    BOOST_TEST(nan_count == 0, nan_count << " dW elements unwritten or non-finite");
+    BOOST_TEST((run(true, false, false) == scattered), "a gathered through row_token differs from a scattered");
+    BOOST_TEST((run(false, true, false) == scattered), "b gathered through row_token differs from b scattered");
+    BOOST_TEST((run(true, true, false) == scattered), "both gathered differ from both scattered");
+    // b's quantized form from the last call (both gathered), a quantized again from its scattered copy.
+    BOOST_TEST((run(false, true, true) == scattered), "a call that reuses b's quantized form differs");
+    // Refused: a gathered operand without row_token.
+    Fp8WgradArgs bad;
+    bad.a = da_t.get();
+    bad.b = db_t.get();
+    bad.dw = dw.get();
+    bad.offsets = doff.as<std::int32_t>();
+    bad.rows = rows;
+    bad.num_experts = experts;
+    bad.m = m;
+    bad.n = n;
+    bad.workspace = ws.get();
+    bad.workspace_bytes = ws.bytes();
+    bad.gather_a = true;
+    BOOST_CHECK_THROW(fp8_weight_grad(internal_ctx(), bad), Error);
+}
+
 BOOST_AUTO_TEST_CASE(wgrad_no_rows) {
     if (!hopper()) return;
     // R = 0: dW = 0 written (poisoned first), or left as it is when accumulating; no workspace.
