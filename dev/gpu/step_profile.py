@@ -1,8 +1,10 @@
 """Per-kernel time of one moejit layer step (forward+backward) on the GPU, from torch.profiler.
 
-Usage: PYTHONPATH=python:bench MOEJIT_LIBRARY=... python3 dev/gpu/profile.py [--impl IMPL] [shape ...]
+Usage: PYTHONPATH=python:bench MOEJIT_LIBRARY=... python3 dev/gpu/step_profile.py [--impl IMPL] [shape ...]
 IMPL is moejit (default), moejit-fp8 or moejit-fp8-cached (the FP8 layer inside one
 fp8_weight_cache() block: the weights quantized once, before the profiled steps).
+(Not named profile.py: run as a script, that name would hide the standard library's profile
+module, which torch._dynamo imports through cProfile.)
 Prints, for each shape, every kernel of one step in launch order with its mean duration over
 the profiled steps, then the kernels' sum against the step's wall time (the gap is launch and
 host time). It shows where a step's time goes; it is not a benchmark (no peer).
