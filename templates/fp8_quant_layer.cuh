@@ -37,19 +37,19 @@ __global__ void __launch_bounds__(THREADS) quantize_scatter_kernel(const __grid_
     unsigned char *__restrict__ q = static_cast<unsigned char *>(args.q);
     const int lane = threadIdx.x & 31;
     const long long rows = args.num_tokens * TOPK;
-    for_each_row_tile<THREADS, K>(args.num_tokens, [&](long long t, int kb, int col, long long) {
-        float v[4];
-        load_bf16x4(x + t * K + col, v);
-        const float scale = warp_tile_scale(v);
-        const unsigned word = e4m3x4(v, scale);
+    for_each_row_tile<THREADS, K>(
+        args.num_tokens, [&](long long t, int, int col, long long, float(&v)[4]) { load_bf16x4(x + t * K + col, v); },
+        [&](long long t, int kb, int col, long long, float(&v)[4]) {
+            const float scale = warp_tile_scale(v);
+            const unsigned word = e4m3x4(v, scale);
 #pragma unroll
-        for (int j = 0; j < TOPK; ++j) {
-            const int s = args.scatter_index[t * TOPK + j];
-            if (s < 0 || s >= rows) continue;
-            *reinterpret_cast<unsigned *>(q + static_cast<long long>(s) * K + col) = word;
-            if (lane == 0) args.scales[static_cast<long long>(s) * KB + kb] = scale;
-        }
-    });
+            for (int j = 0; j < TOPK; ++j) {
+                const int s = args.scatter_index[t * TOPK + j];
+                if (s < 0 || s >= rows) continue;
+                *reinterpret_cast<unsigned *>(q + static_cast<long long>(s) * K + col) = word;
+                if (lane == 0) args.scales[static_cast<long long>(s) * KB + kb] = scale;
+            }
+        });
 }
 
 // quantize_rows_kernel with the destination's row strides: row r's bytes at q + r * q_ld, its
@@ -60,13 +60,13 @@ __global__ void __launch_bounds__(THREADS) quantize_rows_ld_kernel(const __grid_
     const __nv_bfloat16 *__restrict__ x = static_cast<const __nv_bfloat16 *>(args.x);
     unsigned char *__restrict__ q = static_cast<unsigned char *>(args.q);
     const int lane = threadIdx.x & 31;
-    for_each_row_tile<THREADS, K>(args.rows, [&](long long row, int kb, int col, long long) {
-        float v[4];
-        load_bf16x4(x + row * K + col, v);
-        const float scale = warp_tile_scale(v);
-        *reinterpret_cast<unsigned *>(q + row * args.q_ld + col) = e4m3x4(v, scale);
-        if (lane == 0) args.scales[row * args.scale_ld + kb] = scale;
-    });
+    for_each_row_tile<THREADS, K>(
+        args.rows, [&](long long row, int, int col, long long, float(&v)[4]) { load_bf16x4(x + row * K + col, v); },
+        [&](long long row, int kb, int col, long long, float(&v)[4]) {
+            const float scale = warp_tile_scale(v);
+            *reinterpret_cast<unsigned *>(q + row * args.q_ld + col) = e4m3x4(v, scale);
+            if (lane == 0) args.scales[row * args.scale_ld + kb] = scale;
+        });
 }
 
 // One CTA of 256 threads per 128 x 128 block of w[e] ([N, K]): read as quantize_blocks_kernel
@@ -120,18 +120,24 @@ __global__ void __launch_bounds__(THREADS) dequantize_rows_kernel(const __grid_c
     static_assert(K % kTile == 0, "K must be a multiple of 128");
     const unsigned char *__restrict__ q = static_cast<const unsigned char *>(args.q);
     __nv_bfloat16 *__restrict__ x = static_cast<__nv_bfloat16 *>(args.x);
-    for_each_row_tile<THREADS, K>(args.rows, [&](long long row, int, int col, long long w) {
-        const float scale = args.scales[w];  // [rows, KB]: index row * KB + kb = w
-        const unsigned word = *reinterpret_cast<const unsigned *>(q + row * K + col);
-        const float2 a = e4m3x2_to_float2(static_cast<unsigned short>(word & 0xFFFF));
-        const float2 b = e4m3x2_to_float2(static_cast<unsigned short>(word >> 16));
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(a.x * scale, a.y * scale);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(b.x * scale, b.y * scale);
-        uint2 out;
-        out.x = *reinterpret_cast<const unsigned *>(&lo);
-        out.y = *reinterpret_cast<const unsigned *>(&hi);
-        *reinterpret_cast<uint2 *>(x + row * K + col) = out;
-    });
+    // load: the tile's e4m3 values (exact in fp32) times its scale; finish: rounded to bf16.
+    for_each_row_tile<THREADS, K>(
+        args.rows,
+        [&](long long row, int, int col, long long w, float(&v)[4]) {
+            const float scale = args.scales[w];  // [rows, KB]: index row * KB + kb = w
+            const unsigned word = *reinterpret_cast<const unsigned *>(q + row * K + col);
+            const float2 a = e4m3x2_to_float2(static_cast<unsigned short>(word & 0xFFFF));
+            const float2 b = e4m3x2_to_float2(static_cast<unsigned short>(word >> 16));
+            v[0] = a.x * scale, v[1] = a.y * scale, v[2] = b.x * scale, v[3] = b.y * scale;
+        },
+        [&](long long row, int, int col, long long, float(&v)[4]) {
+            const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
+            const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
+            uint2 out;
+            out.x = *reinterpret_cast<const unsigned *>(&lo);
+            out.y = *reinterpret_cast<const unsigned *>(&hi);
+            *reinterpret_cast<uint2 *>(x + row * K + col) = out;
+        });
 }
 
 }  // namespace quant

@@ -20,10 +20,10 @@ void fp8_quantize_rows(Context &ctx, const Fp8QuantRowsSpec &spec, const Fp8Quan
     ctx.require_device("fp8_quantize_rows");
     if (ops.rows == 0) return;
     const Kernel &kernel = ctx.kernel(render_fp8_quant_rows(spec));
-    const std::int64_t tiles = ops.rows * ((spec.k + 127) / 128);  // one warp each
+    const std::int64_t tiles = ops.rows * ((spec.k + 127) / 128);
     LaunchShape shape;
-    shape.grid_x = fp8_grid_for(ctx, (tiles + kQuantThreads / 32 - 1) / (kQuantThreads / 32), 16);
-    shape.block_x = kQuantThreads;
+    shape.grid_x = fp8_grid_for(ctx, fp8_row_tile_ctas(tiles), 16);
+    shape.block_x = kFp8RowTileThreads;
     ctx.launch(kernel, shape, ops.stream, kargs::Fp8QuantRowsArgs{ops.x, ops.q, ops.scales, ops.rows});
 }
 

@@ -22,6 +22,15 @@ inline std::uint32_t fp8_grid_for(const Context &ctx, std::int64_t items, int pe
     return static_cast<std::uint32_t>(std::min<std::int64_t>(items, std::int64_t{per_sm} * std::max(ctx.sm_count(), 1)));
 }
 
+// The warp-per-tile quantizers (1 x 128 tiles): 256 threads a CTA, kFp8RowTilesPerWarp tiles
+// a warp at once (templates/fp8_quant.cuh, kRowTilesPerWarp); the CTAs that cover `tiles`.
+inline constexpr int kFp8RowTileThreads = 256;
+inline constexpr int kFp8RowTilesPerWarp = 4;
+inline std::int64_t fp8_row_tile_ctas(std::int64_t tiles) {
+    constexpr std::int64_t per_cta = kFp8RowTileThreads / 32 * kFp8RowTilesPerWarp;
+    return (tiles + per_cta - 1) / per_cta;
+}
+
 // The FP8 GEMMs' persistent launch: one CTA per SM (at most one per tile), a producer and two
 // consumer warpgroups, `shared_bytes` of dynamic shared memory.
 inline LaunchShape fp8_gemm_launch_shape(const Context &ctx, std::int64_t tiles, std::size_t shared_bytes) {

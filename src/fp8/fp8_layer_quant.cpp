@@ -24,8 +24,6 @@ void require_sm90a(const Context &ctx, const char *what) {
         fail(Status::unsupported, "{}: the FP8 kernels need an sm_90a context (Hopper), got {}", what, ctx.arch());
 }
 
-// The CTAs of kernels that give each tile one warp.
-std::int64_t warp_ctas(std::int64_t tiles) { return (tiles + kThreads / 32 - 1) / (kThreads / 32); }
 
 // Every launcher's steps: the arch and the device first, then the kernel (rendering validates
 // the spec even when there is no work), then `ctas` CTAs of kThreads, at most `per_sm` per SM
@@ -82,13 +80,13 @@ KernelSource render_fp8_dequant_rows(const Fp8DequantRowsSpec &spec) {
 
 void fp8_quantize_scatter(Context &ctx, const Fp8QuantScatterSpec &spec, const void *x, const std::int32_t *scatter_index,
                           std::int64_t num_tokens, void *q, float *scales, void *stream) {
-    launch(ctx, "fp8_quantize_scatter", &render_fp8_quant_scatter, spec, warp_ctas(num_tokens * (spec.k / 128)), 16,
+    launch(ctx, "fp8_quantize_scatter", &render_fp8_quant_scatter, spec, fp8_row_tile_ctas(num_tokens * (spec.k / 128)), 16,
            stream, kargs::Fp8QuantScatterArgs{x, scatter_index, q, scales, num_tokens});
 }
 
 void fp8_quantize_rows_ld(Context &ctx, const Fp8QuantRowsLdSpec &spec, const void *x, std::int64_t rows, void *q,
                           std::int64_t q_ld, float *scales, std::int64_t scale_ld, void *stream) {
-    launch(ctx, "fp8_quantize_rows_ld", &render_fp8_quant_rows_ld, spec, warp_ctas(rows * (spec.k / 128)), 16, stream,
+    launch(ctx, "fp8_quantize_rows_ld", &render_fp8_quant_rows_ld, spec, fp8_row_tile_ctas(rows * (spec.k / 128)), 16, stream,
            kargs::Fp8QuantRowsLdArgs{x, q, scales, rows, q_ld, scale_ld});
 }
 
@@ -102,7 +100,7 @@ void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const 
 
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,
                          std::int64_t rows, void *x, void *stream) {
-    launch(ctx, "fp8_dequantize_rows", &render_fp8_dequant_rows, spec, warp_ctas(rows * (spec.k / 128)), 16, stream,
+    launch(ctx, "fp8_dequantize_rows", &render_fp8_dequant_rows, spec, fp8_row_tile_ctas(rows * (spec.k / 128)), 16, stream,
            kargs::Fp8DequantRowsArgs{q, scales, x, rows});
 }
 
