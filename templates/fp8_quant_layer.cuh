@@ -89,13 +89,14 @@ __global__ void __launch_bounds__(256) quantize_blocks_t_kernel(const __grid_con
         const long long base = e * N * static_cast<long long>(K);
         float v[8][8];
         const float amax = load_block_share<N, K, false>(w + base + kb * kTile, nb * kTile, col, tid, v);
-        const float scale = tile_scale(block_amax_256(amax, warp_amax, tid));
+        const float scale = tile_scale(block_amax_256(amax, warp_amax, tid)), inv = __frcp_rn(scale);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int n = (tid >> 4) + 16 * i;  // within the block
 #pragma unroll
             for (int j = 0; j < 8; j += 2) {
-                const unsigned two = e4m3x2(__fdiv_rn(v[i][j], scale), __fdiv_rn(v[i][j + 1], scale));
+                const unsigned two =
+                    e4m3x2(scaled_value(v[i][j], scale, inv), scaled_value(v[i][j + 1], scale, inv));
                 tile[(col + j) * kStride + n] = static_cast<unsigned char>(two & 0xFF);
                 tile[(col + j + 1) * kStride + n] = static_cast<unsigned char>(two >> 8);
             }

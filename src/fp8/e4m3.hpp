@@ -65,6 +65,15 @@ inline float tile_scale(float amax) {
     return s > 0.0f ? s : 1.0f;
 }
 
+// x / s as the quantizers compute it: x times 1 / s (rounded once), or x / s where 1 / s
+// overflows (s below 2^-128).
+inline float scaled_value(float x, float s) {
+    const float inv = 1.0f / s;
+    if (std::isinf(inv)) return x / s;
+    volatile float product = x * inv;  // one rounding, never contracted with anything
+    return product;
+}
+
 // fmaxf's rule: a NaN operand is ignored.
 inline float amax_step(float amax, float v) {
     const float a = std::fabs(v);
@@ -88,7 +97,7 @@ inline Quantized quantize_rows(const std::vector<std::uint16_t> &x, std::int64_t
             for (std::int64_t c = c0; c < c1; ++c) amax = amax_step(amax, bf16_to_float(x[r * k + c]));
             const float s = tile_scale(amax);
             out.scales[r * kb_count + kb] = s;
-            for (std::int64_t c = c0; c < c1; ++c) out.q[r * k + c] = float_to_e4m3(bf16_to_float(x[r * k + c]) / s);
+            for (std::int64_t c = c0; c < c1; ++c) out.q[r * k + c] = float_to_e4m3(scaled_value(bf16_to_float(x[r * k + c]), s));
         }
     return out;
 }
@@ -112,7 +121,7 @@ inline Quantized quantize_blocks(const std::vector<std::uint16_t> &w, std::int64
                 out.scales[(e * nb_count + nb) * kb_count + kb] = s;
                 for (std::int64_t r = r0; r < r1; ++r)
                     for (std::int64_t c = c0; c < c1; ++c)
-                        out.q[base + r * k + c] = float_to_e4m3(bf16_to_float(w[base + r * k + c]) / s);
+                        out.q[base + r * k + c] = float_to_e4m3(scaled_value(bf16_to_float(w[base + r * k + c]), s));
             }
     return out;
 }
@@ -149,7 +158,7 @@ inline QuantizedCols quantize_cols(const std::vector<std::uint16_t> &x, std::int
                 out.scales[pb * c + col] = s;
                 for (std::int64_t r = 0; r < kTile; ++r)
                     out.q[col * padded_rows + pb * kTile + r] =
-                        r < valid ? float_to_e4m3(bf16_to_float(x[(row0 + r) * c + col]) / s) : 0;
+                        r < valid ? float_to_e4m3(scaled_value(bf16_to_float(x[(row0 + r) * c + col]), s)) : 0;
             }
         }
     }

@@ -275,6 +275,34 @@ BOOST_AUTO_TEST_CASE(e4m3_rounding_rules) {
     BOOST_TEST(fp8::e4m3_to_float(0x7E) == 448.0f);
 }
 
+// x / scale is x times the tile's rounded reciprocal (one rounding of 1 / s, one of the
+// product), not an IEEE quotient; where 1 / s overflows, the quotient (a zero stays zero).
+BOOST_AUTO_TEST_CASE(quantizer_divides_by_the_tiles_reciprocal) {
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+    int differ = 0;
+    for (int i = 0; i < 20000; ++i) {
+        const float x = std::ldexp(mant(rng), static_cast<int>(rng() % 20) - 10);
+        const float s = fp8::tile_scale(std::ldexp(mant(rng), static_cast<int>(rng() % 20) - 10));
+        const float inv = 1.0f / s;
+        volatile float rounded = x * inv;
+        const float product = rounded;
+        BOOST_TEST(fp8::scaled_value(x, s) == product);
+        differ += product != x / s;
+    }
+    // The two rules differ in about a sixth of cases (a last-bit difference): the test can tell them apart.
+    BOOST_TEST(differ > 100, differ << " of 20000 products differ from the quotient");
+    const float tiny = std::ldexp(1.0f, -140);  // 1 / tiny overflows
+    BOOST_TEST(std::isinf(1.0f / tiny));
+    BOOST_TEST(fp8::scaled_value(0.0f, tiny) == 0.0f);
+    BOOST_TEST(fp8::scaled_value(tiny, tiny) == 1.0f);
+    // An inf tile (scale inf): finite values to (signed) zero, the inf to NaN.
+    const float inf = std::numeric_limits<float>::infinity();
+    BOOST_TEST(fp8::scaled_value(3.0f, inf) == 0.0f);
+    BOOST_TEST(std::signbit(fp8::scaled_value(-3.0f, inf)));
+    BOOST_TEST(std::isnan(fp8::scaled_value(inf, inf)));
+}
+
 BOOST_AUTO_TEST_CASE(quantizer_tile_rules_and_non_finite_values) {
     const std::int64_t rows = 4, k = 272;  // tiles of 128, 128 and 16 columns
     std::vector<float> x(rows * k);
