@@ -11,10 +11,15 @@
 //                            (the backward's B operands: W_down as [E, I, H], W_gate_up as
 //                            [E, H, 2I]); bytes and scales equal the transpose of
 //                            quantize_blocks_kernel's;
-//   dequantize_rows_kernel   e4m3 [rows, K] + 1 x 128 scales -> bf16 (the saved gate/up).
+//   dequantize_rows_kernel   e4m3 [rows, K] + 1 x 128 scales -> bf16 (the saved gate/up);
+//   swiglu_quantize_kernel   fc1's bf16 g, u -> the saved e4m3 g, u and fc2's e4m3 a·w in one
+//                            pass (the forward's row quantizer, SwiGLU and row quantizer; a·w is
+//                            rounded to bf16 first, as the SwiGLU kernel writes it, so every byte
+//                            and scale equals that three-kernel path's).
 #pragma once
 
 #include "fp8_quant.cuh"
+#include "swiglu.cuh"
 
 namespace moejit {
 namespace quant {
@@ -139,6 +144,99 @@ __global__ void __launch_bounds__(THREADS) dequantize_rows_kernel(const __grid_c
             out.y = *reinterpret_cast<const unsigned *>(&hi);
             *reinterpret_cast<uint2 *>(x + row * K + col) = out;
         });
+}
+
+// One warp per (row, 128-column tile t of a·w): it holds g's and u's tiles t (split and merged:
+// lanes 0-15 g, 16-31 u, 8 columns each; interleaved: memory tiles 2t and 2t+1, 4 (g, u) pairs
+// a lane). Each half-warp's 128 loaded elements are one saved tile (its element offset / 128 is
+// the scale's index in every layout); then a·w's tile from the pairs (split and merged: the
+// halves swap their vectors, both compute the same values, half 0 stores). Two items a warp,
+// loaded before either is finished. LAYOUT: swiglu_detail's kSplit, kMergedLayout, kInterleaved.
+template <int THREADS, int I, int LAYOUT, int ACT, bool LIMIT>
+__global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_constant__ kargs::Fp8SwigluQuantArgs args) {
+    using namespace swiglu_detail;
+    static_assert(I % kTile == 0, "I must be a multiple of 128");
+    constexpr int TB = I / kTile, U = 2;
+    const __nv_bfloat16 *__restrict__ gu = static_cast<const __nv_bfloat16 *>(args.gate_up);
+    unsigned char *__restrict__ sq = static_cast<unsigned char *>(args.saved_q);
+    unsigned char *__restrict__ aq = static_cast<unsigned char *>(args.awq);
+    const int lane = threadIdx.x & 31, half = lane >> 4, hl = lane & 15;
+    const long long S = args.rows, items = S * TB;
+    const long long stride = static_cast<long long>(gridDim.x) * (THREADS / 32) * U;
+    // The element offset of this lane's 8 loaded values (the saved layout is gate_up's).
+    auto offset = [&](long long row, int t) -> long long {
+        if (LAYOUT == kSplit) return half * S * I + row * I + t * kTile + hl * 8;
+        if (LAYOUT == kMergedLayout) return row * 2LL * I + half * I + t * kTile + hl * 8;
+        return row * 2LL * I + t * 2LL * kTile + lane * 8;
+    };
+    for (long long i0 = (global_thread_id() >> 5) * U; i0 < items; i0 += stride) {
+        uint4 raw[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long i = i0 + u, row = i / TB;
+            if (i < items) raw[u] = *reinterpret_cast<const uint4 *>(gu + offset(row, static_cast<int>(i - row * TB)));
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long i = i0 + u, row = i / TB;
+            if (i >= items) break;
+            const int t = static_cast<int>(i - row * TB);
+            const long long off = offset(row, t);
+            float v[8];
+            const unsigned words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&words[j]));
+                v[2 * j] = f.x;
+                v[2 * j + 1] = f.y;
+            }
+            // The saved tile (this half-warp's 128 elements).
+            float amax = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+            for (int d = 8; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+            const float scale = tile_scale(amax);
+            *reinterpret_cast<uint2 *>(sq + off) = make_uint2(e4m3x4(v, scale), e4m3x4(v + 4, scale));
+            if (hl == 0) args.saved_scales[off / kTile] = scale;
+            // a·w, rounded to bf16 as the SwiGLU kernel stores it.
+            const float w = args.w_s[row];
+            float aw[8];
+            int n = 8;  // values this lane holds
+            if (LAYOUT == kInterleaved) {
+                n = 4;
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    aw[j] = __bfloat162float(__float2bfloat16_rn(
+                        activation_value<ACT, LIMIT>(v[2 * j], v[2 * j + 1], args.limit, args.alpha) * w));
+            } else {
+                float other[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) other[j] = __shfl_xor_sync(0xffffffffu, v[j], 16);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const float g = half ? other[j] : v[j], up = half ? v[j] : other[j];
+                    aw[j] = __bfloat162float(__float2bfloat16_rn(activation_value<ACT, LIMIT>(g, up, args.limit, args.alpha) * w));
+                }
+            }
+            float a_max = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                if (j < n) a_max = fmaxf(a_max, fabsf(aw[j]));
+            // Interleaved: the tile is the whole warp's; split and merged: each half's (equal).
+#pragma unroll
+            for (int d = LAYOUT == kInterleaved ? 16 : 8; d > 0; d >>= 1)
+                a_max = fmaxf(a_max, __shfl_xor_sync(0xffffffffu, a_max, d));
+            const float a_scale = tile_scale(a_max);
+            unsigned char *const dst = aq + row * I + t * kTile;
+            if (LAYOUT == kInterleaved) {
+                *reinterpret_cast<unsigned *>(dst + lane * 4) = e4m3x4(aw, a_scale);
+            } else if (half == 0) {
+                *reinterpret_cast<uint2 *>(dst + hl * 8) = make_uint2(e4m3x4(aw, a_scale), e4m3x4(aw + 4, a_scale));
+            }
+            if (lane == 0) args.aw_scales[row * TB + t] = a_scale;
+        }
+    }
 }
 
 }  // namespace quant

@@ -331,6 +331,20 @@ struct Fp8DequantRowsArgs {
     long long rows;
 };
 
+// fc1's bf16 g, u -> saved e4m3 1 x 128 tiles (gate_up's own layout) and aw = act(g, u)·w_s as
+// e4m3 1 x 128 tiles, in one pass.
+struct Fp8SwigluQuantArgs {
+    const void *gate_up;   // split: g [S, I] then u [S, I]; merged / interleaved: [S, 2I] bf16
+    const float *w_s;      // [S]
+    void *saved_q;         // e4m3 in gate_up's element layout
+    float *saved_scales;   // one per 128 consecutive elements of that layout
+    void *awq;             // [S, I] e4m3
+    float *aw_scales;      // [S, I/128]
+    long long rows;        // S
+    float limit;           // > 0 with the kernel's LIMIT
+    float alpha;           // gpt-oss's
+};
+
 // ------------------------------------------------------------- experts entry offsets (expert_rows.cuh)
 
 // The bits of the context's device error word (moejit.h, moejit_device_error_t: same values).

@@ -78,6 +78,22 @@ KernelSource render_fp8_dequant_rows(const Fp8DequantRowsSpec &spec) {
          "moejit::quant::dequantize_rows_kernel", fmt::format("{}, {}", kThreads, spec.k)});
 }
 
+KernelSource render_fp8_swiglu_quant(const Fp8SwigluQuantSpec &spec) {
+    require_dim(spec.intermediate, "fp8_swiglu_quantize", "intermediate");
+    const int layout = static_cast<int>(spec.layout), act = static_cast<int>(spec.activation);
+    if (layout < 0 || layout > 2)
+        fail(Status::invalid_argument, "fp8_swiglu_quantize: layout = {}: expected split, merged or interleaved", layout);
+    if (act < 0 || act > 1)
+        fail(Status::invalid_argument, "fp8_swiglu_quantize: activation = {}: expected swiglu (0) or gpt_oss (1)", act);
+    static constexpr const char *kLayoutNames[] = {"split", "merged", "interleaved"};
+    const std::string name = fmt::format("fp8_swiglu_quant_i{}_{}_{}{}", spec.intermediate, kLayoutNames[layout],
+                                         act == 0 ? "swiglu" : "gptoss", spec.has_limit ? "_limit" : "");
+    return instantiate_kernel<kargs::Fp8SwigluQuantArgs>(
+        {name, "fp8_quant_layer.cuh", "FP8 SwiGLU with its quantizers, 1 x 128 tiles: " + name, "",
+         "moejit::quant::swiglu_quantize_kernel",
+         fmt::format("{}, {}, {}, {}, {}", kThreads, spec.intermediate, layout, act, spec.has_limit ? "true" : "false")});
+}
+
 void fp8_quantize_scatter(Context &ctx, const Fp8QuantScatterSpec &spec, const void *x, const std::int32_t *scatter_index,
                           std::int64_t num_tokens, void *q, float *scales, void *stream) {
     launch(ctx, "fp8_quantize_scatter", &render_fp8_quant_scatter, spec, fp8_row_tile_ctas(num_tokens * (spec.k / 128)), 16,
@@ -96,6 +112,16 @@ void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const 
     const std::int64_t blocks = std::int64_t{num_experts} * (spec.n / 128) * (spec.k / 128);
     launch(ctx, "fp8_quantize_blocks_t", &render_fp8_quant_blocks_t, spec, blocks, 8, stream,
            kargs::Fp8QuantBlocksTArgs{w, q, scales, num_experts, q_ld, scale_ld});
+}
+
+void fp8_swiglu_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *gate_up, const float *w_s,
+                         std::int64_t rows, float limit, float alpha, void *saved_q, float *saved_scales, void *awq,
+                         float *aw_scales, void *stream) {
+    // One warp per two (row, tile) items (swiglu_quantize_kernel's U).
+    const std::int64_t items = rows * (spec.intermediate / 128);
+    const std::int64_t ctas = (items + kThreads / 32 * 2 - 1) / (kThreads / 32 * 2);
+    launch(ctx, "fp8_swiglu_quantize", &render_fp8_swiglu_quant, spec, ctas, 16, stream,
+           kargs::Fp8SwigluQuantArgs{gate_up, w_s, saved_q, saved_scales, awq, aw_scales, rows, limit, alpha});
 }
 
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "ops/activation.hpp"
 #include "runtime/context.hpp"
 #include "runtime/kernel_source.hpp"
 
@@ -25,11 +26,21 @@ struct Fp8QuantBlocksTSpec {
 struct Fp8DequantRowsSpec {
     std::int64_t k = 0;  // a multiple of 128
 };
+// fc1's output layout as the SwiGLU kernels name it: g then u [S, I] each, [S, 2I] g columns
+// then u columns, [S, 2I] with (g, u) pairs interleaved.
+enum class Fp8GateUpLayout : int { split = 0, merged = 1, interleaved = 2 };
+struct Fp8SwigluQuantSpec {
+    std::int64_t intermediate = 0;  // I, a multiple of 128
+    Fp8GateUpLayout layout = Fp8GateUpLayout::split;
+    Activation activation = Activation::swiglu;
+    bool has_limit = false;
+};
 
 KernelSource render_fp8_quant_scatter(const Fp8QuantScatterSpec &spec);
 KernelSource render_fp8_quant_rows_ld(const Fp8QuantRowsLdSpec &spec);
 KernelSource render_fp8_quant_blocks_t(const Fp8QuantBlocksTSpec &spec);
 KernelSource render_fp8_dequant_rows(const Fp8DequantRowsSpec &spec);
+KernelSource render_fp8_swiglu_quant(const Fp8SwigluQuantSpec &spec);
 
 // Launchers on `stream` (no sync; nothing launched for 0 rows or tokens). Pointers: device, the
 // layer's 256-byte aligned regions. Shapes as in templates/kernel_args.h.
@@ -43,6 +54,13 @@ void fp8_quantize_rows_ld(Context &ctx, const Fp8QuantRowsLdSpec &spec, const vo
 // scales [E, k/128, scale_ld].
 void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const void *w, std::int32_t num_experts,
                            void *q, std::int64_t q_ld, float *scales, std::int64_t scale_ld, void *stream);
+// fc1's bf16 output gate_up (spec.layout) and w_s [S] -> saved_q (e4m3 in gate_up's element
+// layout) + saved_scales (one per 128 consecutive elements), and aw = act(g, u)·w_s (rounded to
+// bf16) as awq [S, I] e4m3 + aw_scales [S, I/128]; the same bytes as fp8_quantize_rows on
+// gate_up, the SwiGLU forward and fp8_quantize_rows on its aw. limit > 0 with spec.has_limit.
+void fp8_swiglu_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *gate_up, const float *w_s,
+                         std::int64_t rows, float limit, float alpha, void *saved_q, float *saved_scales, void *awq,
+                         float *aw_scales, void *stream);
 // q [rows, k] e4m3 + scales [rows, k/128] -> x [rows, k] bf16.
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,
                          std::int64_t rows, void *x, void *stream);

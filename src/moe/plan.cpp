@@ -174,7 +174,7 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     b.add(render_scatter_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.scatter_weights = k; });
     b.add(render_gather_weights(d.routing_dtype), [](PlanKernels &p, Kernel *k) { p.gather_weights = k; });
     SwigluSpec act = swiglu_spec_of(d);
-    if (!gemms.fused_swiglu)
+    if (!gemms.fused_swiglu && !fp8)  // FP8: fp8_swiglu_quantize (fp8_layer_sources)
         b.add(render_swiglu_forward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_forward = k; });
     b.add(render_swiglu_backward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_backward = k; });
     for (LayerGemmRole &role : layer_gemm_roles(d, gemms)) {

@@ -50,6 +50,15 @@ std::size_t wgrad_scratch_bytes(const PlanDesc &d, std::int64_t rows) {
     return bytes > 0 ? bytes + 256 : 0;
 }
 
+// The forward's fused SwiGLU quantizer for this descriptor (the SwiGLU op's view of it).
+Fp8SwigluQuantSpec swiglu_quant_spec(const PlanDesc &d) {
+    const SwigluForwardArgs act = plan_swiglu_forward_args(d, 0, nullptr, nullptr, nullptr, nullptr);
+    const Fp8GateUpLayout layout = act.interleaved ? Fp8GateUpLayout::interleaved
+                                   : act.merged    ? Fp8GateUpLayout::merged
+                                                   : Fp8GateUpLayout::split;
+    return Fp8SwigluQuantSpec{d.intermediate_size, layout, act.activation, act.limit > 0.0f};
+}
+
 // fc1's output rows as the row quantizers see them: merged [S, 2I], split [2S, I] (g then u).
 std::int64_t gate_up_k(const PlanDesc &d) { return fc1_merged(d) ? 2 * d.intermediate_size : d.intermediate_size; }
 
@@ -103,8 +112,7 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
     s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{fc1_merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{H, I}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1));
-    s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{gate_up_k(d)}));  // saved gate/up
-    s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{I}));             // aw
+    s.push_back(render_fp8_swiglu_quant(swiglu_quant_spec(d)));  // saved g, u and fc2's a·w
     s.push_back(render_fp8_group_gemm_nk(g.fc2));
     // backward (dout's rows: the forward's quantizing scatter, H and top_k the same)
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{H, I}));
@@ -151,7 +159,6 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     xq = fwd.take(bytes({S, H}));
     x_scale = fwd.take(bytes({S, H / kTile, 4}));
-    aw = fwd.take(bytes({S, I, 2}));
     awq = fwd.take(bytes({S, I}));
     aw_scale = fwd.take(bytes({S, I / kTile, 4}));
     y = fwd.take(bytes({S, H, 2}));
@@ -224,17 +231,13 @@ void Plan::fp8_forward(const ForwardArgs &a) {
                           Fp8GemmOperands{xq, x_scale, wq.w1_q + half_q, wq.w1_scale + half_scale, gate_up + S * I * 2,
                                           offsets, S, E, stream});
     }
-    const std::int64_t gu_k = gate_up_k(d), gu_rows = fc1_merged(d) ? S : 2 * S;
-    fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{gu_k},
-                      Fp8QuantRowsOperands{gate_up, L.gate_up_q.in<char>(a.saved), L.gate_up_scale.in<float>(a.saved),
-                                           gu_rows, stream});
-
-    // aw = SwiGLU(g, u)·w_s in bf16, quantized for fc2.
-    auto *aw = L.aw.in<char>(a.workspace);
-    swiglu_forward(ctx_, plan_swiglu_forward_args(d, S, gate_up, w_s, aw, stream), kernels_.swiglu_forward);
+    // g, u kept for the backward as e4m3 tiles + scales, and aw = SwiGLU(g, u)·w_s (bf16-rounded)
+    // quantized for fc2, in one pass over gate_up.
+    const SwigluForwardArgs act = plan_swiglu_forward_args(d, S, gate_up, w_s, nullptr, stream);
     auto *awq = L.awq.in<char>(a.workspace);
     auto *aw_scale = L.aw_scale.in<float>(a.workspace);
-    fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{I}, Fp8QuantRowsOperands{aw, awq, aw_scale, S, stream});
+    fp8_swiglu_quantize(ctx_, swiglu_quant_spec(d), gate_up, w_s, S, act.limit, act.alpha,
+                        L.gate_up_q.in<char>(a.saved), L.gate_up_scale.in<float>(a.saved), awq, aw_scale, stream);
     void *y = L.y.in<char>(a.workspace);
     fp8_group_gemm_nk(ctx_, g.fc2, Fp8GemmOperands{awq, aw_scale, wq.w2_q, wq.w2_scale, y, offsets, S, E, stream});
     gather(ctx_,

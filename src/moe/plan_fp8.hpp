@@ -7,8 +7,10 @@
 //   xq = e4m3 1x128 tiles of x, quantized once per token and written to its k scattered rows;
 //   W_gate_up (split: W_gate, W_up) and W_down quantized per 128x128 block (on every call, or
 //   once into the caller's weight cache: moe/fp8_weights.hpp);
-//   gate_up = FP8 GEMM(xq, W1q) in bf16 -> saved as e4m3 1x128 tiles + scales;
-//   aw = SwiGLU(gate_up)·w_s (bf16) -> awq (1x128) -> y = FP8 GEMM(awq, W2q) -> weighted gather.
+//   gate_up = FP8 GEMM(xq, W1q) in bf16; one pass over it (fp8_swiglu_quantize) keeps it as
+//   e4m3 1x128 tiles + scales in saved and makes awq = e4m3 1x128 tiles of SwiGLU(g, u)·w_s
+//   (rounded to bf16 first: the bytes of the SwiGLU kernel's aw quantized);
+//   y = FP8 GEMM(awq, W2q) -> weighted gather.
 // Backward:
 //   dyq = dout's 1x128 tiles, quantized once per token into its scattered rows (no bf16 copy);
 //   daw = FP8 GEMM(dyq, W_downᵀ quantized per block, or the cache's) ; gate_up dequantized from saved;
@@ -78,7 +80,6 @@ struct Fp8Layout {
     // forward
     Region counts, routing;
     Region xq, x_scale;     // [S, H] e4m3, [S, H/128]
-    Region aw;              // [S, I] bf16
     Region awq, aw_scale;   // [S, I] e4m3, [S, I/128]
     Region y;               // [S, H] bf16
     // backward

@@ -27,7 +27,9 @@
 #include "fp8/e4m3.hpp"
 #include "fp8/fp8_layer_quant.hpp"
 #include "layer_args.h"
+#include "fp8/fp8.hpp"
 #include "moe/fp8_weights.hpp"
+#include "ops/swiglu.hpp"
 #include "reference_moe.hpp"
 #include "runtime/context.hpp"
 #include "runtime/driver.hpp"
@@ -377,6 +379,73 @@ void run_layer_case(const LayerCase &c) {
 }
 
 }  // namespace
+
+// The forward's fused SwiGLU quantizer gives the bytes and scales of the three kernels it
+// replaces (row quantizer on gate_up, the SwiGLU forward, row quantizer on its aw), bit for bit,
+// in every layout and activation; NaN and an outlier stay in their tiles; every output written.
+BOOST_AUTO_TEST_CASE(swiglu_quantize_equals_the_three_kernels) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("swiglu_quantize");
+    Context &ctx = internal_ctx();
+    struct Case {
+        std::int64_t I;
+        Fp8GateUpLayout layout;
+        Activation act;
+        float limit;
+    };
+    for (const Case &c : {Case{256, Fp8GateUpLayout::split, Activation::swiglu, 0.0f},
+                          Case{256, Fp8GateUpLayout::merged, Activation::swiglu, 0.0f},
+                          Case{256, Fp8GateUpLayout::interleaved, Activation::swiglu, 0.0f},
+                          Case{384, Fp8GateUpLayout::merged, Activation::swiglu, 7.0f},
+                          Case{128, Fp8GateUpLayout::interleaved, Activation::gpt_oss, 7.0f},
+                          Case{640, Fp8GateUpLayout::split, Activation::gpt_oss, 0.0f}})
+        for (std::int64_t S : {std::int64_t{1}, std::int64_t{333}}) {
+            BOOST_TEST_CONTEXT("I=" << c.I << " layout " << int(c.layout) << " act " << int(c.act) << " limit "
+                                    << c.limit << " S=" << S) {
+                const std::int64_t I = c.I, n = S * 2 * I;
+                std::vector<std::uint16_t> gu = random_bf16(static_cast<std::size_t>(n), 3.0f, rng);
+                gu[static_cast<std::size_t>(n / 3)] = 0x7FC0;                // NaN
+                gu[static_cast<std::size_t>(n / 2 + 5)] = float_to_bf16(1e4f);  // an outlier
+                std::vector<float> w(static_cast<std::size_t>(S));
+                std::uniform_real_distribution<float> uw(0.05f, 1.0f);
+                for (float &v : w) v = uw(rng);
+                DeviceBuffer d_gu = DeviceBuffer::from(gu), d_w = DeviceBuffer::from(w);
+                const bool merged = c.layout != Fp8GateUpLayout::split;
+                const std::int64_t q_rows = merged ? S : 2 * S, q_k = merged ? 2 * I : I;
+                // Reference: the three kernels.
+                DeviceBuffer ref_q(static_cast<std::size_t>(n)), ref_s(static_cast<std::size_t>(n / 128) * 4);
+                DeviceBuffer aw(static_cast<std::size_t>(S * I) * 2), ref_aq(static_cast<std::size_t>(S * I)),
+                    ref_as(static_cast<std::size_t>(S * I / 128) * 4);
+                for (DeviceBuffer *b : {&ref_q, &ref_s, &aw, &ref_aq, &ref_as}) b->poison();
+                fp8_quantize_rows(ctx, {q_k}, {d_gu.get(), ref_q.get(), ref_s.as<float>(), q_rows, nullptr});
+                SwigluForwardArgs act;
+                act.rows = S;
+                act.intermediate = I;
+                act.merged = merged;
+                act.interleaved = c.layout == Fp8GateUpLayout::interleaved;
+                act.limit = c.limit;
+                act.gate = merged ? nullptr : d_gu.get();
+                act.up = merged ? nullptr : static_cast<char *>(d_gu.get()) + S * I * 2;
+                act.gate_up = merged ? d_gu.get() : nullptr;
+                act.w_s = d_w.as<float>();
+                act.aw = aw.get();
+                act.activation = c.act;
+                swiglu_forward(ctx, act);
+                fp8_quantize_rows(ctx, {I}, {aw.get(), ref_aq.get(), ref_as.as<float>(), S, nullptr});
+                // Fused.
+                DeviceBuffer q(ref_q.bytes()), sc(ref_s.bytes()), aq(ref_aq.bytes()), as(ref_as.bytes());
+                for (DeviceBuffer *b : {&q, &sc, &aq, &as}) b->poison();
+                fp8_swiglu_quantize(ctx, {I, c.layout, c.act, c.limit > 0.0f}, d_gu.get(), d_w.as<float>(), S, c.limit,
+                                    act.alpha, q.get(), sc.as<float>(), aq.get(), as.as<float>(), nullptr);
+                BOOST_TEST((q.download<std::uint8_t>() == ref_q.download<std::uint8_t>()), "saved g, u bytes differ");
+                BOOST_TEST((sc.download<std::uint32_t>() == ref_s.download<std::uint32_t>()), "saved scales differ");
+                BOOST_TEST((aq.download<std::uint8_t>() == ref_aq.download<std::uint8_t>()), "a·w bytes differ");
+                BOOST_TEST((as.download<std::uint32_t>() == ref_as.download<std::uint32_t>()), "a·w scales differ");
+                const auto scales = sc.download<std::uint32_t>();
+                BOOST_TEST(std::count(scales.begin(), scales.end(), 0xFFFFFFFFu) == 0, "saved scales left unwritten");
+            }
+        }
+}
 
 BOOST_AUTO_TEST_CASE(layer_matches_float64) {
     if (!hopper()) return;
