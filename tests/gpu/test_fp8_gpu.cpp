@@ -742,23 +742,11 @@ BOOST_AUTO_TEST_CASE(wgrad_gathered_rows_equal_scattered_rows) {
     DeviceBuffer ws(fp8_weight_grad_workspace_bytes(rows, experts, m, n));
     DeviceBuffer dw(static_cast<std::size_t>(experts * m * n) * 2);
     auto run = [&](bool gather_a, bool gather_b, bool b_quantized) {
-        Fp8WgradArgs args;
-        args.a = gather_a ? da_t.get() : da_s.get();
-        args.b = gather_b ? db_t.get() : db_s.get();
-        args.dw = dw.get();
-        args.offsets = doff.as<std::int32_t>();
-        args.rows = rows;
-        args.num_experts = experts;
-        args.m = m;
-        args.n = n;
-        args.overlap = true;
-        args.workspace = ws.get();
-        args.workspace_bytes = ws.bytes();
-        args.row_token = dtok.as<std::int32_t>();
-        args.tokens = T;
-        args.gather_a = gather_a;
-        args.gather_b = gather_b;
-        args.b_quantized = b_quantized;
+        const Fp8WgradArgs args{.a = gather_a ? da_t.get() : da_s.get(), .b = gather_b ? db_t.get() : db_s.get(),
+                                .dw = dw.get(), .offsets = doff.as<std::int32_t>(), .rows = rows,
+                                .num_experts = experts, .m = m, .n = n, .overlap = true, .workspace = ws.get(),
+                                .workspace_bytes = ws.bytes(), .row_token = dtok.as<std::int32_t>(), .tokens = T,
+                                .gather_a = gather_a, .gather_b = gather_b, .b_quantized = b_quantized};
         dw.poison();
         fp8_weight_grad(internal_ctx(), args);
         return dw.download<std::uint16_t>();
@@ -775,18 +763,9 @@ BOOST_AUTO_TEST_CASE(wgrad_gathered_rows_equal_scattered_rows) {
     // b's quantized form from the last call (both gathered), a quantized again from its scattered copy.
     BOOST_TEST((run(false, true, true) == scattered), "a call that reuses b's quantized form differs");
     // Refused: a gathered operand without row_token.
-    Fp8WgradArgs bad;
-    bad.a = da_t.get();
-    bad.b = db_t.get();
-    bad.dw = dw.get();
-    bad.offsets = doff.as<std::int32_t>();
-    bad.rows = rows;
-    bad.num_experts = experts;
-    bad.m = m;
-    bad.n = n;
-    bad.workspace = ws.get();
-    bad.workspace_bytes = ws.bytes();
-    bad.gather_a = true;
+    const Fp8WgradArgs bad{.a = da_t.get(), .b = db_t.get(), .dw = dw.get(), .offsets = doff.as<std::int32_t>(),
+                           .rows = rows, .num_experts = experts, .m = m, .n = n, .workspace = ws.get(),
+                           .workspace_bytes = ws.bytes(), .gather_a = true};
     BOOST_CHECK_THROW(fp8_weight_grad(internal_ctx(), bad), Error);
 }
 
