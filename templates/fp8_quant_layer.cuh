@@ -15,7 +15,10 @@
 //   swiglu_quantize_kernel   fc1's bf16 g, u -> the saved e4m3 g, u and fc2's e4m3 a·w in one
 //                            pass (the forward's row quantizer, SwiGLU and row quantizer; a·w is
 //                            rounded to bf16 first, as the SwiGLU kernel writes it, so every byte
-//                            and scale equals that three-kernel path's).
+//                            and scale equals that three-kernel path's);
+//   swiglu_backward_quantize_kernel  the backward's dequantizer, SwiGLU backward and d_gate_up's
+//                            row quantizer in one pass (the same bf16 d_gate_up and a·w; d_w_s
+//                            summed in its own fixed order).
 #pragma once
 
 #include "fp8_quant.cuh"
@@ -237,6 +240,129 @@ __global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_c
             if (lane == 0) args.aw_scales[row * TB + t] = a_scale;
         }
     }
+}
+
+// The backward's counterpart: one warp per row, its a·w tiles t = 0, 1, ... in order (d_w_s's
+// sum has one fixed order: each lane's chain over the tiles, then an xor butterfly). Per tile the
+// lanes hold what swiglu_quantize_kernel loads, as e4m3: each half-warp dequantizes one saved tile
+// (rounded to bf16, as the dequantizer writes it), the halves swap (split, merged), and every
+// element goes through gated_backward_value (the SwiGLU backward's own math): dg, du to d_gate_up
+// in its layout, each half's 128 of them quantized as one tile of dguq, a·w over daw.
+template <int THREADS, int I, int LAYOUT, int ACT, bool LIMIT>
+__global__ void __launch_bounds__(THREADS)
+    swiglu_backward_quantize_kernel(const __grid_constant__ kargs::Fp8SwigluBackwardQuantArgs args) {
+    using namespace swiglu_detail;
+    static_assert(I % kTile == 0, "I must be a multiple of 128");
+    constexpr int TB = I / kTile;
+    const unsigned char *__restrict__ sq = static_cast<const unsigned char *>(args.saved_q);
+    __nv_bfloat16 *__restrict__ daw = static_cast<__nv_bfloat16 *>(args.daw);
+    __nv_bfloat16 *__restrict__ dgu = static_cast<__nv_bfloat16 *>(args.d_gate_up);
+    unsigned char *__restrict__ dq = static_cast<unsigned char *>(args.dguq);
+    const int lane = threadIdx.x & 31, half = lane >> 4, hl = lane & 15;
+    const long long S = args.rows;
+    const long long row = static_cast<long long>(blockIdx.x) * (THREADS / 32) + (threadIdx.x >> 5);
+    if (row >= S) return;  // whole warps
+    const float w = args.w_s[row];
+    float partial = 0.0f;
+#pragma unroll 1
+    for (int t = 0; t < TB; ++t) {
+        // This lane's 8 saved elements (gate_up's layout) and where its dguq bytes go ([S, 2I]:
+        // split rows as [d_gate | d_up], so merged's offsets).
+        long long off, qoff;
+        if (LAYOUT == kSplit) {
+            off = half * S * I + row * I + t * kTile + hl * 8;
+            qoff = row * 2LL * I + half * I + t * kTile + hl * 8;
+        } else if (LAYOUT == kMergedLayout) {
+            off = qoff = row * 2LL * I + half * I + t * kTile + hl * 8;
+        } else {
+            off = qoff = row * 2LL * I + t * 2LL * kTile + lane * 8;
+        }
+        // The columns of a·w this lane computes: 8 from c0 (split, merged) or 4 (interleaved).
+        const int c0 = LAYOUT == kInterleaved ? t * kTile + lane * 4 : t * kTile + hl * 8;
+        const uint2 raw = *reinterpret_cast<const uint2 *>(sq + off);
+        const float scale = args.saved_scales[off / kTile];
+        float d[8];
+        if (LAYOUT == kInterleaved) {
+            load_bf16x4(daw + row * I + c0, d);
+        } else {
+            const uint4 dr = *reinterpret_cast<const uint4 *>(daw + row * I + c0);
+            const unsigned dw[4] = {dr.x, dr.y, dr.z, dr.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&dw[j]));
+                d[2 * j] = f.x;
+                d[2 * j + 1] = f.y;
+            }
+        }
+        float v[8];
+        const unsigned words[2] = {raw.x, raw.y};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = e4m3x2_to_float2(static_cast<unsigned short>(words[j >> 1] >> (16 * (j & 1))));
+            v[2 * j] = __bfloat162float(__float2bfloat16_rn(f.x * scale));
+            v[2 * j + 1] = __bfloat162float(__float2bfloat16_rn(f.y * scale));
+        }
+        float out[8], aw[8];  // this lane's dg or du (its layout's order), and a·w
+        if (LAYOUT == kInterleaved) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float act;
+                gated_backward_value<ACT, LIMIT>(v[2 * j], v[2 * j + 1], d[j], w, args.limit, args.alpha, out[2 * j],
+                                                 out[2 * j + 1], act);
+                aw[j] = act * w;
+                partial += act * d[j];
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float other = __shfl_xor_sync(0xffffffffu, v[j], 16);
+                const float g = half ? other : v[j], u = half ? v[j] : other;
+                float dg, du, act;
+                gated_backward_value<ACT, LIMIT>(g, u, d[j], w, args.limit, args.alpha, dg, du, act);
+                out[j] = half ? du : dg;
+                aw[j] = act * w;
+                if (half == 0) partial += act * d[j];  // the halves hold the same columns
+            }
+        }
+        // d_gate_up in bf16, and the same bf16 values quantized as this half-warp's tile.
+        float r[8];
+        unsigned packed[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const __nv_bfloat162 p = __floats2bfloat162_rn(out[2 * j], out[2 * j + 1]);
+            packed[j] = *reinterpret_cast<const unsigned *>(&p);
+            const float2 f = __bfloat1622float2(p);
+            r[2 * j] = f.x;
+            r[2 * j + 1] = f.y;
+        }
+        *reinterpret_cast<uint4 *>(dgu + off) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        float amax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(r[j]));
+#pragma unroll
+        for (int m = 8; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        const float q_scale = tile_scale(amax);
+        *reinterpret_cast<uint2 *>(dq + qoff) = make_uint2(e4m3x4(r, q_scale), e4m3x4(r + 4, q_scale));
+        if (hl == 0) args.dgu_scales[qoff / kTile] = q_scale;
+        // a·w over d(a·w): every lane of this row has read its daw above (one warp, in order).
+        __syncwarp();
+        if (LAYOUT == kInterleaved) {
+            const __nv_bfloat162 lo = __floats2bfloat162_rn(aw[0], aw[1]), hi = __floats2bfloat162_rn(aw[2], aw[3]);
+            *reinterpret_cast<uint2 *>(daw + row * I + c0) =
+                make_uint2(*reinterpret_cast<const unsigned *>(&lo), *reinterpret_cast<const unsigned *>(&hi));
+        } else if (half == 0) {
+            unsigned a4[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const __nv_bfloat162 p = __floats2bfloat162_rn(aw[2 * j], aw[2 * j + 1]);
+                a4[j] = *reinterpret_cast<const unsigned *>(&p);
+            }
+            *reinterpret_cast<uint4 *>(daw + row * I + c0) = make_uint4(a4[0], a4[1], a4[2], a4[3]);
+        }
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, m);
+    if (lane == 0) args.d_w_s[row] = partial;
 }
 
 }  // namespace quant

@@ -345,6 +345,23 @@ struct Fp8SwigluQuantArgs {
     float alpha;           // gpt-oss's
 };
 
+// The saved e4m3 g, u and d(a·w) -> d_gate_up (bf16, gate_up's layout), its e4m3 1 x 128 tiles
+// for fc1's dgrad ([S, 2I]: split rows are [d_gate | d_up]), d_w_s, and a·w recomputed (bf16,
+// over daw) in one pass.
+struct Fp8SwigluBackwardQuantArgs {
+    const void *saved_q;        // e4m3 in gate_up's element layout
+    const float *saved_scales;  // one per 128 consecutive elements of it
+    void *daw;                  // [S, I] bf16: d(a·w) in, a·w out
+    const float *w_s;           // [S]
+    void *d_gate_up;            // bf16 in gate_up's layout
+    float *d_w_s;               // [S]
+    void *dguq;                 // [S, 2I] e4m3
+    float *dgu_scales;          // [S, 2I/128]
+    long long rows;             // S
+    float limit;
+    float alpha;
+};
+
 // ------------------------------------------------------------- experts entry offsets (expert_rows.cuh)
 
 // The bits of the context's device error word (moejit.h, moejit_device_error_t: same values).

@@ -60,6 +60,33 @@ __device__ __forceinline__ float activation_value(float g, float u, float limit,
     return (u + 1.0f) * (g * sigmoid(alpha * g));
 }
 
+// One element of the backward (gated_backward's math, shared with the FP8 layer's fused
+// backward so both give the same bits): from g, u, d = d(a·w) and w = w_s, the masked dg and du
+// and a = h(g', u') (a·w for fc2's weight gradient is act * w, rounded by the caller).
+template <int kAct, bool kLimit>
+__device__ __forceinline__ void gated_backward_value(float g, float u, float d, float w, float limit, float alpha,
+                                                     float &dg, float &du, float &act) {
+    const float gc = kLimit ? clamp_gate(g, limit) : g;
+    const float uc = kLimit ? clamp_up(u, limit) : u;
+    const float da = d * w;
+    if (kAct == kSwiglu) {
+        const float s = sigmoid(gc);
+        const float silu = gc * s;
+        act = silu * uc;
+        du = da * silu;
+        dg = da * uc * (s * (1.0f + gc * (1.0f - s)));
+    } else {
+        const float s = sigmoid(alpha * gc);
+        const float glu = gc * s;
+        act = (uc + 1.0f) * glu;
+        du = da * glu;
+        dg = da * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
+    }
+    // Masks: the gradient is cut only strictly outside [-L, L] (passes at == L).
+    if (kLimit && (u > limit || u < -limit)) du = 0.0f;
+    if (kLimit && g > limit) dg = 0.0f;
+}
+
 template <class T> __device__ __forceinline__ Vec16<T> load_vec(const void *base, long long index) {
     return reinterpret_cast<const Vec16<T> *>(base)[index];
 }
@@ -238,29 +265,12 @@ __device__ __forceinline__ void gated_backward(const void *gate, const void *up,
             Vec16<T> dgv, duv, awv;
 #pragma unroll
             for (int j = 0; j < kVec; ++j) {
-                const float g = to_float(gv[r].v[j]);
-                const float u = to_float(uv[r].v[j]);
                 const float d = to_float(dv[r].v[j]);
-                const float gc = kLimit ? clamp_gate(g, limit) : g;
-                const float uc = kLimit ? clamp_up(u, limit) : u;
-                const float da = d * w;
                 float act, du, dg;
-                if (kAct == kSwiglu) {
-                    const float s = sigmoid(gc);
-                    const float silu = gc * s;
-                    act = silu * uc;
-                    du = da * silu;
-                    dg = da * uc * (s * (1.0f + gc * (1.0f - s)));
-                } else {
-                    const float s = sigmoid(alpha * gc);
-                    const float glu = gc * s;
-                    act = (uc + 1.0f) * glu;
-                    du = da * glu;
-                    dg = da * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
-                }
-                // Masks: the gradient is cut only strictly outside [-L, L] (passes at == L).
-                duv.v[j] = from_float<T>(kLimit && (u > limit || u < -limit) ? 0.0f : du);
-                dgv.v[j] = from_float<T>(kLimit && g > limit ? 0.0f : dg);
+                gated_backward_value<kAct, kLimit>(to_float(gv[r].v[j]), to_float(uv[r].v[j]), d, w, limit, alpha, dg,
+                                                   du, act);
+                duv.v[j] = from_float<T>(du);
+                dgv.v[j] = from_float<T>(dg);
                 awv.v[j] = from_float<T>(act * w);
                 partial += act * d;
             }

@@ -78,20 +78,36 @@ KernelSource render_fp8_dequant_rows(const Fp8DequantRowsSpec &spec) {
          "moejit::quant::dequantize_rows_kernel", fmt::format("{}, {}", kThreads, spec.k)});
 }
 
-KernelSource render_fp8_swiglu_quant(const Fp8SwigluQuantSpec &spec) {
-    require_dim(spec.intermediate, "fp8_swiglu_quantize", "intermediate");
+namespace {
+
+// Both fused SwiGLU quantizers: the spec checked, the kernel named `prefix`_i..._layout_act.
+KernelSource render_swiglu_quant(const Fp8SwigluQuantSpec &spec, const char *what, const char *prefix,
+                                 const char *kernel, KernelSource (*instantiate)(const KernelInstance &)) {
+    require_dim(spec.intermediate, what, "intermediate");
     const int layout = static_cast<int>(spec.layout), act = static_cast<int>(spec.activation);
     if (layout < 0 || layout > 2)
-        fail(Status::invalid_argument, "fp8_swiglu_quantize: layout = {}: expected split, merged or interleaved", layout);
+        fail(Status::invalid_argument, "{}: layout = {}: expected split, merged or interleaved", what, layout);
     if (act < 0 || act > 1)
-        fail(Status::invalid_argument, "fp8_swiglu_quantize: activation = {}: expected swiglu (0) or gpt_oss (1)", act);
+        fail(Status::invalid_argument, "{}: activation = {}: expected swiglu (0) or gpt_oss (1)", what, act);
     static constexpr const char *kLayoutNames[] = {"split", "merged", "interleaved"};
-    const std::string name = fmt::format("fp8_swiglu_quant_i{}_{}_{}{}", spec.intermediate, kLayoutNames[layout],
+    const std::string name = fmt::format("{}_i{}_{}_{}{}", prefix, spec.intermediate, kLayoutNames[layout],
                                          act == 0 ? "swiglu" : "gptoss", spec.has_limit ? "_limit" : "");
-    return instantiate_kernel<kargs::Fp8SwigluQuantArgs>(
-        {name, "fp8_quant_layer.cuh", "FP8 SwiGLU with its quantizers, 1 x 128 tiles: " + name, "",
-         "moejit::quant::swiglu_quantize_kernel",
-         fmt::format("{}, {}, {}, {}, {}", kThreads, spec.intermediate, layout, act, spec.has_limit ? "true" : "false")});
+    return instantiate({name, "fp8_quant_layer.cuh", std::string(what) + ", 1 x 128 tiles: " + name, "", kernel,
+                        fmt::format("{}, {}, {}, {}, {}", kThreads, spec.intermediate, layout, act,
+                                    spec.has_limit ? "true" : "false")});
+}
+
+}  // namespace
+
+KernelSource render_fp8_swiglu_quant(const Fp8SwigluQuantSpec &spec) {
+    return render_swiglu_quant(spec, "fp8_swiglu_quantize", "fp8_swiglu_quant", "moejit::quant::swiglu_quantize_kernel",
+                               &instantiate_kernel<kargs::Fp8SwigluQuantArgs>);
+}
+
+KernelSource render_fp8_swiglu_backward_quant(const Fp8SwigluQuantSpec &spec) {
+    return render_swiglu_quant(spec, "fp8_swiglu_backward_quantize", "fp8_swiglu_bwd_quant",
+                               "moejit::quant::swiglu_backward_quantize_kernel",
+                               &instantiate_kernel<kargs::Fp8SwigluBackwardQuantArgs>);
 }
 
 void fp8_quantize_scatter(Context &ctx, const Fp8QuantScatterSpec &spec, const void *x, const std::int32_t *scatter_index,
@@ -122,6 +138,23 @@ void fp8_swiglu_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const voi
     const std::int64_t ctas = (items + kThreads / 32 * 2 - 1) / (kThreads / 32 * 2);
     launch(ctx, "fp8_swiglu_quantize", &render_fp8_swiglu_quant, spec, ctas, 16, stream,
            kargs::Fp8SwigluQuantArgs{gate_up, w_s, saved_q, saved_scales, awq, aw_scales, rows, limit, alpha});
+}
+
+void fp8_swiglu_backward_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *saved_q,
+                                  const float *saved_scales, void *daw, const float *w_s, std::int64_t rows,
+                                  float limit, float alpha, void *d_gate_up, float *d_w_s, void *dguq,
+                                  float *dgu_scales, void *stream) {
+    // One warp per row, every row its own (no grid stride).
+    require_sm90a(ctx, "fp8_swiglu_backward_quantize");
+    ctx.require_device("fp8_swiglu_backward_quantize");
+    const Kernel &kernel = ctx.kernel(render_fp8_swiglu_backward_quant(spec));
+    if (rows <= 0) return;
+    LaunchShape shape;
+    shape.grid_x = static_cast<std::uint32_t>((rows + kThreads / 32 - 1) / (kThreads / 32));
+    shape.block_x = kThreads;
+    ctx.launch(kernel, shape, stream,
+               kargs::Fp8SwigluBackwardQuantArgs{saved_q, saved_scales, daw, w_s, d_gate_up, d_w_s, dguq, dgu_scales,
+                                                 rows, limit, alpha});
 }
 
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,

@@ -41,6 +41,7 @@ KernelSource render_fp8_quant_rows_ld(const Fp8QuantRowsLdSpec &spec);
 KernelSource render_fp8_quant_blocks_t(const Fp8QuantBlocksTSpec &spec);
 KernelSource render_fp8_dequant_rows(const Fp8DequantRowsSpec &spec);
 KernelSource render_fp8_swiglu_quant(const Fp8SwigluQuantSpec &spec);
+KernelSource render_fp8_swiglu_backward_quant(const Fp8SwigluQuantSpec &spec);
 
 // Launchers on `stream` (no sync; nothing launched for 0 rows or tokens). Pointers: device, the
 // layer's 256-byte aligned regions. Shapes as in templates/kernel_args.h.
@@ -61,6 +62,16 @@ void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const 
 void fp8_swiglu_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *gate_up, const float *w_s,
                          std::int64_t rows, float limit, float alpha, void *saved_q, float *saved_scales, void *awq,
                          float *aw_scales, void *stream);
+// The backward's: saved_q + saved_scales (as fp8_swiglu_quantize wrote them), daw [S, I] bf16
+// (d(a·w) in; a·w recomputed out) and w_s [S] -> d_gate_up (bf16, spec.layout), d_w_s [S], and
+// d_gate_up's 1 x 128 tiles dguq [S, 2I] e4m3 + dgu_scales [S, 2I/128] (split rows as
+// [d_gate | d_up]). d_gate_up, a·w, dguq and dgu_scales are the bytes of fp8_dequantize_rows,
+// the SwiGLU backward and fp8_quantize_rows (split: fp8_quantize_rows_ld twice); d_w_s is summed
+// in this kernel's own fixed order.
+void fp8_swiglu_backward_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *saved_q,
+                                  const float *saved_scales, void *daw, const float *w_s, std::int64_t rows,
+                                  float limit, float alpha, void *d_gate_up, float *d_w_s, void *dguq,
+                                  float *dgu_scales, void *stream);
 // q [rows, k] e4m3 + scales [rows, k/128] -> x [rows, k] bf16.
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,
                          std::int64_t rows, void *x, void *stream);

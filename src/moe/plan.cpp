@@ -176,7 +176,8 @@ BoundSources plan_bound_sources(const PlanDesc &d, const LayerSpecs &gemms) {
     SwigluSpec act = swiglu_spec_of(d);
     if (!gemms.fused_swiglu && !fp8)  // FP8: fp8_swiglu_quantize (fp8_layer_sources)
         b.add(render_swiglu_forward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_forward = k; });
-    b.add(render_swiglu_backward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_backward = k; });
+    if (!fp8)  // FP8: fp8_swiglu_backward_quantize (fp8_layer_sources)
+        b.add(render_swiglu_backward(act), [](PlanKernels &p, Kernel *k) { p.swiglu_backward = k; });
     for (LayerGemmRole &role : layer_gemm_roles(d, gemms)) {
         GemmKernels LayerKernels::*where = role.kernels;
         if (fp8) continue;  // every GEMM of the FP8 recipe is FP8

@@ -59,8 +59,6 @@ Fp8SwigluQuantSpec swiglu_quant_spec(const PlanDesc &d) {
     return Fp8SwigluQuantSpec{d.intermediate_size, layout, act.activation, act.limit > 0.0f};
 }
 
-// fc1's output rows as the row quantizers see them: merged [S, 2I], split [2S, I] (g then u).
-std::int64_t gate_up_k(const PlanDesc &d) { return fc1_merged(d) ? 2 * d.intermediate_size : d.intermediate_size; }
 
 }  // namespace
 
@@ -117,11 +115,7 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
     // backward (dout's rows: the forward's quantizing scatter, H and top_k the same)
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{H, I}));
     s.push_back(render_fp8_group_gemm_nk(g.fc2_dgrad));
-    s.push_back(render_fp8_dequant_rows(Fp8DequantRowsSpec{gate_up_k(d)}));
-    if (fc1_merged(d))
-        s.push_back(render_fp8_quant_rows(Fp8QuantRowsSpec{2 * I}));
-    else
-        s.push_back(render_fp8_quant_rows_ld(Fp8QuantRowsLdSpec{I}));
+    s.push_back(render_fp8_swiglu_backward_quant(swiglu_quant_spec(d)));  // d_gate_up, its tiles, d_w_s, a·w
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{fc1_merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1_dgrad));
     // the weight gradients: each operand's column quantizer, each GEMM
@@ -151,10 +145,8 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     saved_payload = saved.payload;
     saved_regions = saved.regions;
 
-    // gate_up first, shared by both calls (a call uses one or the other).
-    RegionAllocator common{arg};
-    gate_up = common.take(bytes({S, 2, I, 2}));
-    RegionAllocator fwd = common, bwd = common;
+    RegionAllocator fwd{arg}, bwd{arg};
+    gate_up = fwd.take(bytes({S, 2, I, 2}));
     counts = fwd.take(bytes({E, 4}));
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     xq = fwd.take(bytes({S, H}));
@@ -262,7 +254,7 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     require_layer_buffers(L, a, cache_mode != WeightCacheMode::none);
     ctx_.require_device("moejit_plan_backward");
 
-    const std::int64_t S = L.rows, H = d.hidden_size, I = d.intermediate_size;
+    const std::int64_t S = L.rows, H = d.hidden_size;
     const std::int32_t E = d.num_experts;
     void *stream = a.stream;
     const auto *offsets = L.offsets.in<std::int32_t>(a.saved);
@@ -292,27 +284,15 @@ void Plan::fp8_backward(const BackwardArgs &a) {
                          stream);
     fp8_group_gemm_nk(ctx_, g.fc2_dgrad, Fp8GemmOperands{dyq, dy_scale, wt.w2_q, wt.w2_scale, daw, offsets, S, E, stream});
 
-    // The saved g, u back to bf16; the SwiGLU backward writes d_gate_up, d_w_s and (in daw's
-    // place) a·w for fc2's weight gradient.
-    auto *gate_up = L.gate_up.in<char>(a.workspace);
-    const std::int64_t gu_k = gate_up_k(d), gu_rows = fc1_merged(d) ? S : 2 * S;
-    fp8_dequantize_rows(ctx_, Fp8DequantRowsSpec{gu_k}, L.gate_up_q.in<char>(a.saved), L.gate_up_scale.in<float>(a.saved),
-                        gu_rows, gate_up, stream);
-    swiglu_backward(ctx_, plan_swiglu_backward_args(d, S, gate_up, w_s, daw, d_gate_up, d_w_s, stream),
-                    kernels_.swiglu_backward);
-
-    // d_gate_up's 1x128 tiles over [S, 2I] (split: d_gate's columns, then d_up's), for fc1's
-    // dgrad with W_gate_upᵀ (wt: [E, H, 2I], split [W_gateᵀ | W_upᵀ]).
+    // One pass over the saved g, u and daw: d_gate_up (bf16, for fc1's weight gradient), its
+    // 1x128 tiles over [S, 2I] for fc1's dgrad with W_gate_upᵀ (wt: [E, H, 2I], split
+    // [W_gateᵀ | W_upᵀ]; split rows as [d_gate | d_up]), d_w_s, and a·w over daw for fc2's.
     auto *dguq = L.dguq.in<char>(a.workspace);
     auto *dgu_scale = L.dgu_scale.in<float>(a.workspace);
-    if (fc1_merged(d)) {
-        fp8_quantize_rows(ctx_, Fp8QuantRowsSpec{2 * I}, Fp8QuantRowsOperands{d_gate_up, dguq, dgu_scale, S, stream});
-    } else {
-        const Fp8QuantRowsLdSpec rows_spec{I};
-        fp8_quantize_rows_ld(ctx_, rows_spec, d_gate_up, S, dguq, 2 * I, dgu_scale, 2 * I / kTile, stream);
-        fp8_quantize_rows_ld(ctx_, rows_spec, d_gate_up + S * I * 2, S, dguq + I, 2 * I, dgu_scale + I / kTile,
-                             2 * I / kTile, stream);
-    }
+    const SwigluForwardArgs act = plan_swiglu_forward_args(d, S, nullptr, w_s, nullptr, stream);
+    fp8_swiglu_backward_quantize(ctx_, swiglu_quant_spec(d), L.gate_up_q.in<char>(a.saved),
+                                 L.gate_up_scale.in<float>(a.saved), daw, w_s, S, act.limit, act.alpha, d_gate_up,
+                                 d_w_s, dguq, dgu_scale, stream);
     // The weight gradients gather dout's and x's rows themselves.
     fp8_weight_grads(wgrad_rows, gr);
     void *dxs = L.dxs.in<char>(a.workspace);

@@ -13,8 +13,9 @@
 //   y = FP8 GEMM(awq, W2q) -> weighted gather.
 // Backward:
 //   dyq = dout's 1x128 tiles, quantized once per token into its scattered rows (no bf16 copy);
-//   daw = FP8 GEMM(dyq, W_downᵀ quantized per block, or the cache's) ; gate_up dequantized from saved;
-//   SwiGLU backward (bf16: d_gate_up, d_w_s, aw recomputed);
+//   daw = FP8 GEMM(dyq, W_downᵀ quantized per block, or the cache's);
+//   one pass (fp8_swiglu_backward_quantize) over the saved g, u (dequantized to bf16) and daw:
+//   the SwiGLU backward's d_gate_up (bf16) and its 1x128 tiles dguq, d_w_s, aw recomputed;
 //   weight gradients through fp8_weight_grad (Plan::fp8_weight_grads: both operands e4m3 per
 //   128 rows x 1 column, the expert's rows padded to 128-row blocks, dout's and x's rows read
 //   through row_token by the column quantizer; dW in weight_grad_dtype);
@@ -75,9 +76,8 @@ struct Fp8Layout {
     Region gate_up_q;      // [S, 2I] e4m3 (split: g rows [S, I] then u rows [S, I])
     Region gate_up_scale;  // [S, 2I/128] fp32 (split: [2S, I/128])
     std::size_t saved_bytes = 0, saved_payload = 0, saved_regions = 0;
-    // both calls
-    Region gate_up;         // [S, 2I] bf16: fc1's output (forward), the dequantized saved (backward)
     // forward
+    Region gate_up;         // [S, 2I] bf16: fc1's output
     Region counts, routing;
     Region xq, x_scale;     // [S, H] e4m3, [S, H/128]
     Region awq, aw_scale;   // [S, I] e4m3, [S, I/128]

@@ -383,6 +383,8 @@ void run_layer_case(const LayerCase &c) {
 // The forward's fused SwiGLU quantizer gives the bytes and scales of the three kernels it
 // replaces (row quantizer on gate_up, the SwiGLU forward, row quantizer on its aw), bit for bit,
 // in every layout and activation; NaN and an outlier stay in their tiles; every output written.
+// The backward's likewise (dequantizer, SwiGLU backward, row quantizer of d_gate_up), but for
+// d_w_s, which it sums in its own order.
 BOOST_AUTO_TEST_CASE(swiglu_quantize_equals_the_three_kernels) {
     if (!hopper()) return;
     std::mt19937_64 rng = case_rng("swiglu_quantize");
@@ -443,6 +445,60 @@ BOOST_AUTO_TEST_CASE(swiglu_quantize_equals_the_three_kernels) {
                 BOOST_TEST((as.download<std::uint32_t>() == ref_as.download<std::uint32_t>()), "a·w scales differ");
                 const auto scales = sc.download<std::uint32_t>();
                 BOOST_TEST(std::count(scales.begin(), scales.end(), 0xFFFFFFFFu) == 0, "saved scales left unwritten");
+
+                // The backward's fused kernel against its three: dequantize the saved g, u, the
+                // SwiGLU backward, d_gate_up's row quantizer ([S, 2I]; split: two strided halves).
+                const std::vector<std::uint16_t> daw_bits = random_bf16(static_cast<std::size_t>(S * I), 1.0f, rng);
+                DeviceBuffer ref_daw = DeviceBuffer::from(daw_bits), fused_daw = DeviceBuffer::from(daw_bits);
+                DeviceBuffer gu_bf16(static_cast<std::size_t>(n) * 2), ref_dgu(static_cast<std::size_t>(n) * 2),
+                    ref_dws(static_cast<std::size_t>(S) * 4), ref_dq(static_cast<std::size_t>(n)),
+                    ref_ds(static_cast<std::size_t>(n / 128) * 4);
+                for (DeviceBuffer *b : {&gu_bf16, &ref_dgu, &ref_dws, &ref_dq, &ref_ds}) b->poison();
+                fp8_dequantize_rows(ctx, {q_k}, q.get(), sc.as<float>(), q_rows, gu_bf16.get(), nullptr);
+                SwigluBackwardArgs back;
+                back.rows = S;
+                back.intermediate = I;
+                back.merged = merged;
+                back.interleaved = act.interleaved;
+                back.limit = c.limit;
+                back.gate = merged ? nullptr : gu_bf16.get();
+                back.up = merged ? nullptr : static_cast<char *>(gu_bf16.get()) + S * I * 2;
+                back.gate_up = merged ? gu_bf16.get() : nullptr;
+                back.w_s = d_w.as<float>();
+                back.daw = ref_daw.get();
+                back.d_gate = merged ? nullptr : ref_dgu.get();
+                back.d_up = merged ? nullptr : static_cast<char *>(ref_dgu.get()) + S * I * 2;
+                back.d_gate_up = merged ? ref_dgu.get() : nullptr;
+                back.d_w_s = ref_dws.as<float>();
+                back.aw = ref_daw.get();
+                back.activation = c.act;
+                swiglu_backward(ctx, back);
+                if (merged) {
+                    fp8_quantize_rows(ctx, {2 * I}, {ref_dgu.get(), ref_dq.get(), ref_ds.as<float>(), S, nullptr});
+                } else {
+                    auto *dq = static_cast<char *>(ref_dq.get());
+                    fp8_quantize_rows_ld(ctx, {I}, ref_dgu.get(), S, dq, 2 * I, ref_ds.as<float>(), 2 * I / 128, nullptr);
+                    fp8_quantize_rows_ld(ctx, {I}, static_cast<char *>(ref_dgu.get()) + S * I * 2, S, dq + I, 2 * I,
+                                         ref_ds.as<float>() + I / 128, 2 * I / 128, nullptr);
+                }
+                DeviceBuffer dgu(ref_dgu.bytes()), dws(ref_dws.bytes()), dq(ref_dq.bytes()), ds(ref_ds.bytes());
+                for (DeviceBuffer *b : {&dgu, &dws, &dq, &ds}) b->poison();
+                fp8_swiglu_backward_quantize(ctx, {I, c.layout, c.act, c.limit > 0.0f}, q.get(), sc.as<float>(),
+                                             fused_daw.get(), d_w.as<float>(), S, c.limit, act.alpha, dgu.get(),
+                                             dws.as<float>(), dq.get(), ds.as<float>(), nullptr);
+                BOOST_TEST((dgu.download<std::uint16_t>() == ref_dgu.download<std::uint16_t>()), "d_gate_up differs");
+                BOOST_TEST((fused_daw.download<std::uint16_t>() == ref_daw.download<std::uint16_t>()),
+                           "a·w recomputed over daw differs");
+                BOOST_TEST((dq.download<std::uint8_t>() == ref_dq.download<std::uint8_t>()), "d_gate_up's e4m3 differs");
+                BOOST_TEST((ds.download<std::uint32_t>() == ref_ds.download<std::uint32_t>()), "d_gate_up's scales differ");
+                // d_w_s: its own summation order, so near, not equal (NaN where the row has one).
+                const auto got = dws.download<float>(), want = ref_dws.download<float>();
+                int bad = 0;
+                for (std::int64_t r = 0; r < S; ++r) {
+                    const float a = got[r], b = want[r];
+                    bad += std::isnan(b) ? !std::isnan(a) : !(std::fabs(a - b) <= 1e-4f * (std::fabs(b) + 1.0f));
+                }
+                BOOST_TEST(bad == 0, bad << " of " << S << " d_w_s rows differ beyond the summation order");
             }
         }
 }
