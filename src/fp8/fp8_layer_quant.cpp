@@ -133,9 +133,10 @@ void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const 
 void fp8_swiglu_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *gate_up, const float *w_s,
                          std::int64_t rows, float limit, float alpha, void *saved_q, float *saved_scales, void *awq,
                          float *aw_scales, void *stream) {
-    // One warp per two (row, tile) items (swiglu_quantize_kernel's U).
+    // Two (row, tile) items a warp (templates/fp8_quant_layer.cuh, kSwigluQuantItemsPerWarp).
+    constexpr std::int64_t kItemsPerWarp = 2;
     const std::int64_t items = rows * (spec.intermediate / 128);
-    const std::int64_t ctas = (items + kThreads / 32 * 2 - 1) / (kThreads / 32 * 2);
+    const std::int64_t ctas = (items + kThreads / 32 * kItemsPerWarp - 1) / (kThreads / 32 * kItemsPerWarp);
     launch(ctx, "fp8_swiglu_quantize", &render_fp8_swiglu_quant, spec, ctas, 16, stream,
            kargs::Fp8SwigluQuantArgs{gate_up, w_s, saved_q, saved_scales, awq, aw_scales, rows, limit, alpha});
 }
