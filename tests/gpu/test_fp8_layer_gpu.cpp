@@ -360,7 +360,29 @@ void run_layer_case(const LayerCase &c) {
         if (T > 0) {
             check("out", bf16_to_double(out.download<std::uint16_t>()), to_double(ref.out));
             check("dx", bf16_to_double(dx.download<std::uint16_t>()), to_double(merged ? ref.dx_merged : ref.dx_split));
-            check("d_routing_weights", to_double(drw.download<float>()), to_double(ref.d_routing_weights));
+            const std::vector<double> got_drw = to_double(drw.download<float>()), want_drw = to_double(ref.d_routing_weights);
+            if (got_drw.size() >= 64) {
+                check("d_routing_weights", got_drw, want_drw);
+            } else {
+                // A few routes (T = 1): each value is a dot product over I whose terms cancel, and
+                // FP8's error scales with the terms, not with the sum (0.18 against the plain
+                // relative bound of 0.1 for one seed on an H200, 0.055 and 0.064 for two others).
+                // So the error is measured against the terms' magnitudes Σ_i |a_i·daw_i|.
+                double err2 = 0, scale2 = 0;
+                for (std::size_t p = 0; p < got_drw.size(); ++p) {
+                    const std::int64_t row = ref.scatter_index[p];
+                    double terms = 0;
+                    for (std::int64_t i = 0; i < I; ++i)
+                        terms += std::fabs(double(ref.aw[row * I + i]) * ref.daw[row * I + i]) / ref.w_s[row];
+                    err2 += (got_drw[p] - want_drw[p]) * (got_drw[p] - want_drw[p]);
+                    scale2 += terms * terms;
+                }
+                const double err = std::sqrt(err2 / scale2);
+                std::printf("fp8 layer %-34s %-16s rel err %.4f of the terms' magnitudes%s\n", c.name, "d_routing_weights",
+                            err, all_finite(got_drw) ? "" : " (NOT ALL WRITTEN / non-finite)");
+                BOOST_TEST(all_finite(got_drw), "d_routing_weights: an output was not written (NaN) or is not finite");
+                BOOST_TEST(err < c.tolerance, "d_routing_weights: error " << err << " of the terms' magnitudes");
+            }
         }
         std::vector<double> got_dwd = bf16_to_double(dwd.download<std::uint16_t>());
         if (T == 0) {
