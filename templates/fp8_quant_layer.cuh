@@ -154,6 +154,31 @@ __global__ void __launch_bounds__(THREADS) dequantize_rows_kernel(const __grid_c
 // at 40 (6 CTAs, no spill; 32 spills).
 constexpr int kSwigluQuantItemsPerWarp = 2;
 
+// Eight bf16 (16 bytes) -> floats.
+__device__ __forceinline__ void bf16x8_to_float(const uint4 raw, float v[8]) {
+    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&words[j]));
+        v[2 * j] = f.x;
+        v[2 * j + 1] = f.y;
+    }
+}
+
+// A half-warp's 16 lanes x 8 values as one 1 x 128 tile: each lane's 8 e4m3 bytes at q + off,
+// the tile's scale (lane 0 of the half, hl == 0) at scales[off / 128].
+__device__ __forceinline__ void quantize_half_warp_tile(const float v[8], unsigned char *q, float *scales,
+                                                        long long off, int hl) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+    for (int d = 8; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+    const float scale = tile_scale(amax);
+    *reinterpret_cast<uint2 *>(q + off) = make_uint2(e4m3x4(v, scale), e4m3x4(v + 4, scale));
+    if (hl == 0) scales[off / kTile] = scale;
+}
+
 // One warp per (row, 128-column tile t of a·w): it holds g's and u's tiles t (split and merged:
 // lanes 0-15 g, 16-31 u, 8 columns each; interleaved: memory tiles 2t and 2t+1, 4 (g, u) pairs
 // a lane). Each half-warp's 128 loaded elements are one saved tile (its element offset / 128 is
@@ -191,22 +216,8 @@ __global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_c
             const int t = static_cast<int>(i - row * TB);
             const long long off = offset(row, t);
             float v[8];
-            const unsigned words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&words[j]));
-                v[2 * j] = f.x;
-                v[2 * j + 1] = f.y;
-            }
-            // The saved tile (this half-warp's 128 elements).
-            float amax = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
-#pragma unroll
-            for (int d = 8; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
-            const float scale = tile_scale(amax);
-            *reinterpret_cast<uint2 *>(sq + off) = make_uint2(e4m3x4(v, scale), e4m3x4(v + 4, scale));
-            if (hl == 0) args.saved_scales[off / kTile] = scale;
+            bf16x8_to_float(raw[u], v);
+            quantize_half_warp_tile(v, sq, args.saved_scales, off, hl);  // the saved tile
             // a·w, rounded to bf16 as the SwiGLU kernel stores it.
             const float w = args.w_s[row];
             float aw[8];
@@ -290,14 +301,7 @@ __global__ void __launch_bounds__(THREADS, 1536 / THREADS)  // 40 registers, no 
         if (LAYOUT == kInterleaved) {
             load_bf16x4(daw + row * I + c0, d);
         } else {
-            const uint4 dr = *reinterpret_cast<const uint4 *>(daw + row * I + c0);
-            const unsigned dw[4] = {dr.x, dr.y, dr.z, dr.w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&dw[j]));
-                d[2 * j] = f.x;
-                d[2 * j + 1] = f.y;
-            }
+            bf16x8_to_float(*reinterpret_cast<const uint4 *>(daw + row * I + c0), d);
         }
         float v[8];
         const unsigned words[2] = {raw.x, raw.y};
@@ -341,14 +345,7 @@ __global__ void __launch_bounds__(THREADS, 1536 / THREADS)  // 40 registers, no 
             r[2 * j + 1] = f.y;
         }
         *reinterpret_cast<uint4 *>(dgu + off) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-        float amax = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(r[j]));
-#pragma unroll
-        for (int m = 8; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        const float q_scale = tile_scale(amax);
-        *reinterpret_cast<uint2 *>(dq + qoff) = make_uint2(e4m3x4(r, q_scale), e4m3x4(r + 4, q_scale));
-        if (hl == 0) args.dgu_scales[qoff / kTile] = q_scale;
+        quantize_half_warp_tile(r, dq, args.dgu_scales, qoff, hl);
         // a·w over d(a·w): every lane of this row has read its daw above (one warp, in order).
         __syncwarp();
         if (LAYOUT == kInterleaved) {

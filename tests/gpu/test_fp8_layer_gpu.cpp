@@ -442,18 +442,22 @@ BOOST_AUTO_TEST_CASE(swiglu_quantize_equals_the_three_kernels) {
                     ref_as(static_cast<std::size_t>(S * I / 128) * 4);
                 for (DeviceBuffer *b : {&ref_q, &ref_s, &aw, &ref_aq, &ref_as}) b->poison();
                 fp8_quantize_rows(ctx, {q_k}, {d_gu.get(), ref_q.get(), ref_s.as<float>(), q_rows, nullptr});
+                // The SwiGLU op's fields both directions share, over g, u in `gu`'s layout.
+                auto swiglu_fields = [&](auto &args, void *gu_bytes) {
+                    args.rows = S;
+                    args.intermediate = I;
+                    args.merged = merged;
+                    args.interleaved = c.layout == Fp8GateUpLayout::interleaved;
+                    args.limit = c.limit;
+                    args.gate = merged ? nullptr : gu_bytes;
+                    args.up = merged ? nullptr : static_cast<char *>(gu_bytes) + S * I * 2;
+                    args.gate_up = merged ? gu_bytes : nullptr;
+                    args.w_s = d_w.as<float>();
+                    args.activation = c.act;
+                };
                 SwigluForwardArgs act;
-                act.rows = S;
-                act.intermediate = I;
-                act.merged = merged;
-                act.interleaved = c.layout == Fp8GateUpLayout::interleaved;
-                act.limit = c.limit;
-                act.gate = merged ? nullptr : d_gu.get();
-                act.up = merged ? nullptr : static_cast<char *>(d_gu.get()) + S * I * 2;
-                act.gate_up = merged ? d_gu.get() : nullptr;
-                act.w_s = d_w.as<float>();
+                swiglu_fields(act, d_gu.get());
                 act.aw = aw.get();
-                act.activation = c.act;
                 swiglu_forward(ctx, act);
                 fp8_quantize_rows(ctx, {I}, {aw.get(), ref_aq.get(), ref_as.as<float>(), S, nullptr});
                 // Fused.
@@ -478,22 +482,13 @@ BOOST_AUTO_TEST_CASE(swiglu_quantize_equals_the_three_kernels) {
                 for (DeviceBuffer *b : {&gu_bf16, &ref_dgu, &ref_dws, &ref_dq, &ref_ds}) b->poison();
                 fp8_dequantize_rows(ctx, {q_k}, q.get(), sc.as<float>(), q_rows, gu_bf16.get(), nullptr);
                 SwigluBackwardArgs back;
-                back.rows = S;
-                back.intermediate = I;
-                back.merged = merged;
-                back.interleaved = act.interleaved;
-                back.limit = c.limit;
-                back.gate = merged ? nullptr : gu_bf16.get();
-                back.up = merged ? nullptr : static_cast<char *>(gu_bf16.get()) + S * I * 2;
-                back.gate_up = merged ? gu_bf16.get() : nullptr;
-                back.w_s = d_w.as<float>();
+                swiglu_fields(back, gu_bf16.get());
                 back.daw = ref_daw.get();
                 back.d_gate = merged ? nullptr : ref_dgu.get();
                 back.d_up = merged ? nullptr : static_cast<char *>(ref_dgu.get()) + S * I * 2;
                 back.d_gate_up = merged ? ref_dgu.get() : nullptr;
                 back.d_w_s = ref_dws.as<float>();
                 back.aw = ref_daw.get();
-                back.activation = c.act;
                 swiglu_backward(ctx, back);
                 if (merged) {
                     fp8_quantize_rows(ctx, {2 * I}, {ref_dgu.get(), ref_dq.get(), ref_ds.as<float>(), S, nullptr});
