@@ -301,14 +301,7 @@ __global__ void __launch_bounds__(THREADS)
         if (LAYOUT == kInterleaved) {
             load_bf16x4(daw + row * I + c0, d);
         } else {
-            const uint4 dr = *reinterpret_cast<const uint4 *>(daw + row * I + c0);
-            const unsigned dw[4] = {dr.x, dr.y, dr.z, dr.w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&dw[j]));
-                d[2 * j] = f.x;
-                d[2 * j + 1] = f.y;
-            }
+            bf16x8_to_float(*reinterpret_cast<const uint4 *>(daw + row * I + c0), d);
         }
         float v[8];
         const unsigned words[2] = {raw.x, raw.y};
@@ -352,8 +345,9 @@ __global__ void __launch_bounds__(THREADS)
             r[2 * j + 1] = f.y;
         }
         *reinterpret_cast<uint4 *>(dgu + off) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-        // (quantize_half_warp_tile's steps, written out: with the call, ptxas schedules this
-        // kernel differently from the code the H200 ran; to fold in after the next GPU run.)
+        // (quantize_half_warp_tile's steps written out, as off and qoff above repeat the forward's
+        // offset(): shared, ptxas schedules both kernels differently from the code the H200 ran,
+        // tree 56d7724 (dev/compare_cubin_text.py); fold them in after the next GPU run.)
         float amax = 0.0f;
 #pragma unroll
         for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(r[j]));
