@@ -50,13 +50,18 @@ std::size_t wgrad_scratch_bytes(const PlanDesc &d, std::int64_t rows) {
     return bytes > 0 ? bytes + 256 : 0;
 }
 
-// The forward's fused SwiGLU quantizer for this descriptor (the SwiGLU op's view of it).
-Fp8SwigluQuantSpec swiglu_quant_spec(const PlanDesc &d) {
+// The fused SwiGLU quantizers' spec and their runtime values for this descriptor, read once from
+// the SwiGLU op's view of it (layout, activation, limit, alpha).
+struct SwigluQuant {
+    Fp8SwigluQuantSpec spec;
+    float limit, alpha;
+};
+SwigluQuant swiglu_quant(const PlanDesc &d) {
     const SwigluForwardArgs act = plan_swiglu_forward_args(d, 0, nullptr, nullptr, nullptr, nullptr);
     const Fp8GateUpLayout layout = act.interleaved ? Fp8GateUpLayout::interleaved
                                    : act.merged    ? Fp8GateUpLayout::merged
                                                    : Fp8GateUpLayout::split;
-    return Fp8SwigluQuantSpec{d.intermediate_size, layout, act.activation, act.limit > 0.0f};
+    return {Fp8SwigluQuantSpec{d.intermediate_size, layout, act.activation, act.limit > 0.0f}, act.limit, act.alpha};
 }
 
 
@@ -110,12 +115,12 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
     s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{fc1_merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_quant_blocks(Fp8QuantBlocksSpec{H, I}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1));
-    s.push_back(render_fp8_swiglu_quant(swiglu_quant_spec(d)));  // saved g, u and fc2's a·w
+    s.push_back(render_fp8_swiglu_quant(swiglu_quant(d).spec));  // saved g, u and fc2's a·w
     s.push_back(render_fp8_group_gemm_nk(g.fc2));
     // backward (dout's rows: the forward's quantizing scatter, H and top_k the same)
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{H, I}));
     s.push_back(render_fp8_group_gemm_nk(g.fc2_dgrad));
-    s.push_back(render_fp8_swiglu_backward_quant(swiglu_quant_spec(d)));  // d_gate_up, its tiles, d_w_s, a·w
+    s.push_back(render_fp8_swiglu_backward_quant(swiglu_quant(d).spec));  // d_gate_up, its tiles, d_w_s, a·w
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{fc1_merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1_dgrad));
     // the weight gradients: each operand's column quantizer, each GEMM
@@ -225,10 +230,10 @@ void Plan::fp8_forward(const ForwardArgs &a) {
     }
     // g, u kept for the backward as e4m3 tiles + scales, and aw = SwiGLU(g, u)·w_s (bf16-rounded)
     // quantized for fc2, in one pass over gate_up.
-    const SwigluForwardArgs act = plan_swiglu_forward_args(d, S, gate_up, w_s, nullptr, stream);
+    const SwigluQuant act = swiglu_quant(d);
     auto *awq = L.awq.in<char>(a.workspace);
     auto *aw_scale = L.aw_scale.in<float>(a.workspace);
-    fp8_swiglu_quantize(ctx_, swiglu_quant_spec(d), gate_up, w_s, S, act.limit, act.alpha,
+    fp8_swiglu_quantize(ctx_, act.spec, gate_up, w_s, S, act.limit, act.alpha,
                         L.gate_up_q.in<char>(a.saved), L.gate_up_scale.in<float>(a.saved), awq, aw_scale, stream);
     void *y = L.y.in<char>(a.workspace);
     fp8_group_gemm_nk(ctx_, g.fc2, Fp8GemmOperands{awq, aw_scale, wq.w2_q, wq.w2_scale, y, offsets, S, E, stream});
@@ -289,8 +294,8 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     // [W_gateᵀ | W_upᵀ]; split rows as [d_gate | d_up]), d_w_s, and a·w over daw for fc2's.
     auto *dguq = L.dguq.in<char>(a.workspace);
     auto *dgu_scale = L.dgu_scale.in<float>(a.workspace);
-    const SwigluForwardArgs act = plan_swiglu_forward_args(d, S, nullptr, w_s, nullptr, stream);
-    fp8_swiglu_backward_quantize(ctx_, swiglu_quant_spec(d), L.gate_up_q.in<char>(a.saved),
+    const SwigluQuant act = swiglu_quant(d);
+    fp8_swiglu_backward_quantize(ctx_, act.spec, L.gate_up_q.in<char>(a.saved),
                                  L.gate_up_scale.in<float>(a.saved), daw, w_s, S, act.limit, act.alpha, d_gate_up,
                                  d_w_s, dguq, dgu_scale, stream);
     // The weight gradients gather dout's and x's rows themselves.
