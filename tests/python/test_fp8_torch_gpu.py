@@ -24,7 +24,7 @@ if torch.cuda.get_device_capability() != (9, 0):
 
 import moejit.torch as mt  # noqa: E402
 from moejit import _fp8_weight_cache as wc  # noqa: E402
-from cuda_graph_step import capture_step  # noqa: E402
+from cuda_graph_step import GraphedLayerStep  # noqa: E402
 
 T, H, I, E, K = 256, 512, 256, 8, 2
 
@@ -96,38 +96,8 @@ def test_cuda_graph_training_step_matches_eager(cached):
     torch.manual_seed(3)
     layer = mt.MoEExperts(E, H, I, merged=True, recipe="fp8-block", device="cuda",
                           dtype=torch.bfloat16)
-    params = list(layer.parameters())
-    x0, sel0, rw0, dout0 = micro_batch(20)
-    static_x, static_sel = x0.detach().clone().requires_grad_(), sel0.clone()
-    static_rw, static_dout = rw0.detach().clone().requires_grad_(), dout0.clone()
-
-    def zero_grads():
-        for t in [static_x, static_rw] + params:
-            t.grad = None
-
-    def step():
-        out = layer(static_x, static_sel, static_rw)
-        out.backward(static_dout)
-        return out
-
     block = mt.fp8_weight_cache() if cached else contextlib.nullcontext()
     with block:  # cached: the warm-up FILLs and USEs; the captured calls quantize for themselves
-        graph, static_out = capture_step(step, zero_grads)
+        graphed = GraphedLayerStep(layer, *micro_batch(20))
         for seed in (21, 22):  # fresh data each replay
-            x, sel, rw, dout = micro_batch(seed)
-            with torch.no_grad():
-                static_x.copy_(x)
-                static_sel.copy_(sel)
-                static_rw.copy_(rw)
-                static_dout.copy_(dout)
-            graph.replay()
-            torch.cuda.synchronize()
-            graphed = [t.detach().clone() for t in
-                       [static_out, static_x.grad, static_rw.grad] + [p.grad for p in params]]
-            xe, rwe = x.detach().clone().requires_grad_(), rw.detach().clone().requires_grad_()
-            out = layer(xe, sel, rwe)
-            eager = [out.detach()] + list(torch.autograd.grad(out, [xe, rwe] + params, dout))
-            for name, g, e in zip(["out", "dx", "d_routing_weights", "dw_gate_up", "dw_down"],
-                                  graphed, eager):
-                assert torch.isfinite(g.float()).all(), f"{name} from the graph is not finite"
-                assert torch.equal(g, e), f"{name}: graph replay differs from eager execution"
+            graphed.replay_matches_eager(*micro_batch(seed))

@@ -21,7 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
 from gated_reference import rel  # noqa: E402
-from cuda_graph_step import capture_step  # noqa: E402
+from cuda_graph_step import GraphedLayerStep  # noqa: E402
 from moejit_bench.peers import (eager_loop_layer, grouped_mm_layer, routing_all_to_expert0,  # noqa: E402
                           routing_topk)
 
@@ -294,45 +294,11 @@ def test_cuda_graph_training_step_matches_eager(merged):
     torch.manual_seed(2)
     layer = mt.MoEExperts(E, H, I, merged=merged, swiglu_limit=LIMIT, device="cuda",
                           dtype=torch.bfloat16)
-    params = list(layer.parameters())
     first = Case(torch.bfloat16, merged, "topk", LIMIT, seed=10)
-    static_x = first.x.clone().requires_grad_()
-    static_sel = first.sel.clone()
-    static_rw = first.rw.clone().requires_grad_()
-    static_dout = first.dout.clone()
-
-    def zero_grads():
-        for t in [static_x, static_rw] + params:
-            t.grad = None
-
-    def step():
-        out = layer(static_x, static_sel, static_rw)
-        out.backward(static_dout)
-        return out
-
-    graph, static_out = capture_step(step, zero_grads)
-
+    graphed = GraphedLayerStep(layer, first.x, first.sel, first.rw, first.dout)
     for seed in (11, 12):  # fresh data each replay: the graph must recompute, not replay stale
         case = Case(torch.bfloat16, merged, "topk", LIMIT, seed=seed)
-        with torch.no_grad():
-            static_x.copy_(case.x)
-            static_sel.copy_(case.sel)
-            static_rw.copy_(case.rw)
-            static_dout.copy_(case.dout)
-        graph.replay()
-        torch.cuda.synchronize()
-        graphed = [static_out, static_x.grad, static_rw.grad] + [p.grad for p in params]
-        graphed = [t.detach().clone() for t in graphed]
-
-        x = case.x.clone().requires_grad_()
-        rw = case.rw.clone().requires_grad_()
-        out = layer(x, case.sel, rw)
-        eager = [out.detach()] + list(torch.autograd.grad(out, [x, rw] + params, case.dout))
-        names = ["out", "dx", "d_routing_weights"] + [f"d{n}" for n, _ in
-                                                      layer.named_parameters()]
-        for name, g, e in zip(names, graphed, eager):
-            assert torch.isfinite(g).all(), f"{name} from the graph is not finite"
-            assert torch.equal(g, e), f"{name}: graph replay differs from eager execution"
+        graphed.replay_matches_eager(case.x, case.sel, case.rw, case.dout)
 
 
 def test_no_host_synchronisation():
