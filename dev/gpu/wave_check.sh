@@ -6,7 +6,8 @@
 # 470) so the call ends in time and still prints its table; a step cut short says TIMEOUT.
 # The stress suite runs alone after the others: it checks the device's free memory before and
 # after, which other processes on the GPU move. Knobs: SUITES (the suites to run, default all),
-# PYTEST=0 (no GPU Python tests), BENCHES (the phase-2 steps to run, default all of them).
+# PYTEST=0 (no GPU Python tests), BENCHES (the phase-2 steps to run, default all of them),
+# PHASE1_SHARE (tenths of the time left that phase 1 gets when benchmarks follow, default 4).
 # Logs in $OUT/wave_logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +24,7 @@ in_suites() { echo " $suites " | grep -q " $1 "; }
 # less the stress run's time; all of it without benchmarks).
 stress_s=$(( MOEJIT_STRESS_SECONDS + 60 )); in_suites stress || stress_s=0
 benches=${BENCHES-fp8_layer_bench fp8_train_curve cold_start bench_fp8_gemm bench_fp8_wgrad}
-share=4; [ -n "${benches// }" ] || share=10  # no benchmarks: phase 1 has all the time
+share=${PHASE1_SHARE:-4}; [ -n "${benches// }" ] || share=10  # tenths; no benchmarks: phase 1 has all the time
 phase1=$(( ( $(left) - stress_s ) * share / 10 )); p1end=$(( $(date +%s) + phase1 ))
 others=$(echo $suites | tr ' ' '\n' | grep -vxE 'moe_layer|fp8_layer|group_gemm|gpt_oss|fp8|stress' | tr '\n' ' ')
 groups=("moe_layer fp8_layer" "group_gemm gpt_oss fp8" "$others")
