@@ -6,8 +6,9 @@ fp8_weight_cache() block: the weights quantized once, before the profiled steps)
 (Not named profile.py: run as a script, that name would hide the standard library's profile
 module, which torch._dynamo imports through cProfile.)
 Prints, for each shape, every kernel of one step in launch order with its mean duration over
-the profiled steps, then the kernels' sum against the step's wall time (the gap is launch and
-host time). It shows where a step's time goes; it is not a benchmark (no peer).
+the profiled steps and the mean idle time of the GPU before it (since the previous kernel ended),
+then the kernels' sum against the step's wall time (the gap is launch and host time; the idle
+column says where it falls: spread evenly it is launch latency, in one place a wait). It shows where a step's time goes; it is not a benchmark (no peer).
 """
 
 import argparse
@@ -57,13 +58,19 @@ def profile_shape(name: str, impl: str) -> None:
         per_step = len(kernels)
     flops = 18.0 * T * k * H * I
     print(f"== {name} {impl}: step {wall_ms:.3f} ms ({flops / wall_ms / 1e9:.0f} TFLOP/s), {per_step} kernels")
-    total = 0.0
+    steps = len(kernels) // per_step
+    total = idle_total = 0.0
+    print(f"  {'kernel':>9}     {'idle before':>11}")
     for i in range(per_step):
-        runs = [kernels[s * per_step + i] for s in range(len(kernels) // per_step)]
-        us = statistics.mean(e.time_range.elapsed_us() for e in runs)
+        at = [s * per_step + i for s in range(steps)]
+        us = statistics.mean(kernels[j].time_range.elapsed_us() for j in at)
+        # The first kernel of the first step has no predecessor in the trace.
+        idle = [kernels[j].time_range.start - kernels[j - 1].time_range.end for j in at if j > 0]
+        idle_us = statistics.mean(idle) if idle else 0.0
         total += us
-        print(f"  {us:9.1f} us  {short(runs[0].name)}")
-    print(f"  kernels {total / 1e3:.3f} ms of {wall_ms:.3f} ms")
+        idle_total += idle_us
+        print(f"  {us:9.1f} us  {idle_us:9.1f} us  {short(kernels[at[0]].name)}")
+    print(f"  kernels {total / 1e3:.3f} ms, idle between them {idle_total / 1e3:.3f} ms, of {wall_ms:.3f} ms")
 
 
 def main() -> None:
