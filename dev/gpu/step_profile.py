@@ -13,6 +13,7 @@ column says where it falls: spread evenly it is launch latency, in one place a w
 
 import argparse
 import statistics
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -27,7 +28,7 @@ def short(name: str) -> str:
     return name if len(name) <= 72 else name[:69] + "..."
 
 
-def profile_shape(name: str, impl: str) -> None:
+def profile_shape(name: str, impl: str, host: bool) -> None:
     T, E, H, I, k = SHAPES[name]
     layer = LAYERS[impl]
     x, sel, rw, weights, dout = make_inputs(T, E, H, I, k, torch.bfloat16, "topk", False, 0)
@@ -71,16 +72,45 @@ def profile_shape(name: str, impl: str) -> None:
         idle_total += idle_us
         print(f"  {us:9.1f} us  {idle_us:9.1f} us  {short(kernels[at[0]].name)}")
     print(f"  kernels {total / 1e3:.3f} ms, idle between them {idle_total / 1e3:.3f} ms, of {wall_ms:.3f} ms")
+    if host:
+        host_time(step, layer, (x, sel, rw), weights, inputs, dout, _weight_cache_block(impl))
 
+
+def host_time(step, layer, args, weights, inputs, dout, cache) -> None:  # cache: a new block
+    """Where the host's time of a step goes: forward and backward calls timed on the host
+    without synchronising (if a call's host time approaches the GPU's, the GPU waits on it),
+    then the torch profiler's CPU-only view, by self time."""
+    cache.__enter__()
+    fwd, bwd = [], []
+    torch.cuda.synchronize()
+    for _ in range(10):
+        t0 = time.perf_counter()
+        out = layer(*args, **weights)
+        t1 = time.perf_counter()
+        torch.autograd.grad(out, inputs, dout)
+        t2 = time.perf_counter()
+        fwd.append((t1 - t0) * 1e3)
+        bwd.append((t2 - t1) * 1e3)
+        torch.cuda.synchronize()  # each step's host time from an idle GPU: no queue to hide in
+    print(f"  host, one step from an idle GPU: forward call {statistics.median(fwd):.3f} ms, "
+          f"backward call {statistics.median(bwd):.3f} ms (medians of 10)")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(STEPS):
+            step()
+        torch.cuda.synchronize()
+    cache.__exit__(None, None, None)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--impl", default="moejit",
                         choices=("moejit", "moejit-fp8", "moejit-fp8-cached"))
+    parser.add_argument("--host", action="store_true",
+                        help="also the host's time per call and its CPU profile (where a gap comes from)")
     parser.add_argument("shapes", nargs="*", default=["small-expert-7b", "mid-expert-30b"])
     args = parser.parse_args()
     for name in args.shapes:
-        profile_shape(name, args.impl)
+        profile_shape(name, args.impl, args.host)
         torch.cuda.empty_cache()
 
 

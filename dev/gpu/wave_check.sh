@@ -18,7 +18,7 @@ trap 'tar czf "$final/wave_logs.tgz" -C "$out" . 2>/dev/null' EXIT
 echo "build: $(( $(date +%s) - t0 )) s"
 left() { echo $(( deadline - $(date +%s) - ${1:-0} )); }
 export MOEJIT_STRESS_SECONDS=${STRESS_SECONDS:-30}
-suites=${SUITES:-$(gpu_suites)}
+suites=$(echo ${SUITES:-$(gpu_suites)})  # one line: in_suites matches " name "
 in_suites() { echo " $suites " | grep -q " $1 "; }
 # Three groups of suites and the Python tests side by side (phase 1 ends by 40 % of what is left,
 # less the stress run's time; all of it without benchmarks).
