@@ -182,8 +182,8 @@ __device__ __forceinline__ void quantize_half_warp_tile(const float v[8], unsign
 // One warp per (row, 128-column tile t of a·w): it holds g's and u's tiles t (split and merged:
 // lanes 0-15 g, 16-31 u, 8 columns each; interleaved: memory tiles 2t and 2t+1, 4 (g, u) pairs
 // a lane). Each half-warp's 128 loaded elements are one saved tile (its element offset / 128 is
-// the scale's index in every layout); then a·w's tile from the pairs (split and merged: the
-// halves swap their vectors, both compute the same values, half 0 stores). Two items a warp,
+// the scale's index in every layout); then a·w's tile from the pairs, 4 columns a lane (split and
+// merged: each half computes half of its 8 columns, after one exchange of 4 values). Two items a warp,
 // loaded before either is finished. LAYOUT: swiglu_detail's kSplit, kMergedLayout, kInterleaved.
 template <int THREADS, int I, int LAYOUT, int ACT, bool LIMIT>
 __global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_constant__ kargs::Fp8SwigluQuantArgs args) {
@@ -218,41 +218,33 @@ __global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_c
             float v[8];
             bf16x8_to_float(raw[u], v);
             quantize_half_warp_tile(v, sq, args.saved_scales, off, hl);  // the saved tile
-            // a·w, rounded to bf16 as the SwiGLU kernel stores it.
+            // a·w, rounded to bf16 as the SwiGLU kernel stores it: 4 columns a lane, the tile's
+            // 128 over the whole warp. Split and merged: lane hl of half 0 holds g and of half 1
+            // u of columns 8 hl.. 8 hl + 7; half 0 computes the first four, half 1 the last four,
+            // each taking the partner's 4 values it lacks (one exchange of 4, not of 8).
             const float w = args.w_s[row];
-            float aw[8];
-            int n = 8;  // values this lane holds
-            if (LAYOUT == kInterleaved) {
-                n = 4;
+            float aw[4];
 #pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    aw[j] = __bfloat162float(__float2bfloat16_rn(
-                        activation_value<ACT, LIMIT>(v[2 * j], v[2 * j + 1], args.limit, args.alpha) * w));
-            } else {
-                float other[8];
-#pragma unroll
-                for (int j = 0; j < 8; ++j) other[j] = __shfl_xor_sync(0xffffffffu, v[j], 16);
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const float g = half ? other[j] : v[j], up = half ? v[j] : other[j];
-                    aw[j] = __bfloat162float(__float2bfloat16_rn(activation_value<ACT, LIMIT>(g, up, args.limit, args.alpha) * w));
+            for (int j = 0; j < 4; ++j) {
+                float g, up;
+                if (LAYOUT == kInterleaved) {
+                    g = v[2 * j];
+                    up = v[2 * j + 1];
+                } else {
+                    const float got = __shfl_xor_sync(0xffffffffu, half ? v[j] : v[4 + j], 16);
+                    g = half ? got : v[j];
+                    up = half ? v[4 + j] : got;
                 }
+                aw[j] = __bfloat162float(__float2bfloat16_rn(activation_value<ACT, LIMIT>(g, up, args.limit, args.alpha) * w));
             }
             float a_max = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
-                if (j < n) a_max = fmaxf(a_max, fabsf(aw[j]));
-            // Interleaved: the tile is the whole warp's; split and merged: each half's (equal).
-#pragma unroll
-            for (int d = LAYOUT == kInterleaved ? 16 : 8; d > 0; d >>= 1)
-                a_max = fmaxf(a_max, __shfl_xor_sync(0xffffffffu, a_max, d));
-            const float a_scale = tile_scale(a_max);
-            unsigned char *const dst = aq + row * I + t * kTile;
-            if (LAYOUT == kInterleaved) {
-                *reinterpret_cast<unsigned *>(dst + lane * 4) = e4m3x4(aw, a_scale);
-            } else if (half == 0) {
-                *reinterpret_cast<uint2 *>(dst + hl * 8) = make_uint2(e4m3x4(aw, a_scale), e4m3x4(aw + 4, a_scale));
-            }
+            for (int j = 0; j < 4; ++j) a_max = fmaxf(a_max, fabsf(aw[j]));
+            const float a_scale = tile_scale(warp_max(a_max));
+            // Lane order is column order: interleaved lane l has columns 4 l..; split and merged
+            // lane (half, hl) has 8 hl + 4 half.. = 4 (2 hl + half).
+            const int col4 = LAYOUT == kInterleaved ? lane : 2 * hl + half;
+            *reinterpret_cast<unsigned *>(aq + row * I + t * kTile + col4 * 4) = e4m3x4(aw, a_scale);
             if (lane == 0) args.aw_scales[row * TB + t] = a_scale;
         }
     }
@@ -261,11 +253,12 @@ __global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_c
 // The backward's counterpart: one warp per row, its a·w tiles t = 0, 1, ... in order (d_w_s's
 // sum has one fixed order: each lane's chain over the tiles, then an xor butterfly). Per tile the
 // lanes hold what swiglu_quantize_kernel loads, as e4m3: each half-warp dequantizes one saved tile
-// (rounded to bf16, as the dequantizer writes it), the halves swap (split, merged), and every
-// element goes through gated_backward_value (the SwiGLU backward's own math): dg, du to d_gate_up
-// in its layout, each half's 128 of them quantized as one tile of dguq, a·w over daw.
+// (rounded to bf16, as the dequantizer writes it); each lane puts 4 columns through
+// gated_backward_value (the SwiGLU backward's own math; split and merged: the halves exchange the
+// g or u they lack, then the dg or du the partner keeps), dg, du go to d_gate_up in its layout,
+// each half's 128 of them quantized as one tile of dguq, and a·w over daw.
 template <int THREADS, int I, int LAYOUT, int ACT, bool LIMIT>
-__global__ void __launch_bounds__(THREADS, 1536 / THREADS)  // 40 registers, no spill: 6 CTAs an SM, not 4
+__global__ void __launch_bounds__(THREADS, 1280 / THREADS)  // 46 registers, no spill: 5 CTAs an SM (at 6, 40 registers spilled)
     swiglu_backward_quantize_kernel(const __grid_constant__ kargs::Fp8SwigluBackwardQuantArgs args) {
     using namespace swiglu_detail;
     static_assert(I % kTile == 0, "I must be a multiple of 128");
@@ -293,16 +286,14 @@ __global__ void __launch_bounds__(THREADS, 1536 / THREADS)  // 40 registers, no 
         } else {
             off = qoff = row * 2LL * I + t * 2LL * kTile + lane * 8;
         }
-        // The columns of a·w this lane computes: 8 from c0 (split, merged) or 4 (interleaved).
-        const int c0 = LAYOUT == kInterleaved ? t * kTile + lane * 4 : t * kTile + hl * 8;
+        // The 4 columns of a·w this lane computes, from c0: interleaved lane l has 4 l..; split
+        // and merged lane (half, hl) holds g (half 0) or u (half 1) of 8 hl.. 8 hl + 7 and
+        // computes 8 hl + 4 half.. (each half half of them: the work is not done twice).
+        const int c0 = t * kTile + (LAYOUT == kInterleaved ? lane : 2 * hl + half) * 4;
         const uint2 raw = *reinterpret_cast<const uint2 *>(sq + off);
         const float scale = args.saved_scales[off / kTile];
-        float d[8];
-        if (LAYOUT == kInterleaved) {
-            load_bf16x4(daw + row * I + c0, d);
-        } else {
-            bf16x8_to_float(*reinterpret_cast<const uint4 *>(daw + row * I + c0), d);
-        }
+        float d[4];
+        load_bf16x4(daw + row * I + c0, d);
         float v[8];
         const unsigned words[2] = {raw.x, raw.y};
 #pragma unroll
@@ -311,26 +302,29 @@ __global__ void __launch_bounds__(THREADS, 1536 / THREADS)  // 40 registers, no 
             v[2 * j] = __bfloat162float(__float2bfloat16_rn(f.x * scale));
             v[2 * j + 1] = __bfloat162float(__float2bfloat16_rn(f.y * scale));
         }
-        float out[8], aw[8];  // this lane's dg or du (its layout's order), and a·w
-        if (LAYOUT == kInterleaved) {
+        float out[8], aw[4];  // this lane's dg or du (its layout's order), and a·w of its 4 columns
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                float act;
-                gated_backward_value<ACT, LIMIT>(v[2 * j], v[2 * j + 1], d[j], w, args.limit, args.alpha, out[2 * j],
-                                                 out[2 * j + 1], act);
-                aw[j] = act * w;
-                partial += act * d[j];
+        for (int j = 0; j < 4; ++j) {
+            float g, u;
+            if (LAYOUT == kInterleaved) {
+                g = v[2 * j];
+                u = v[2 * j + 1];
+            } else {  // the partner's value of this column: u for half 0, g for half 1
+                const float got = __shfl_xor_sync(0xffffffffu, half ? v[j] : v[4 + j], 16);
+                g = half ? got : v[j];
+                u = half ? v[4 + j] : got;
             }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float other = __shfl_xor_sync(0xffffffffu, v[j], 16);
-                const float g = half ? other : v[j], u = half ? v[j] : other;
-                float dg, du, act;
-                gated_backward_value<ACT, LIMIT>(g, u, d[j], w, args.limit, args.alpha, dg, du, act);
-                out[j] = half ? du : dg;
-                aw[j] = act * w;
-                if (half == 0) partial += act * d[j];  // the halves hold the same columns
+            float dg, du, act;
+            gated_backward_value<ACT, LIMIT>(g, u, d[j], w, args.limit, args.alpha, dg, du, act);
+            aw[j] = act * w;
+            partial += act * d[j];
+            if (LAYOUT == kInterleaved) {
+                out[2 * j] = dg;
+                out[2 * j + 1] = du;
+            } else {  // half 0 keeps dg of its columns and gets the partner's; half 1 the same for du
+                const float sent = __shfl_xor_sync(0xffffffffu, half ? dg : du, 16);
+                out[half * 4 + j] = half ? du : dg;
+                out[(1 - half) * 4 + j] = sent;
             }
         }
         // d_gate_up in bf16, and the same bf16 values quantized as this half-warp's tile.
@@ -345,32 +339,11 @@ __global__ void __launch_bounds__(THREADS, 1536 / THREADS)  // 40 registers, no 
             r[2 * j + 1] = f.y;
         }
         *reinterpret_cast<uint4 *>(dgu + off) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-        // (quantize_half_warp_tile's steps written out, as off and qoff above repeat the forward's
-        // offset(): shared, ptxas schedules both kernels differently from the code the H200 ran,
-        // tree 56d7724 (dev/compare_cubin_text.py); fold them in after the next GPU run.)
-        float amax = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(r[j]));
-#pragma unroll
-        for (int m = 8; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        const float q_scale = tile_scale(amax);
-        *reinterpret_cast<uint2 *>(dq + qoff) = make_uint2(e4m3x4(r, q_scale), e4m3x4(r + 4, q_scale));
-        if (hl == 0) args.dgu_scales[qoff / kTile] = q_scale;
-        // a·w over d(a·w): every lane of this row has read its daw above (one warp, in order).
-        __syncwarp();
-        if (LAYOUT == kInterleaved) {
-            const __nv_bfloat162 lo = __floats2bfloat162_rn(aw[0], aw[1]), hi = __floats2bfloat162_rn(aw[2], aw[3]);
-            *reinterpret_cast<uint2 *>(daw + row * I + c0) =
-                make_uint2(*reinterpret_cast<const unsigned *>(&lo), *reinterpret_cast<const unsigned *>(&hi));
-        } else if (half == 0) {
-            unsigned a4[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const __nv_bfloat162 p = __floats2bfloat162_rn(aw[2 * j], aw[2 * j + 1]);
-                a4[j] = *reinterpret_cast<const unsigned *>(&p);
-            }
-            *reinterpret_cast<uint4 *>(daw + row * I + c0) = make_uint4(a4[0], a4[1], a4[2], a4[3]);
-        }
+        quantize_half_warp_tile(r, dq, args.dgu_scales, qoff, hl);
+        // a·w over d(a·w) in place: each lane overwrites exactly the 4 values it read.
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(aw[0], aw[1]), hi = __floats2bfloat162_rn(aw[2], aw[3]);
+        *reinterpret_cast<uint2 *>(daw + row * I + c0) =
+            make_uint2(*reinterpret_cast<const unsigned *>(&lo), *reinterpret_cast<const unsigned *>(&hi));
     }
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, m);
