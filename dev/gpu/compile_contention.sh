@@ -6,6 +6,8 @@
 #   C  N processes at once, one core each (processes: if each takes about A's time, the
 #                                          contention is in the process and workers would win)
 #   D  N/2 processes on cores 0, 2, 4, .. (SMT siblings or not)
+#   B2 B again, last: if B2 is much faster than B, B paid for something the first many-threaded
+#      compile meets once (a VM growing its memory on first touch), not for threads as such
 # (The library's compile threads follow the process's affinity mask, so taskset sets them.)
 # Prints wall and CPU (user + sys) seconds per process. Needs the build ($b from common.sh or
 # WARMUP=path). Usage: bash dev/gpu/compile_contention.sh [N] [SPEC]
@@ -28,4 +30,5 @@ one A 0 | awk '{printf "A: 1 process, 1 core: wall %.2f s, CPU %.2f s\n", $2, $3
 one B "0-$(( n - 1 ))" | awk -v n="$n" '{printf "B: 1 process, %d cores: wall %.2f s, CPU %.2f s\n", n, $2, $3 + $4}'
 many C "$n" 1
 many D $(( n / 2 )) 2
+one B2 "0-$(( n - 1 ))" | awk -v n="$n" '{printf "B2: 1 process, %d cores, again: wall %.2f s, CPU %.2f s\n", n, $2, $3 + $4}'
 echo "kernels of one warm-up: $(ls "$tmp"/A/*/*.cubin 2>/dev/null | wc -l)"
