@@ -24,7 +24,6 @@
 #include "kernel_args.h"
 #include "group_gemm_schedule.cuh"
 #include "expert_scan.cuh"
-#include "cp_async.cuh"
 
 namespace moejit {
 namespace quant {
@@ -233,17 +232,16 @@ __global__ void __launch_bounds__(256) quantize_blocks_kernel(const __grid_const
 // row r of padded block pb, column c; scales[pb, c]. Blocks at or past block_bound (only offsets
 // that are not monotone ask for them) are not written.
 // One work item = padded block pb x 64 columns, 256 threads: the 128 x 64 bf16 box goes to
-// shared memory (16-byte async copies, rows past the expert's end zero-filled), then thread
+// shared memory (16-byte loads, rows past the expert's end read as zeros), then thread
 // (c = t % 64, g = t / 64) takes rows 32 g.. of column c (a warp reads 32 adjacent columns of a
 // row: conflict-free), the four partial maxima meet in shared memory, and each thread writes
-// its 32 e4m3 bytes of column c as two 16-byte stores. Two boxes: the next item's copies are in
-// flight while this one is quantized (with one, the loads and the work took turns: ~2.4 TB/s on
-// an H200, docs/PERF_LOG.md).
+// its 32 e4m3 bytes of column c as two 16-byte stores.
+// 8 CTAs an SM: 32 registers, no spill (ptxas -v), with the column read twice from shared memory.
 template <int C>
-__global__ void __launch_bounds__(256, 5) quantize_cols_kernel(const __grid_constant__ kargs::Fp8QuantColsArgs args) {
+__global__ void __launch_bounds__(256, 8) quantize_cols_kernel(const __grid_constant__ kargs::Fp8QuantColsArgs args) {
     constexpr int CB = 64, COL_TILES = C / CB, PITCH = CB + 8;  // pitch 144 bytes: 16-byte rows, no conflicts
     static_assert(C % CB == 0, "C must be a multiple of 64");
-    __shared__ __align__(16) __nv_bfloat16 tile[2][kTile * PITCH];
+    __shared__ __align__(16) __nv_bfloat16 tile[kTile * PITCH];
     __shared__ float part_amax[4][CB];
     __shared__ int warp_sums[8];
     extern __shared__ int cum[];  // [E+1]
@@ -256,9 +254,8 @@ __global__ void __launch_bounds__(256, 5) quantize_cols_kernel(const __grid_cons
     });
     const int blocks = sched::min_int(total, args.block_bound);
     const long long ld = static_cast<long long>(args.block_bound) * kTile;  // q's row pitch, P
-    const long long work = static_cast<long long>(blocks) * COL_TILES;
-    // Item w's box into tile[b]: each thread copies 4 of its 128 rows x 8 16-byte chunks.
-    auto issue = [&](long long w, int b) {
+    const int c = tid & (CB - 1), g = tid >> 6;
+    for (long long w = blockIdx.x; w < static_cast<long long>(blocks) * COL_TILES; w += gridDim.x) {
         const int pb = static_cast<int>(w / COL_TILES), col0 = static_cast<int>(w % COL_TILES) * CB;
         const int e = sched::last_at_most(cum, E, pb);
         const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
@@ -267,34 +264,22 @@ __global__ void __launch_bounds__(256, 5) quantize_cols_kernel(const __grid_cons
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int u = tid + 256 * i, r = u >> 3, cu = u & 7;
+            uint4 raw = make_uint4(0u, 0u, 0u, 0u);
             // The source row: the scattered row itself, or (row_token) its token's row of x.
             long long src = r < valid ? row0 + r : -1;
             if (src >= 0 && args.row_token) {
                 const int t = args.row_token[src];
                 src = t >= 0 && t < args.tokens ? t : -1;
             }
-            cp_async16(static_cast<unsigned>(__cvta_generic_to_shared(&tile[b][r * PITCH + cu * 8])),
-                       x + (src >= 0 ? src : 0) * C + col0 + cu * 8, src >= 0);
+            if (src >= 0) raw = *reinterpret_cast<const uint4 *>(x + src * C + col0 + cu * 8);
+            *reinterpret_cast<uint4 *>(tile + r * PITCH + cu * 8) = raw;
         }
-    };
-    const int c = tid & (CB - 1), g = tid >> 6;
-    long long w = blockIdx.x;
-    if (w < work) issue(w, 0);
-    cp_async_commit();
-    for (int k = 0; w < work; w += gridDim.x, ++k) {
-        const int b = k & 1;
-        // tile[b ^ 1] was last read by the previous item, which ended with a barrier.
-        if (w + gridDim.x < work) issue(w + gridDim.x, b ^ 1);
-        cp_async_commit();
-        cp_async_wait<1>();  // this item's copies (the group before the one just committed)
         __syncthreads();
-        const __nv_bfloat16 *const box = tile[b];
-        const int pb = static_cast<int>(w / COL_TILES), col0 = static_cast<int>(w % COL_TILES) * CB;
         // Two reads of the column from shared memory (amax, then the bytes) rather than 32 values
-        // held in registers.
+        // held in registers: 53 registers a thread held the kernel to half the SM's threads.
         float amax = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(__bfloat162float(box[(g * 32 + i) * PITCH + c])));
+        for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(__bfloat162float(tile[(g * 32 + i) * PITCH + c])));
         part_amax[g][c] = amax;
         __syncthreads();
         const float scale =
@@ -304,7 +289,7 @@ __global__ void __launch_bounds__(256, 5) quantize_cols_kernel(const __grid_cons
         for (int j = 0; j < 8; ++j) {
             float v[4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(box[(g * 32 + 4 * j + i) * PITCH + c]);
+            for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(tile[(g * 32 + 4 * j + i) * PITCH + c]);
             words[j] = e4m3x4(v, scale);
         }
         uint4 *const dst = reinterpret_cast<uint4 *>(q + static_cast<long long>(col0 + c) * ld +
@@ -312,7 +297,7 @@ __global__ void __launch_bounds__(256, 5) quantize_cols_kernel(const __grid_cons
         dst[0] = make_uint4(words[0], words[1], words[2], words[3]);
         dst[1] = make_uint4(words[4], words[5], words[6], words[7]);
         if (g == 0) args.scales[static_cast<long long>(pb) * C + col0 + c] = scale;
-        __syncthreads();  // tile[b] and part_amax are rewritten by the items after this one
+        __syncthreads();  // tile and part_amax are rewritten by the next item
     }
 }
 

@@ -18,7 +18,6 @@
 #include "kernel_args.h"
 #include "group_gemm_schedule.cuh"
 #include "expert_scan.cuh"
-#include "cp_async.cuh"
 
 namespace moejit {
 namespace gg {
@@ -29,6 +28,19 @@ __device__ __forceinline__ unsigned smem_addr(const void *p) {
     unsigned r;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
     return r;
+}
+
+// 16-byte async copy global -> shared; with pred false it writes 16 zero bytes and reads
+// nothing (src-size 0): ragged M/N/K edges are zero-filled without branches, and the address of
+// a predicated-off chunk is never dereferenced.
+__device__ __forceinline__ void cp_async16(unsigned dst, const void *src, bool pred) {
+    int bytes = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&r)[4]) {

@@ -45,8 +45,7 @@ void fp8_quantize_cols(Context &ctx, const Fp8QuantColsSpec &spec, const Fp8Quan
     // blocks past the routing's own count.
     const std::int64_t items = ops.padded_rows / 128 * (spec.c / 64);
     LaunchShape shape;
-    // 5 CTAs an SM: quantize_cols_kernel's launch bounds (two 18 KB boxes each, double-buffered).
-    shape.grid_x = fp8_grid_for(ctx, items, 5);
+    shape.grid_x = fp8_grid_for(ctx, items, 8);
     shape.block_x = 256;
     shape.shared_bytes = static_cast<std::uint32_t>((ops.num_experts + 1) * sizeof(int));  // cum[E+1]
     ctx.launch(kernel, shape, ops.stream,
