@@ -73,13 +73,19 @@ std::optional<std::string> untrusted_shipped_folder(const std::string &folder) {
     return untrusted_folder(folder, true);
 }
 
-std::string prebuilt_kernels_dir() {
+std::string library_folder() {
     Dl_info info{};
-    if (dladdr(reinterpret_cast<void *>(&prebuilt_kernels_dir), &info) == 0 || !info.dli_fname) return {};
+    if (dladdr(reinterpret_cast<void *>(&library_folder), &info) == 0 || !info.dli_fname) return {};
     std::error_code ec;
     const std::filesystem::path library = std::filesystem::canonical(info.dli_fname, ec);
-    if (ec) return {};
-    const std::filesystem::path tier = library.parent_path() / "moejit-kernels" / MOEJIT_VERSION_STRING;
+    return ec ? std::string() : library.parent_path().string();
+}
+
+std::string prebuilt_kernels_dir() {
+    const std::string here = library_folder();
+    if (here.empty()) return {};
+    std::error_code ec;
+    const std::filesystem::path tier = std::filesystem::path(here) / "moejit-kernels" / MOEJIT_VERSION_STRING;
     return std::filesystem::is_directory(tier, ec) ? tier.string() : std::string();
 }
 

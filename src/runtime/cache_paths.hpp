@@ -34,6 +34,9 @@ std::optional<std::string> untrusted_shipped_folder(const std::string &folder);
 // The read-only tier of prebuilt kernels shipped with the library (docs/DESIGN.md §4.10):
 // <folder of libmoejit.so>/moejit-kernels/<library version>, or "" when that is not a folder.
 std::string prebuilt_kernels_dir();
+// The folder of the file holding this code (libmoejit.so, or an executable linking it whole);
+// "" when it cannot be told.
+std::string library_folder();
 
 // The mode bits folders moejit creates get.
 inline constexpr unsigned kCacheFolderMode = 0700;

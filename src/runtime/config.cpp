@@ -73,6 +73,14 @@ std::optional<std::string> env_text(const char *name) {
 
 std::optional<std::string> env_libcuda_path() { return env_text("MOEJIT_LIBCUDA"); }
 std::optional<std::string> env_nvrtc_path() { return env_text("MOEJIT_NVRTC"); }
+std::optional<std::string> env_compile_worker() { return env_text("MOEJIT_COMPILE_WORKER"); }
+
+bool env_compile_in_processes() {
+    const std::optional<std::string> v = env_text("MOEJIT_COMPILE_WORKERS");
+    if (!v || *v == "processes") return true;
+    if (*v == "threads") return false;
+    fail(Status::invalid_argument, "MOEJIT_COMPILE_WORKERS is '{}': expected 'processes' or 'threads'", *v);
+}
 
 std::vector<std::string> env_cuda_roots() {
     std::vector<std::string> roots;
@@ -89,6 +97,7 @@ std::string env_cache_root() {
 }
 
 EnvironmentConfig read_environment() {
+    env_compile_in_processes();  // strict: a bad value is an error when a context is created
     EnvironmentConfig c;
     c.compile = env_flag("MOEJIT_COMPILE");
     c.tune = env_flag("MOEJIT_TUNE");

@@ -17,6 +17,9 @@
 // Process-wide (read when first needed, not per context; each through a function below):
 //   MOEJIT_LIBCUDA      libcuda.so.1   the driver library (runtime/driver.cpp)
 //   MOEJIT_NVRTC        (the search)   the NVRTC library (runtime/nvrtc_loader.cpp)
+//   MOEJIT_COMPILE_WORKERS  processes  where NVRTC runs: worker processes, or threads of this
+//                                      process (runtime/compile_worker.cpp)
+//   MOEJIT_COMPILE_WORKER   (the search)  the worker executable (a moejit-warmup)
 //   CUDA_HOME, CUDA_PATH               toolkit roots for NVRTC and its headers
 //   XDG_CACHE_HOME, HOME               the default cache root
 //
@@ -99,6 +102,10 @@ Config resolve_config(const ConfigOptions &options);
 // is "", meaning no disk cache).
 std::optional<std::string> env_libcuda_path();  // MOEJIT_LIBCUDA
 std::optional<std::string> env_nvrtc_path();    // MOEJIT_NVRTC
+// MOEJIT_COMPILE_WORKERS: true "processes" (or unset), false "threads"; anything else is
+// Status::invalid_argument naming the variable and both spellings.
+bool env_compile_in_processes();
+std::optional<std::string> env_compile_worker();  // MOEJIT_COMPILE_WORKER
 std::vector<std::string> env_cuda_roots();      // $CUDA_HOME, $CUDA_PATH, in that order, set ones
 std::string env_cache_root();                   // $MOEJIT_CACHE_DIR, $XDG_CACHE_HOME/moejit, ~/.cache/moejit or ""
 

@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/cuda_headers.hpp"  // cache-key line below (issue 16)
+#include "runtime/compile_worker.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/nvrtc_loader.hpp"
 #include "runtime/templates.hpp"
@@ -225,13 +226,15 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
         const double cpu_start = thread_cpu_seconds();
         const auto compile_start = std::chrono::steady_clock::now();
         try {
-            compiled = nvrtc_compile(source, options_.arch, options_sorted_);
+            // In a worker process when there is one (this thread only waits), else here.
+            std::optional<CompiledKernel> worked = compile_in_worker(source, options_.arch, options_sorted_);
+            compiled = worked ? std::move(*worked) : nvrtc_compile(source, options_.arch, options_sorted_);
         } catch (const Error &) {
             count([](CacheCounters &c) { ++c.compile_failures; });
             throw;
         }
         compile_wall_s = seconds_since(compile_start);
-        compile_cpu_s = thread_cpu_seconds() - cpu_start;
+        compile_cpu_s = compiled.worker_cpu_seconds >= 0 ? compiled.worker_cpu_seconds : thread_cpu_seconds() - cpu_start;
         count([&](CacheCounters &c) {
             ++c.compiles;
             c.compile_seconds += compiled.seconds;

@@ -16,6 +16,8 @@ struct CompiledKernel {
     std::string lowered_name;
     std::string log;
     double seconds = 0;
+    // Compiled in a worker process (runtime/compile_worker.hpp): its CPU time; else negative.
+    double worker_cpu_seconds = -1;
 };
 
 // Options every compile uses (sorted; the arch and include folder are added by compile()).
