@@ -187,6 +187,7 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
     CachedKernel entry;
     auto load_start = std::chrono::steady_clock::now();
     const char *from = "disk";
+    const char *compiled_in = "-";  // where NVRTC ran: "worker" or "process" ("-": not compiled)
     // The prebuilt tier first: its key needs no NVRTC (its build's values), so a hit works
     // where no NVRTC is installed. A miss or a bad entry falls through to the user's cache.
     DiskCache::Lookup lookup = DiskCache::Lookup::miss;
@@ -235,6 +236,7 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
         }
         compile_wall_s = seconds_since(compile_start);
         compile_cpu_s = compiled.worker_cpu_seconds >= 0 ? compiled.worker_cpu_seconds : thread_cpu_seconds() - cpu_start;
+        compiled_in = compiled.worker_cpu_seconds >= 0 ? "worker" : "process";
         count([&](CacheCounters &c) {
             ++c.compiles;
             c.compile_seconds += compiled.seconds;
@@ -285,13 +287,15 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
         module_load_s = seconds_since(module_start);
     }
     // One line per resolved kernel, for measuring a cold start (issue 28): where the kernel came
-    // from and where its time went; compile_cpu_s is the resolving thread's CPU time in NVRTC.
+    // from and where its time went; compile_cpu_s is the CPU time of the compile: the worker
+    // process's (compiled_in=worker, runtime/compile_worker.hpp) or the resolving thread's.
     options_.log(LogLevel::debug,
                  fmt::format("moejit: kernel timing name={} from={} total_s={:.6f} disk_read_s={:.6f} "
-                             "compile_wall_s={:.6f} compile_cpu_s={:.6f} store_s={:.6f} module_load_s={:.6f}",
+                             "compile_wall_s={:.6f} compile_cpu_s={:.6f} store_s={:.6f} module_load_s={:.6f} "
+                             "compiled_in={}",
                              source.name, from,
                              seconds_since(resolve_start), read_s, compile_wall_s, compile_cpu_s, store_s,
-                             module_load_s));
+                             module_load_s, compiled_in));
     slot.ready.store(true, std::memory_order_release);
 }
 

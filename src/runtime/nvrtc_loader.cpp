@@ -13,6 +13,7 @@
 
 #include "base/error.hpp"
 #include "moejit_build_config.h"
+#include "runtime/cache_paths.hpp"
 #include "runtime/config.hpp"
 
 namespace moejit {
@@ -27,15 +28,6 @@ void add_unique(std::vector<std::string> &out, std::string path) {
 std::string folder_of(const std::string &path) {
     const auto slash = path.find_last_of('/');
     return slash == std::string::npos ? std::string() : path.substr(0, slash);
-}
-
-// The folder of the file holding this code (libmoejit.so, or an executable linking it whole).
-std::string own_folder() {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<void *>(&nvrtc_candidates), &info) == 0 || !info.dli_fname) return {};
-    char resolved[PATH_MAX];
-    if (!::realpath(info.dli_fname, resolved)) return {};
-    return folder_of(resolved);
 }
 
 std::string real_path(const std::string &path) {
@@ -138,7 +130,7 @@ std::vector<std::string> nvrtc_candidates() {
         for (const char *lib : {"/lib64/", "/lib/"}) add_unique(out, root + lib + MOEJIT_NVRTC_SONAME);
     // A wheel: site-packages/moejit/libmoejit.so, site-packages/nvidia/cu13/lib/libnvrtc.so.13
     // (CUDA 13's layout) or site-packages/nvidia/cuda_nvrtc/lib/ (CUDA 12's).
-    const std::string here = own_folder();
+    const std::string here = library_folder();
     if (!here.empty())
         for (const std::string &sub : {fmt::format("cu{}", MOEJIT_CUDA_MAJOR), std::string("cuda_nvrtc")})
             add_unique(out, fmt::format("{}/../nvidia/{}/lib/{}", here, sub, MOEJIT_NVRTC_SONAME));

@@ -15,6 +15,7 @@
 #include "moejit_version.h"
 #include "runtime/compile_worker.hpp"
 #include "runtime/config.hpp"
+#include "runtime/jit_engine.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "jit_test_kernels.hpp"
 
@@ -67,6 +68,19 @@ std::pair<int, std::string> run_worker(const std::string &in) {
 BOOST_AUTO_TEST_CASE(the_build_has_a_worker) {
     // The test executables sit in build/tests/, the worker in build/src/ (../src from here).
     BOOST_TEST(!compile_worker_path().empty(), "no moejit-compile-worker found: compiles would stay on threads");
+}
+
+BOOST_AUTO_TEST_CASE(the_engine_compiles_in_the_worker) {
+    // The engine's timing line says where NVRTC ran.
+    struct Lines {
+        std::vector<std::string> all;
+        static void callback(LogLevel, const char *msg, void *user) { static_cast<Lines *>(user)->all.emplace_back(msg); }
+    } lines;
+    JitEngine engine(moejit::test::compile_only_jit_options("", Logger{&Lines::callback, &lines}));
+    engine.get(moejit::test::tiny_kernel(6, "worker_axpy"));
+    bool in_worker = false;
+    for (const std::string &l : lines.all) in_worker = in_worker || l.find("compiled_in=worker") != std::string::npos;
+    BOOST_TEST(in_worker, "no 'kernel timing ... compiled_in=worker' line among " << lines.all.size() << " messages");
 }
 
 BOOST_AUTO_TEST_CASE(worker_compiles_what_the_process_compiles) {

@@ -2,7 +2,8 @@
 
 - the tag: py3-none-manylinux_<major>_<minor>_x86_64 in the file name and in WHEEL, where the
   glibc <major>.<minor> is at most 2.28 and covers every GLIBC_ version the binaries need;
-- the contents: the moejit package with libmoejit.so, moejit-warmup (executable), moejit.h, the
+- the contents: the moejit package with libmoejit.so, moejit-warmup and moejit-compile-worker
+  (executables), moejit.h, the
   build stamp and warmup.py; no Python extension module; the moejit-warmup entry point;
 - every ELF file stripped (no .symtab), needing only libraries a manylinux system has (glibc's,
   libgcc_s), no libstdc++ (linked in), and no symbol version newer than the tag allows
@@ -25,7 +26,8 @@ MAX_GLIBC = (2, 28)
 MAX_GCC = (7, 0, 0)
 ALLOWED_NEEDED = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
                   "libgcc_s.so.1", "ld-linux-x86-64.so.2", "libmoejit.so"}
-REQUIRED = ["moejit/__init__.py", "moejit/libmoejit.so", "moejit/moejit-warmup", "moejit/moejit.h",
+EXECUTABLES = ["moejit/moejit-warmup", "moejit/moejit-compile-worker"]
+REQUIRED = ["moejit/__init__.py", "moejit/libmoejit.so", *EXECUTABLES, "moejit/moejit.h",
             "moejit/_build_info.py", "moejit/warmup.py", "moejit/_capi.py"]
 TAG_RE = re.compile(r"^moejit-(?P<version>[^-]+)-py3-none-manylinux_(?P<major>\d+)_(?P<minor>\d+)_x86_64\.whl$")
 
@@ -109,9 +111,10 @@ def check(wheel):
                 problems.append(f"{n}: a Python extension module (the wheel is for every Python)")
             if n.endswith(".so") and n != "moejit/libmoejit.so" and not n.startswith("moejit/moejit-kernels/"):
                 problems.append(f"{n}: an unexpected shared library")
-        warmup_info = z.getinfo("moejit/moejit-warmup") if "moejit/moejit-warmup" in names else None
-        if warmup_info and not (warmup_info.external_attr >> 16) & stat.S_IXUSR:
-            problems.append("moejit/moejit-warmup is not executable in the wheel")
+        for exe in EXECUTABLES:
+            info = z.getinfo(exe) if exe in names else None
+            if info and not (info.external_attr >> 16) & stat.S_IXUSR:
+                problems.append(f"{exe} is not executable in the wheel")
         for n in names:
             data = z.read(n)
             if data[:4] != b"\x7fELF":
