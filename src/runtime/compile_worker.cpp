@@ -154,9 +154,15 @@ std::optional<CompiledKernel> compile_in_worker(const KernelSource &source, cons
         }
     };
     std::string kind, a, b, c, d;
-    const bool answered = sent && get_field(read, kind) &&
-                          (kind == "ok" ? get_field(read, a) && get_field(read, b) && get_field(read, c) && get_field(read, d)
-                                        : kind == "error" && get_field(read, a) && get_field(read, b));
+    bool answered = false;
+    try {  // the child is reaped below whatever the answer was
+        answered = sent && get_field(read, kind) &&
+                   (kind == "ok" ? get_field(read, a) && get_field(read, b) && get_field(read, c) && get_field(read, d)
+                                 : kind == "error" && get_field(read, a) && get_field(read, b));
+        if (answered && kind == "ok") std::stod(d);
+    } catch (const std::exception &) {  // an allocation for a bad length, or seconds that do not parse
+        answered = false;
+    }
     int wstatus = 0;
     struct rusage usage {};
     while (::wait4(pid, &wstatus, 0, &usage) < 0 && errno == EINTR) {
