@@ -174,6 +174,13 @@ std::vector<Kernel *> Context::kernels(const std::vector<KernelSource> &sources)
     std::stable_partition(order.begin(), order.end(),
                           [&](std::size_t i) { return sources[i].template_name.rfind("sm90/", 0) == 0; });
     std::atomic<std::size_t> next{0};
+    const std::size_t workers = std::min<std::size_t>(n, usable_cores());
+    // NVRTC in worker processes when this many compile at once (runtime/compile_worker.hpp): on
+    // 16 cores threads of one process took 2.8x their CPU time, on 2 they did not slow each other
+    // and a process start made each compile ~10 % dearer (docs/PERF_LOG.md); 4 is between the two
+    // measured points.
+    constexpr std::size_t kParallelCompilesForWorkers = 4;
+    const CompileIn where = workers >= kParallelCompilesForWorkers ? CompileIn::worker : CompileIn::process;
     // Each worker takes the next source; a source already resolved costs one lookup.
     auto work = [&] {
         try {
@@ -185,14 +192,13 @@ std::vector<Kernel *> Context::kernels(const std::vector<KernelSource> &sources)
             const std::size_t i = order[next_i];
             LogBuffer buffer;
             try {
-                out[i] = &jit_->get(sources[i]);
+                out[i] = &jit_->get(sources[i], where);
             } catch (...) {
                 errors[i] = std::current_exception();
             }
             messages[i] = buffer.take();
         }
     };
-    const std::size_t workers = std::min<std::size_t>(n, usable_cores());
     std::vector<std::thread> threads;
     for (std::size_t w = 1; w < workers; ++w) {
         try {

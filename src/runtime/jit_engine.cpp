@@ -164,7 +164,7 @@ JitEngine::Slot &JitEngine::slot_for(const std::string &source) {
     return *slot;
 }
 
-Kernel &JitEngine::get(const KernelSource &source) {
+Kernel &JitEngine::get(const KernelSource &source, CompileIn where) {
     Slot &slot = slot_for(source.source);
     if (slot.ready.load(std::memory_order_acquire)) {
         count([](CacheCounters &c) { ++c.memory_hits; });
@@ -175,14 +175,14 @@ Kernel &JitEngine::get(const KernelSource &source) {
     LogBuffer messages;
     bool resolved_here = false;
     std::call_once(slot.once, [&] {
-        resolve(source, slot);
+        resolve(source, slot, where);
         resolved_here = true;
     });
     if (!resolved_here) count([](CacheCounters &c) { ++c.memory_hits; });  // another thread resolved it
     return slot.kernel;
 }
 
-void JitEngine::resolve(const KernelSource &source, Slot &slot) {
+void JitEngine::resolve(const KernelSource &source, Slot &slot, CompileIn where) {
     const auto resolve_start = std::chrono::steady_clock::now();
     CachedKernel entry;
     auto load_start = std::chrono::steady_clock::now();
@@ -227,8 +227,9 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot) {
         const double cpu_start = thread_cpu_seconds();
         const auto compile_start = std::chrono::steady_clock::now();
         try {
-            // In a worker process when there is one (this thread only waits), else here.
-            std::optional<CompiledKernel> worked = compile_in_worker(source, options_.arch, options_sorted_);
+            // In a worker process when asked and there is one (this thread only waits), else here.
+            std::optional<CompiledKernel> worked;
+            if (where == CompileIn::worker) worked = compile_in_worker(source, options_.arch, options_sorted_);
             compiled = worked ? std::move(*worked) : nvrtc_compile(source, options_.arch, options_sorted_);
         } catch (const Error &) {
             count([](CacheCounters &c) { ++c.compile_failures; });

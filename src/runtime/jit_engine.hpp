@@ -62,6 +62,9 @@ struct JitOptions {
     Logger log;
 };
 
+// Where NVRTC runs for a miss: in this process, or in a worker process if one is found.
+enum class CompileIn { process, worker };
+
 class JitEngine {
 public:
     explicit JitEngine(JitOptions options);
@@ -74,7 +77,9 @@ public:
     // the owning CUDA context current when loading. Thread-safe: a key is resolved once while
     // other keys resolve concurrently; no lock is held across NVRTC, file I/O, the driver or
     // the log callback (messages are delivered after the key's resolution, LogBuffer).
-    Kernel &get(const KernelSource &source);
+    // `where`: CompileIn::worker sends a compile to a worker process when there is one
+    // (runtime/compile_worker.hpp); Context::kernels asks for it when it compiles in parallel.
+    Kernel &get(const KernelSource &source, CompileIn where = CompileIn::process);
 
     // The canonical cache key (sha256 of the length-prefixed record of docs/DESIGN.md §4).
     Digest key(const KernelSource &source) const;
@@ -98,7 +103,7 @@ private:
         Kernel kernel;
     };
     Slot &slot_for(const std::string &source);
-    void resolve(const KernelSource &source, Slot &slot);
+    void resolve(const KernelSource &source, Slot &slot, CompileIn where);
     template <class F> void count(F &&update);
 
     JitOptions options_;

@@ -70,17 +70,24 @@ BOOST_AUTO_TEST_CASE(the_build_has_a_worker) {
     BOOST_TEST(!compile_worker_path().empty(), "no moejit-compile-worker found: compiles would stay on threads");
 }
 
-BOOST_AUTO_TEST_CASE(the_engine_compiles_in_the_worker) {
-    // The engine's timing line says where NVRTC ran.
+// Where the engine compiled `source` when asked for `where`, from its timing line.
+std::string compiled_in(const KernelSource &source, CompileIn where) {
     struct Lines {
         std::vector<std::string> all;
         static void callback(LogLevel, const char *msg, void *user) { static_cast<Lines *>(user)->all.emplace_back(msg); }
     } lines;
     JitEngine engine(moejit::test::compile_only_jit_options("", Logger{&Lines::callback, &lines}));
-    engine.get(moejit::test::tiny_kernel(6, "worker_axpy"));
-    bool in_worker = false;
-    for (const std::string &l : lines.all) in_worker = in_worker || l.find("compiled_in=worker") != std::string::npos;
-    BOOST_TEST(in_worker, "no 'kernel timing ... compiled_in=worker' line among " << lines.all.size() << " messages");
+    engine.get(source, where);
+    for (const std::string &l : lines.all) {
+        const auto at = l.find("compiled_in=");
+        if (l.find("kernel timing") != std::string::npos && at != std::string::npos) return l.substr(at + 12);
+    }
+    return "no timing line among " + std::to_string(lines.all.size()) + " messages";
+}
+
+BOOST_AUTO_TEST_CASE(the_engine_compiles_where_it_is_asked) {
+    BOOST_TEST(compiled_in(moejit::test::tiny_kernel(6, "worker_axpy"), CompileIn::worker) == "worker");
+    BOOST_TEST(compiled_in(moejit::test::tiny_kernel(7, "worker_axpy"), CompileIn::process) == "process");
 }
 
 BOOST_AUTO_TEST_CASE(worker_compiles_what_the_process_compiles) {
