@@ -99,17 +99,6 @@ std::optional<CompiledKernel> compile_in_worker(const KernelSource &source, cons
                                                 const std::vector<std::string> &options) {
     const std::string &worker = compile_worker_path();
     if (worker.empty()) return std::nullopt;
-    int pair[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return std::nullopt;
-    Fd ours{pair[0]}, theirs{pair[1]};
-    // The child's stdin and stdout are its end of the pair (dup2 clears close-on-exec); stderr
-    // stays the caller's.
-    posix_spawn_file_actions_t actions;
-    if (posix_spawn_file_actions_init(&actions) != 0) return std::nullopt;
-    posix_spawn_file_actions_adddup2(&actions, theirs.fd, 0);
-    posix_spawn_file_actions_adddup2(&actions, theirs.fd, 1);
-    char arg0[] = "moejit-compile-worker";
-    char *argv[] = {arg0, nullptr};
     // The worker loads the NVRTC this process chose (its version and headers are in the key),
     // not what the rule finds from the worker's own folder.
     std::string nvrtc_var = "MOEJIT_NVRTC=" + nvrtc().path;
@@ -118,8 +107,19 @@ std::optional<CompiledKernel> compile_in_worker(const KernelSource &source, cons
         if (std::strncmp(*e, "MOEJIT_NVRTC=", 13) != 0) env.push_back(*e);
     env.push_back(nvrtc_var.data());
     env.push_back(nullptr);
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return std::nullopt;
+    Fd ours{pair[0]}, theirs{pair[1]};
+    // The child's stdin and stdout are its end of the pair (dup2 clears close-on-exec); stderr
+    // stays the caller's.
+    posix_spawn_file_actions_t actions;
+    if (posix_spawn_file_actions_init(&actions) != 0) return std::nullopt;
+    char arg0[] = "moejit-compile-worker";
+    char *argv[] = {arg0, nullptr};
     pid_t pid = -1;
-    const int spawned = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv, env.data());
+    const int spawned = posix_spawn_file_actions_adddup2(&actions, theirs.fd, 0) != 0   ? -1
+                        : posix_spawn_file_actions_adddup2(&actions, theirs.fd, 1) != 0 ? -1
+                        : posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv, env.data());
     posix_spawn_file_actions_destroy(&actions);
     if (spawned != 0) return std::nullopt;
     ::close(theirs.fd);
