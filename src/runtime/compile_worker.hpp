@@ -1,7 +1,8 @@
 // NVRTC in worker processes. Compiles on threads of one process slow each other down: on the
 // H200's 16 cores a cold plan's 21 compiles took 2.8x their CPU time in wall time each (small
 // kernels 0.08 s of CPU in 0.8 s), while 16 processes compiling side by side ran at their CPU
-// time (docs/PERF_LOG.md, cold start). So each compile the JIT engine misses runs in a child
+// time (docs/PERF_LOG.md, cold start). So when four or more compile at once (Context::kernels
+// asks JitEngine::get for CompileIn::worker), each compile the engine misses runs in a child
 // process, moejit-compile-worker, which reads one request on stdin and answers on stdout; the
 // calling thread only waits. Without a worker executable, or when
 // MOEJIT_COMPILE_WORKERS=threads, compiles stay in the process as before.
