@@ -69,7 +69,9 @@ Options:
                          the arch of CUDA device 0
   --cache-dir DIR        cache root (default: $MOEJIT_CACHE_DIR, else $XDG_CACHE_HOME/moejit,
                          else ~/.cache/moejit); the library version is appended as a sub-folder
-  --jobs N               parallel compile workers (default: the number of usable cores)
+  --jobs N               plan variants warmed at once, a thread each (default: the number of
+                         usable cores); within a plan, compiles run in parallel too, in worker
+                         processes when four or more run at once (MOEJIT_COMPILE_WORKERS)
   --dtype bf16|fp16      warm only this layer dtype (default: both)
   --tokens-hint N[,N..]  typical token counts per micro-batch (guide tile choice; default 0)
   --recipe bf16|fp8-block
