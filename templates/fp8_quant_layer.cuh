@@ -179,6 +179,23 @@ __device__ __forceinline__ void quantize_half_warp_tile(const float v[8], unsign
     if (hl == 0) scales[off / kTile] = scale;
 }
 
+// The (g, u) pair of the j-th of the 4 columns a lane computes in the fused SwiGLU quantizers
+// (every lane of the warp calls it: split and merged exchange across the halves). Interleaved:
+// the lane's own pairs. Split and merged: lane hl of half 0 holds g, of half 1 u, of columns
+// 8 hl.. 8 hl + 7; half 0 takes columns 0-3 and half 1 columns 4-7, each getting the value it
+// lacks (u for half 0, g for half 1) from its partner.
+template <int LAYOUT>
+__device__ __forceinline__ void column_pair(const float v[8], int j, int half, float &g, float &u) {
+    if (LAYOUT == swiglu_detail::kInterleaved) {
+        g = v[2 * j];
+        u = v[2 * j + 1];
+    } else {
+        const float got = __shfl_xor_sync(0xffffffffu, half ? v[j] : v[4 + j], 16);
+        g = half ? got : v[j];
+        u = half ? v[4 + j] : got;
+    }
+}
+
 // One warp per (row, 128-column tile t of a·w): it holds g's and u's tiles t (split and merged:
 // lanes 0-15 g, 16-31 u, 8 columns each; interleaved: memory tiles 2t and 2t+1, 4 (g, u) pairs
 // a lane). Each half-warp's 128 loaded elements are one saved tile (its element offset / 128 is
@@ -227,14 +244,7 @@ __global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_c
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 float g, up;
-                if (LAYOUT == kInterleaved) {
-                    g = v[2 * j];
-                    up = v[2 * j + 1];
-                } else {
-                    const float got = __shfl_xor_sync(0xffffffffu, half ? v[j] : v[4 + j], 16);
-                    g = half ? got : v[j];
-                    up = half ? v[4 + j] : got;
-                }
+                column_pair<LAYOUT>(v, j, half, g, up);
                 aw[j] = __bfloat162float(__float2bfloat16_rn(activation_value<ACT, LIMIT>(g, up, args.limit, args.alpha) * w));
             }
             float a_max = 0.0f;
@@ -306,14 +316,7 @@ __global__ void __launch_bounds__(THREADS, 1280 / THREADS)  // 46 registers, no 
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             float g, u;
-            if (LAYOUT == kInterleaved) {
-                g = v[2 * j];
-                u = v[2 * j + 1];
-            } else {  // the partner's value of this column: u for half 0, g for half 1
-                const float got = __shfl_xor_sync(0xffffffffu, half ? v[j] : v[4 + j], 16);
-                g = half ? got : v[j];
-                u = half ? v[4 + j] : got;
-            }
+            column_pair<LAYOUT>(v, j, half, g, u);
             float dg, du, act;
             gated_backward_value<ACT, LIMIT>(g, u, d[j], w, args.limit, args.alpha, dg, du, act);
             aw[j] = act * w;
