@@ -27,7 +27,9 @@ void require_sm90a(const Context &ctx, const char *what) {
 
 // Every launcher's steps: the arch and the device first, then the kernel (rendering validates
 // the spec even when there is no work), then `ctas` CTAs of kThreads, at most `per_sm` per SM
-// (grid-stride kernels); nothing is launched for ctas <= 0 (no rows, tokens or experts).
+// (grid-stride kernels), or all of them with kEveryCta (a kernel whose every CTA has its own
+// work); nothing is launched for ctas <= 0 (no rows, tokens or experts).
+constexpr int kEveryCta = 0;
 template <class Spec, class Args>
 void launch(Context &ctx, const char *what, KernelSource (*render)(const Spec &), const Spec &spec, std::int64_t ctas,
             int per_sm, void *stream, const Args &args) {
@@ -36,7 +38,7 @@ void launch(Context &ctx, const char *what, KernelSource (*render)(const Spec &)
     const Kernel &kernel = ctx.kernel(render(spec));
     if (ctas <= 0) return;
     LaunchShape shape;
-    shape.grid_x = fp8_grid_for(ctx, ctas, per_sm);
+    shape.grid_x = per_sm == kEveryCta ? static_cast<std::uint32_t>(ctas) : fp8_grid_for(ctx, ctas, per_sm);
     shape.block_x = kThreads;
     ctx.launch(kernel, shape, stream, args);
 }
@@ -146,16 +148,10 @@ void fp8_swiglu_backward_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, 
                                   float limit, float alpha, void *d_gate_up, float *d_w_s, void *dguq,
                                   float *dgu_scales, void *stream) {
     // One warp per row, every row its own (no grid stride).
-    require_sm90a(ctx, "fp8_swiglu_backward_quantize");
-    ctx.require_device("fp8_swiglu_backward_quantize");
-    const Kernel &kernel = ctx.kernel(render_fp8_swiglu_backward_quant(spec));
-    if (rows <= 0) return;
-    LaunchShape shape;
-    shape.grid_x = static_cast<std::uint32_t>((rows + kThreads / 32 - 1) / (kThreads / 32));
-    shape.block_x = kThreads;
-    ctx.launch(kernel, shape, stream,
-               kargs::Fp8SwigluBackwardQuantArgs{saved_q, saved_scales, daw, w_s, d_gate_up, d_w_s, dguq, dgu_scales,
-                                                 rows, limit, alpha});
+    launch(ctx, "fp8_swiglu_backward_quantize", &render_fp8_swiglu_backward_quant, spec,
+           (rows + kThreads / 32 - 1) / (kThreads / 32), kEveryCta, stream,
+           kargs::Fp8SwigluBackwardQuantArgs{saved_q, saved_scales, daw, w_s, d_gate_up, d_w_s, dguq, dgu_scales,
+                                             rows, limit, alpha});
 }
 
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,
