@@ -154,12 +154,13 @@ std::optional<CompiledKernel> compile_in_worker(const KernelSource &source, cons
         }
     };
     std::string kind, a, b, c, d;
+    double seconds = 0;
     bool answered = false;
     try {  // the child is reaped below whatever the answer was
         answered = sent && get_field(read, kind) &&
                    (kind == "ok" ? get_field(read, a) && get_field(read, b) && get_field(read, c) && get_field(read, d)
                                  : kind == "error" && get_field(read, a) && get_field(read, b));
-        if (answered && kind == "ok") std::stod(d);
+        if (answered && kind == "ok") seconds = std::stod(d);
     } catch (const std::exception &) {  // an allocation for a bad length, or seconds that do not parse
         answered = false;
     }
@@ -177,7 +178,7 @@ std::optional<CompiledKernel> compile_in_worker(const KernelSource &source, cons
     out.cubin.assign(a.begin(), a.end());
     out.lowered_name = std::move(b);
     out.log = std::move(c);
-    out.seconds = std::stod(d);
+    out.seconds = seconds;
     out.worker_cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                              1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
     return out;
