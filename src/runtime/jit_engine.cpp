@@ -236,8 +236,9 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot, CompileIn where)
             throw;
         }
         compile_wall_s = seconds_since(compile_start);
-        compile_cpu_s = compiled.worker_cpu_seconds >= 0 ? compiled.worker_cpu_seconds : thread_cpu_seconds() - cpu_start;
-        compiled_in = compiled.worker_cpu_seconds >= 0 ? "worker" : "process";
+        const bool in_worker = compiled.worker_cpu_seconds >= 0;
+        compile_cpu_s = in_worker ? compiled.worker_cpu_seconds : thread_cpu_seconds() - cpu_start;
+        compiled_in = in_worker ? "worker" : "process";
         count([&](CacheCounters &c) {
             ++c.compiles;
             c.compile_seconds += compiled.seconds;
