@@ -1,0 +1,29 @@
+#!/usr/bin/env python3
+"""CI runs README's test command, exactly: the command lines of .ci/run (after `set` and the
+`cd` to the repository root) are the second command of README's "The two commands" block,
+word for word, and nothing else. Usage: test_ci_command.py SOURCE_ROOT"""
+
+import os
+import re
+import shlex
+import sys
+
+root = sys.argv[1] if len(sys.argv) > 1 else "."
+with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+    readme = f.read()
+block = re.search(r"^## The two commands\s*\n+```sh\n(.*?)^```", readme, re.M | re.S)
+if not block:
+    sys.exit("README.md has no '## The two commands' block with a ```sh fence")
+commands = [line.split("#", 1)[0].strip() for line in block.group(1).splitlines()]
+commands = [c for c in commands if c]
+if len(commands) != 2:
+    sys.exit(f"README's two-command block has {len(commands)} commands: {commands}")
+main_command, test_command = commands
+
+with open(os.path.join(root, ".ci", "run"), encoding="utf-8") as f:
+    ci = [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+setup = {"set -euo pipefail", 'cd "$(dirname "$0")/.."'}
+run = [line for line in ci if line not in setup]
+if [shlex.split(line) for line in run] != [shlex.split(test_command)]:
+    sys.exit(f".ci/run runs {run}; README's test command is {test_command!r}")
+print(f".ci/run runs README's test command: {test_command} (main command: {main_command})")
