@@ -116,11 +116,9 @@ KernelSource render_fp8_swiglu_quant(const Fp8SwigluQuantSpec &spec) {
 }
 
 KernelSource render_fp8_swiglu_backward_quant(const Fp8SwigluQuantSpec &spec) {
-    KernelSource ks = render_swiglu_quant(spec, "fp8_swiglu_backward_quantize", "fp8_swiglu_bwd_quant",
-                                          "moejit::quant::swiglu_backward_cols_kernel",
-                                          &instantiate_kernel<kargs::Fp8SwigluBackwardColsArgs>);
-    ks.shared_carveout = 100;  // two CTAs of ~105 KB an SM
-    return ks;
+    return render_swiglu_quant(spec, "fp8_swiglu_backward_quantize", "fp8_swiglu_bwd_quant",
+                               "moejit::quant::swiglu_backward_cols_kernel",
+                               &instantiate_kernel<kargs::Fp8SwigluBackwardColsArgs>);
 }
 
 void fp8_quantize_scatter(Context &ctx, const Fp8QuantScatterSpec &spec, const void *x, const std::int32_t *scatter_index,

@@ -278,9 +278,6 @@ void JitEngine::resolve(const KernelSource &source, Slot &slot, CompileIn where)
                 if (r == CUDA_SUCCESS) slot.kernel.max_dynamic_smem = dynamic;
             }
         }
-        if (r == CUDA_SUCCESS && !bad_layout && source.shared_carveout >= 0)
-            r = driver().cuFuncSetAttribute(slot.kernel.function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                            source.shared_carveout);
         if (r != CUDA_SUCCESS || bad_layout) {
             driver().cuModuleUnload(slot.module);
             slot.module = nullptr;

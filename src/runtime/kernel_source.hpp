@@ -24,10 +24,6 @@ struct KernelSource {
     // sizeof the kernel's one parameter, its argument struct: the loaded kernel must report
     // exactly this (runtime/jit_engine.cpp), and every launch must pass a struct of this size.
     std::size_t param_bytes = 0;
-    // The shared memory carveout the kernel asks for, in percent of the SM's most (-1: the
-    // driver's choice). A kernel that runs several CTAs an SM on large dynamic shared memory
-    // says 100, so the driver never picks a configuration that fits fewer.
-    int shared_carveout = -1;
 };
 
 // The device spelling of each argument struct, for the explicit instantiation's signature.
