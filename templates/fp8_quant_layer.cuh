@@ -270,34 +270,28 @@ __global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_c
 // saved tile (rounded to bf16, as the dequantizer writes it); each lane puts 4 columns through
 // gated_backward_value (the SwiGLU backward's own math; split and merged: the halves exchange the
 // g or u they lack, then the dg or du the partner keeps); each half's 128 dg or du (bf16) are
-// quantized as one 1 x 128 tile of dguq; dg, du and a·w (bf16) go to shared memory (the rows past
-// the expert's end as zeros) and each lane's column maxima over its 16 rows into the tile's amax
-// (shared atomicMax on the bits: the values are >= 0). Phase 2: the tile's 3 x 128 columns
-// quantized per 128 rows x 1 column with those maxima (quantize_cols_kernel's rule and layout),
-// two columns a thread, so fc1's and fc2's weight gradients read them as pre-quantized operands:
-// no bf16 d_gate_up or a·w is ever written. d_w_s: per tile an xor butterfly over the lanes' sums,
-// the tiles' sums added in order (one fixed order). Rows outside every expert's range (only dropped routes) are not
-// computed: nothing reads them.
+// quantized as one 1 x 128 tile of dguq, and dg, du and a·w (bf16) go to shared memory, the rows
+// past the expert's end as zeros. Phase 2: the tile's 3 x 128 columns quantized per 128 rows x 1
+// column (quantize_cols_kernel's rule and layout), so fc1's and fc2's weight gradients read them as
+// their pre-quantized operands: no bf16 d_gate_up or a·w is ever written. d_w_s: each lane's chain
+// over the tiles, then an xor butterfly (one fixed order). Rows outside every expert's range (only
+// dropped routes) are not computed: nothing reads them.
 constexpr int kSwigluColsPitch = kTile + 8;  // bf16 per shared row: 272 bytes, 16-byte aligned
 constexpr int kSwigluColsTileBytes = kTile * kSwigluColsPitch * 2;
 // Dynamic shared memory, carved below (the launcher sizes it: fp8_swiglu_backward_cols_smem_bytes):
-// three tiles, two sets (this tile's, the next one's, zeroed meanwhile) of column maxima [3][128]
-// as fp32 bits, 8 warp sums, cum[E+1].
-
-// Running column maxima of |x| (x >= 0 stays x's bits ordering).
-__device__ __forceinline__ void track_max(float &m, float v) { m = fmaxf(m, fabsf(v)); }
+// three tiles, the column maxima [3][2][128] fp32, 8 warp sums, cum[E+1].
 
 template <int THREADS, int I, int LAYOUT, int ACT, bool LIMIT>
 __global__ void __launch_bounds__(THREADS, 2)
     swiglu_backward_cols_kernel(const __grid_constant__ kargs::Fp8SwigluBackwardColsArgs args) {
     using namespace swiglu_detail;
-    static_assert(THREADS == 256, "8 warps of 16 rows; 64 column pairs x 4 row groups in phase 2");
+    static_assert(THREADS == 256, "8 warps of 16 rows; 2 threads a column in phase 2");
     static_assert(I % kTile == 0, "I must be a multiple of 128");
     constexpr int TB = I / kTile, PITCH = kSwigluColsPitch, RW = kTile / 8, U = 4;
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16 *const tiles = reinterpret_cast<__nv_bfloat16 *>(smem);  // [3][128][PITCH]: dg, du, a·w
-    unsigned *const amax_sets = reinterpret_cast<unsigned *>(smem + 3 * kSwigluColsTileBytes);  // [2][3][128]
-    int *const warp_sums = reinterpret_cast<int *>(amax_sets + 2 * 3 * kTile);
+    float *const part_amax = reinterpret_cast<float *>(smem + 3 * kSwigluColsTileBytes);  // [3][2][128]
+    int *const warp_sums = reinterpret_cast<int *>(part_amax + 3 * 2 * kTile);
     int *const cum = warp_sums + 8;  // [E+1]
     const unsigned char *__restrict__ sq = static_cast<const unsigned char *>(args.saved_q);
     const __nv_bfloat16 *__restrict__ daw = static_cast<const __nv_bfloat16 *>(args.daw);
@@ -308,33 +302,27 @@ __global__ void __launch_bounds__(THREADS, 2)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, half = lane >> 4, hl = lane & 15;
     const int E = args.num_experts, rows = args.rows;
     const long long S = args.rows;
-    for (int i = tid; i < 2 * 3 * kTile; i += THREADS) amax_sets[i] = 0u;  // published by the scan's syncs
     const int total = scan_experts<THREADS>(E, warp_sums, cum, [&](int e) {
         return sched::expert_m_tiles(offsets, e, rows, kTile);
     });
     const int blocks = sched::min_int(total, args.block_bound);
     const long long P = static_cast<long long>(args.block_bound) * kTile;  // the column operands' row pitch
-    const int cp = tid & 63, rg = tid >> 6;  // phase 2: columns 2 cp, 2 cp + 1; rows 32 rg..
-    // This lane's first a·w column of a tile: interleaved lane l has 4 l..; split and merged lane
-    // (half, hl) holds g (half 0) or u (half 1) of 8 hl.. 8 hl + 7 and computes 8 hl + 4 half..
-    // (each half half of them: the work is not done twice).
-    const int a0 = (LAYOUT == kInterleaved ? lane : 2 * hl + half) * 4;
-    int set = 0;  // which amax set this tile uses
+    const int c = tid & (kTile - 1), g = tid >> 7;                          // phase 2: column c, rows 64 g..
     for (int pb = blockIdx.x; pb < blocks; pb += gridDim.x) {
         const int e = sched::last_at_most(cum, E, pb);
         const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
         const int row0 = rr.begin + (pb - cum[e]) * kTile;
         const int valid = sched::min_int(kTile, rr.end - row0);
-        float row_sum = 0.0f;  // lane j < 16: d_w_s of this warp's row j (its tiles' sums in order)
+        float partial[RW];
+#pragma unroll
+        for (int j = 0; j < RW; ++j) partial[j] = 0.0f;
 #pragma unroll 1
-        for (int t = 0; t < TB; ++t, set ^= 1) {
-            unsigned *const amax = amax_sets + set * 3 * kTile;  // [3][128]: dg, du, a·w
+        for (int t = 0; t < TB; ++t) {
             // ---- phase 1: this warp's 16 rows of tile t, U loaded at once
-            float m_out[8], m_aw[4];  // column maxima of this lane's dg/du and a·w values
-#pragma unroll
-            for (int j = 0; j < 8; ++j) m_out[j] = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) m_aw[j] = 0.0f;
+            // This lane's first a·w column of the tile: interleaved lane l has 4 l..; split and
+            // merged lane (half, hl) holds g (half 0) or u (half 1) of 8 hl.. 8 hl + 7 and computes
+            // 8 hl + 4 half.. (each half half of them: the work is not done twice).
+            const int a0 = (LAYOUT == kInterleaved ? lane : 2 * hl + half) * 4;
 #pragma unroll
             for (int j0 = 0; j0 < RW; j0 += U) {
                 uint2 raw[U], draw[U];
@@ -359,7 +347,7 @@ __global__ void __launch_bounds__(THREADS, 2)
                 for (int u = 0; u < U; ++u) {
                     const int r = warp + 8 * (j0 + u);
                     __nv_bfloat16 *const srow = tiles + r * PITCH;  // dg's row r; du's and a·w's follow
-                    if (r >= valid) {  // padding rows: zeros in all three (r is warp-uniform)
+                    if (r >= valid) {  // padding rows: zeros in all three (the warp agrees: r is warp-uniform)
                         if (LAYOUT == kInterleaved) {
                             *reinterpret_cast<uint2 *>(srow + 4 * lane) = make_uint2(0u, 0u);
                             *reinterpret_cast<uint2 *>(srow + kTile * PITCH + 4 * lane) = make_uint2(0u, 0u);
@@ -385,7 +373,6 @@ __global__ void __launch_bounds__(THREADS, 2)
                         v[2 * j + 1] = __bfloat162float(__float2bfloat16_rn(f.y * scale[u]));
                     }
                     float out[8], aw[4];  // this lane's dg or du (its layout's order), a·w of its 4 columns
-                    float tile_sum = 0.0f;  // this lane's share of the row's d_w_s over tile t
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
                         float gv, uv;
@@ -393,7 +380,7 @@ __global__ void __launch_bounds__(THREADS, 2)
                         float dg, du, act;
                         gated_backward_value<ACT, LIMIT>(gv, uv, d[j], w[u], args.limit, args.alpha, dg, du, act);
                         aw[j] = act * w[u];
-                        tile_sum += act * d[j];
+                        partial[j0 + u] += act * d[j];
                         if (LAYOUT == kInterleaved) {
                             out[2 * j] = dg;
                             out[2 * j + 1] = du;
@@ -403,9 +390,6 @@ __global__ void __launch_bounds__(THREADS, 2)
                             out[(1 - half) * 4 + j] = sent;
                         }
                     }
-#pragma unroll
-                    for (int m = 16; m > 0; m >>= 1) tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, m);
-                    if (lane == j0 + u) row_sum += tile_sum;
                     // dg, du rounded to bf16 (the bytes a bf16 d_gate_up would hold), this
                     // half-warp's 128 of them quantized as one tile of dguq ([S, 2I]: split rows
                     // as [d_gate | d_up], so merged's offsets).
@@ -419,8 +403,6 @@ __global__ void __launch_bounds__(THREADS, 2)
                         q8[2 * j] = f.x;
                         q8[2 * j + 1] = f.y;
                     }
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) track_max(m_out[j], q8[j]);
                     const long long qoff = LAYOUT == kInterleaved ? row * 2LL * I + t * 2LL * kTile + lane * 8
                                                                   : row * 2LL * I + half * I + t * kTile + hl * 8;
                     quantize_half_warp_tile(q8, dq, args.dgu_scales, qoff, hl);
@@ -436,75 +418,67 @@ __global__ void __launch_bounds__(THREADS, 2)
                             make_uint4(packed[0], packed[1], packed[2], packed[3]);
                     }
                     const __nv_bfloat162 lo = __floats2bfloat162_rn(aw[0], aw[1]), hi = __floats2bfloat162_rn(aw[2], aw[3]);
-                    const float2 flo = __bfloat1622float2(lo), fhi = __bfloat1622float2(hi);
-                    track_max(m_aw[0], flo.x), track_max(m_aw[1], flo.y), track_max(m_aw[2], fhi.x), track_max(m_aw[3], fhi.y);
                     *reinterpret_cast<uint2 *>(srow + 2 * kTile * PITCH + a0) =
                         make_uint2(*reinterpret_cast<const unsigned *>(&lo), *reinterpret_cast<const unsigned *>(&hi));
                 }
             }
-            // This lane's column maxima into the tile's: split and merged lane (half, hl) has
-            // column 8 hl + j of dg (half 0) or du (half 1); interleaved lane l has dg (even j) and
-            // du (odd j) of column 4 l + j / 2.
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int k = LAYOUT == kInterleaved ? (j & 1) : half;
-                const int col = LAYOUT == kInterleaved ? 4 * lane + (j >> 1) : 8 * hl + j;
-                atomicMax(amax + k * kTile + col, __float_as_uint(m_out[j]));
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) atomicMax(amax + 2 * kTile + a0 + j, __float_as_uint(m_aw[j]));
             __syncthreads();
-            // ---- phase 2: columns 2 cp, 2 cp + 1 of dg, du and a·w, rows 32 rg.. 32 rg + 31
-            unsigned *const next = amax_sets + (set ^ 1) * 3 * kTile;  // the next tile's, read by none now
-            for (int i = tid; i < 3 * kTile; i += THREADS) next[i] = 0u;
+            // ---- phase 2: column c of dg, du and a·w, rows 64 g.. 64 g + 63: amax, then the bytes
+#pragma unroll
+            for (int k = 0; k < 3; ++k) {
+                const __nv_bfloat16 *col = tiles + k * kTile * PITCH + (64 * g) * PITCH + c;
+                float amax = 0.0f;
+#pragma unroll 16
+                for (int i = 0; i < 64; ++i) amax = fmaxf(amax, fabsf(__bfloat162float(col[i * PITCH])));
+                part_amax[(k * 2 + g) * kTile + c] = amax;
+            }
+            __syncthreads();
 #pragma unroll 1
             for (int k = 0; k < 3; ++k) {
-                const __nv_bfloat16 *src = tiles + k * kTile * PITCH + (32 * rg) * PITCH + 2 * cp;
-                const float s0 = tile_scale(__uint_as_float(amax[k * kTile + 2 * cp]));
-                const float s1 = tile_scale(__uint_as_float(amax[k * kTile + 2 * cp + 1]));
-                unsigned w0[8], w1[8];
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    float c0[4], c1[4];
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(src + (4 * j + q) * PITCH));
-                        c0[q] = f.x;
-                        c1[q] = f.y;
-                    }
-                    w0[j] = e4m3x4(c0, s0);
-                    w1[j] = e4m3x4(c1, s1);
+                const __nv_bfloat16 *col = tiles + k * kTile * PITCH + (64 * g) * PITCH + c;
+                const float scale = tile_scale(fmaxf(part_amax[(k * 2) * kTile + c], part_amax[(k * 2 + 1) * kTile + c]));
+                // Where column c of this tile goes: a·w's column t·128 + c of [I, P]; dg's and du's
+                // column of [2I, P] in d_gate_up's order (split and merged: du after dg's I;
+                // interleaved: pairs), its scale per layout (split: two [P/128, I] arrays).
+                const int i = t * kTile + c;
+                long long qcol, sidx;
+                unsigned char *base;
+                float *scales;
+                if (k == 2) {
+                    base = aw_cols, scales = args.aw_col_scales, qcol = i, sidx = static_cast<long long>(pb) * I + i;
+                } else {
+                    base = dgu_cols, scales = args.dgu_col_scales;
+                    qcol = LAYOUT == kInterleaved ? 2LL * i + k : static_cast<long long>(k) * I + i;
+                    sidx = LAYOUT == kSplit          ? static_cast<long long>(k) * args.block_bound * I +
+                                                           static_cast<long long>(pb) * I + i
+                           : LAYOUT == kInterleaved ? static_cast<long long>(pb) * 2 * I + 2LL * i + k
+                                                    : static_cast<long long>(pb) * 2 * I + static_cast<long long>(k) * I + i;
                 }
-                // Where columns 2 cp + h of this tile go: a·w's column t·128 + c of [I, P]; dg's and
-                // du's column of [2I, P] in d_gate_up's order (split and merged: du after dg's I;
-                // interleaved: pairs), each scale per layout (split: two [P/128, I] arrays).
+                uint4 *const dst = reinterpret_cast<uint4 *>(base + qcol * P + static_cast<long long>(pb) * kTile + 64 * g);
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int i = t * kTile + 2 * cp + h;
-                    long long qcol, sidx;
-                    unsigned char *base;
-                    float *scales;
-                    if (k == 2) {
-                        base = aw_cols, scales = args.aw_col_scales, qcol = i, sidx = static_cast<long long>(pb) * I + i;
-                    } else {
-                        base = dgu_cols, scales = args.dgu_col_scales;
-                        qcol = LAYOUT == kInterleaved ? 2LL * i + k : static_cast<long long>(k) * I + i;
-                        sidx = LAYOUT == kSplit ? static_cast<long long>(k) * args.block_bound * I +
-                                                      static_cast<long long>(pb) * I + i
-                               : LAYOUT == kInterleaved
-                                   ? static_cast<long long>(pb) * 2 * I + 2LL * i + k
-                                   : static_cast<long long>(pb) * 2 * I + static_cast<long long>(k) * I + i;
+                for (int s4 = 0; s4 < 4; ++s4) {
+                    unsigned words[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        float v4[4];
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) v4[q] = __bfloat162float(col[(16 * s4 + 4 * j + q) * PITCH]);
+                        words[j] = e4m3x4(v4, scale);
                     }
-                    const unsigned *wd = h ? w1 : w0;
-                    uint4 *const dst = reinterpret_cast<uint4 *>(base + qcol * P + static_cast<long long>(pb) * kTile + 32 * rg);
-                    dst[0] = make_uint4(wd[0], wd[1], wd[2], wd[3]);
-                    dst[1] = make_uint4(wd[4], wd[5], wd[6], wd[7]);
-                    if (rg == 0) scales[sidx] = h ? s1 : s0;
+                    dst[s4] = make_uint4(words[0], words[1], words[2], words[3]);
                 }
+                if (g == 0) scales[sidx] = scale;
             }
-            __syncthreads();  // tiles and this set are rewritten by the next tile
+            __syncthreads();  // tiles and part_amax are rewritten by the next tile
         }
-        if (lane < RW && warp + 8 * lane < valid) args.d_w_s[row0 + warp + 8 * lane] = row_sum;
+#pragma unroll
+        for (int j = 0; j < RW; ++j) {
+            float p = partial[j];
+#pragma unroll
+            for (int m = 16; m > 0; m >>= 1) p += __shfl_xor_sync(0xffffffffu, p, m);
+            const int r = warp + 8 * j;
+            if (lane == 0 && r < valid) args.d_w_s[row0 + r] = p;
+        }
     }
 }
 

@@ -14,10 +14,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// templates/fp8_quant_layer.cuh's swiglu_backward_cols_kernel carve: three 128 x 128 bf16 tiles
-// of 272-byte rows, two sets of column maxima [3][128], 8 warp sums and cum[E+1].
+// templates/fp8_quant_layer.cuh's swiglu_backward_cols_smem_bytes: three 128 x 128 bf16 tiles of
+// 272-byte rows, the column maxima [3][2][128], 8 warp sums and cum[E+1].
 std::uint32_t fp8_swiglu_backward_cols_smem_bytes(std::int32_t num_experts) {
-    return static_cast<std::uint32_t>(3 * 128 * 272 + 2 * 3 * 128 * 4 + 8 * 4 + (num_experts + 1) * 4);
+    return static_cast<std::uint32_t>(3 * 128 * 272 + 3 * 2 * 128 * 4 + 8 * 4 + (num_experts + 1) * 4);
 }
 
 void require_dim(std::int64_t v, const char *what, const char *field) {
