@@ -16,11 +16,9 @@
 //                            pass (the forward's row quantizer, SwiGLU and row quantizer; a·w is
 //                            rounded to bf16 first, as the SwiGLU kernel writes it, so every byte
 //                            and scale equals that three-kernel path's);
-//   swiglu_backward_cols_kernel  the backward's dequantizer, SwiGLU backward, d_gate_up's row
-//                            quantizer and the column quantizers of d_gate_up and a·w (the
-//                            weight gradients' operands) in one pass per 128-row block (the bytes
-//                            of those kernels on the bf16 d_gate_up and a·w; d_w_s summed in its
-//                            own fixed order).
+//   swiglu_backward_quantize_kernel  the backward's dequantizer, SwiGLU backward and d_gate_up's
+//                            row quantizer in one pass (the same bf16 d_gate_up and a·w; d_w_s
+//                            summed in its own fixed order).
 #pragma once
 
 #include "fp8_quant.cuh"
@@ -262,224 +260,97 @@ __global__ void __launch_bounds__(THREADS) swiglu_quantize_kernel(const __grid_c
     }
 }
 
-// The backward's counterpart, in the weight gradients' tiling: one CTA of 256 threads per padded
-// 128-row block pb of one expert (quantize_cols_kernel's blocks: cum, the exclusive scan of
-// ceil(count_e / 128), computed by every CTA), the block's a·w tiles t = 0, 1, ... in order.
-// Phase 1, per tile: warp w takes the block's rows w, w + 8, ... (16 of them, 4 loaded at once);
-// per row the lanes hold what swiglu_quantize_kernel loads, as e4m3: each half-warp dequantizes one
-// saved tile (rounded to bf16, as the dequantizer writes it); each lane puts 4 columns through
+// The backward's counterpart: one warp per row, its a·w tiles t = 0, 1, ... in order (d_w_s's
+// sum has one fixed order: each lane's chain over the tiles, then an xor butterfly). Per tile the
+// lanes hold what swiglu_quantize_kernel loads, as e4m3: each half-warp dequantizes one saved tile
+// (rounded to bf16, as the dequantizer writes it); each lane puts 4 columns through
 // gated_backward_value (the SwiGLU backward's own math; split and merged: the halves exchange the
-// g or u they lack, then the dg or du the partner keeps); each half's 128 dg or du (bf16) are
-// quantized as one 1 x 128 tile of dguq, and dg, du and a·w (bf16) go to shared memory, the rows
-// past the expert's end as zeros. Phase 2: the tile's 3 x 128 columns quantized per 128 rows x 1
-// column (quantize_cols_kernel's rule and layout), so fc1's and fc2's weight gradients read them as
-// their pre-quantized operands: no bf16 d_gate_up or a·w is ever written. d_w_s: each lane's chain
-// over the tiles, then an xor butterfly (one fixed order). Rows outside every expert's range (only
-// dropped routes) are not computed: nothing reads them.
-constexpr int kSwigluColsPitch = kTile + 8;  // bf16 per shared row: 272 bytes, 16-byte aligned
-constexpr int kSwigluColsTileBytes = kTile * kSwigluColsPitch * 2;
-// Dynamic shared memory, carved below (the launcher sizes it: fp8_swiglu_backward_cols_smem_bytes):
-// three tiles, the column maxima [3][2][128] fp32, 8 warp sums, cum[E+1].
-
+// g or u they lack, then the dg or du the partner keeps), dg, du go to d_gate_up in its layout,
+// each half's 128 of them quantized as one tile of dguq, and a·w over daw.
 template <int THREADS, int I, int LAYOUT, int ACT, bool LIMIT>
-__global__ void __launch_bounds__(THREADS, 2)
-    swiglu_backward_cols_kernel(const __grid_constant__ kargs::Fp8SwigluBackwardColsArgs args) {
+__global__ void __launch_bounds__(THREADS, 1280 / THREADS)  // 46 registers, no spill: 5 CTAs an SM (at 6, 40 registers spilled)
+    swiglu_backward_quantize_kernel(const __grid_constant__ kargs::Fp8SwigluBackwardQuantArgs args) {
     using namespace swiglu_detail;
-    static_assert(THREADS == 256, "8 warps of 16 rows; 2 threads a column in phase 2");
     static_assert(I % kTile == 0, "I must be a multiple of 128");
-    constexpr int TB = I / kTile, PITCH = kSwigluColsPitch, RW = kTile / 8, U = 4;
-    extern __shared__ __align__(16) unsigned char smem[];
-    __nv_bfloat16 *const tiles = reinterpret_cast<__nv_bfloat16 *>(smem);  // [3][128][PITCH]: dg, du, a·w
-    float *const part_amax = reinterpret_cast<float *>(smem + 3 * kSwigluColsTileBytes);  // [3][2][128]
-    int *const warp_sums = reinterpret_cast<int *>(part_amax + 3 * 2 * kTile);
-    int *const cum = warp_sums + 8;  // [E+1]
+    constexpr int TB = I / kTile;
     const unsigned char *__restrict__ sq = static_cast<const unsigned char *>(args.saved_q);
-    const __nv_bfloat16 *__restrict__ daw = static_cast<const __nv_bfloat16 *>(args.daw);
+    __nv_bfloat16 *__restrict__ daw = static_cast<__nv_bfloat16 *>(args.daw);
+    __nv_bfloat16 *__restrict__ dgu = static_cast<__nv_bfloat16 *>(args.d_gate_up);
     unsigned char *__restrict__ dq = static_cast<unsigned char *>(args.dguq);
-    unsigned char *__restrict__ dgu_cols = static_cast<unsigned char *>(args.dgu_cols);
-    unsigned char *__restrict__ aw_cols = static_cast<unsigned char *>(args.aw_cols);
-    const int *__restrict__ offsets = args.offsets;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, half = lane >> 4, hl = lane & 15;
-    const int E = args.num_experts, rows = args.rows;
+    const int lane = threadIdx.x & 31, half = lane >> 4, hl = lane & 15;
     const long long S = args.rows;
-    const int total = scan_experts<THREADS>(E, warp_sums, cum, [&](int e) {
-        return sched::expert_m_tiles(offsets, e, rows, kTile);
-    });
-    const int blocks = sched::min_int(total, args.block_bound);
-    const long long P = static_cast<long long>(args.block_bound) * kTile;  // the column operands' row pitch
-    const int c = tid & (kTile - 1), g = tid >> 7;                          // phase 2: column c, rows 64 g..
-    for (int pb = blockIdx.x; pb < blocks; pb += gridDim.x) {
-        const int e = sched::last_at_most(cum, E, pb);
-        const sched::RowRange rr = sched::expert_rows(offsets, e, rows);
-        const int row0 = rr.begin + (pb - cum[e]) * kTile;
-        const int valid = sched::min_int(kTile, rr.end - row0);
-        float partial[RW];
-#pragma unroll
-        for (int j = 0; j < RW; ++j) partial[j] = 0.0f;
+    const long long row = static_cast<long long>(blockIdx.x) * (THREADS / 32) + (threadIdx.x >> 5);
+    if (row >= S) return;  // whole warps
+    const float w = args.w_s[row];
+    float partial = 0.0f;
 #pragma unroll 1
-        for (int t = 0; t < TB; ++t) {
-            // ---- phase 1: this warp's 16 rows of tile t, U loaded at once
-            // This lane's first a·w column of the tile: interleaved lane l has 4 l..; split and
-            // merged lane (half, hl) holds g (half 0) or u (half 1) of 8 hl.. 8 hl + 7 and computes
-            // 8 hl + 4 half.. (each half half of them: the work is not done twice).
-            const int a0 = (LAYOUT == kInterleaved ? lane : 2 * hl + half) * 4;
-#pragma unroll
-            for (int j0 = 0; j0 < RW; j0 += U) {
-                uint2 raw[U], draw[U];
-                float scale[U], w[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int r = warp + 8 * (j0 + u);
-                    raw[u] = draw[u] = make_uint2(0u, 0u);
-                    scale[u] = w[u] = 0.0f;
-                    if (r < valid) {
-                        const long long row = row0 + r;
-                        const long long off = LAYOUT == kSplit          ? half * S * I + row * I + t * kTile + hl * 8
-                                              : LAYOUT == kMergedLayout ? row * 2LL * I + half * I + t * kTile + hl * 8
-                                                                        : row * 2LL * I + t * 2LL * kTile + lane * 8;
-                        raw[u] = *reinterpret_cast<const uint2 *>(sq + off);
-                        scale[u] = args.saved_scales[off / kTile];
-                        draw[u] = *reinterpret_cast<const uint2 *>(daw + row * I + t * kTile + a0);
-                        w[u] = args.w_s[row];
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int r = warp + 8 * (j0 + u);
-                    __nv_bfloat16 *const srow = tiles + r * PITCH;  // dg's row r; du's and a·w's follow
-                    if (r >= valid) {  // padding rows: zeros in all three (the warp agrees: r is warp-uniform)
-                        if (LAYOUT == kInterleaved) {
-                            *reinterpret_cast<uint2 *>(srow + 4 * lane) = make_uint2(0u, 0u);
-                            *reinterpret_cast<uint2 *>(srow + kTile * PITCH + 4 * lane) = make_uint2(0u, 0u);
-                        } else {
-                            *reinterpret_cast<uint4 *>(srow + half * kTile * PITCH + 8 * hl) = make_uint4(0u, 0u, 0u, 0u);
-                        }
-                        *reinterpret_cast<uint2 *>(srow + 2 * kTile * PITCH + a0) = make_uint2(0u, 0u);
-                        continue;
-                    }
-                    const long long row = row0 + r;
-                    float d[4];
-                    {
-                        const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&draw[u].x));
-                        const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&draw[u].y));
-                        d[0] = lo.x, d[1] = lo.y, d[2] = hi.x, d[3] = hi.y;
-                    }
-                    float v[8];
-                    const unsigned words[2] = {raw[u].x, raw[u].y};
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const float2 f = e4m3x2_to_float2(static_cast<unsigned short>(words[j >> 1] >> (16 * (j & 1))));
-                        v[2 * j] = __bfloat162float(__float2bfloat16_rn(f.x * scale[u]));
-                        v[2 * j + 1] = __bfloat162float(__float2bfloat16_rn(f.y * scale[u]));
-                    }
-                    float out[8], aw[4];  // this lane's dg or du (its layout's order), a·w of its 4 columns
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        float gv, uv;
-                        column_pair<LAYOUT>(v, j, half, gv, uv);
-                        float dg, du, act;
-                        gated_backward_value<ACT, LIMIT>(gv, uv, d[j], w[u], args.limit, args.alpha, dg, du, act);
-                        aw[j] = act * w[u];
-                        partial[j0 + u] += act * d[j];
-                        if (LAYOUT == kInterleaved) {
-                            out[2 * j] = dg;
-                            out[2 * j + 1] = du;
-                        } else {  // half 0 keeps dg of its columns and gets the partner's; half 1 the same for du
-                            const float sent = __shfl_xor_sync(0xffffffffu, half ? dg : du, 16);
-                            out[half * 4 + j] = half ? du : dg;
-                            out[(1 - half) * 4 + j] = sent;
-                        }
-                    }
-                    // dg, du rounded to bf16 (the bytes a bf16 d_gate_up would hold), this
-                    // half-warp's 128 of them quantized as one tile of dguq ([S, 2I]: split rows
-                    // as [d_gate | d_up], so merged's offsets).
-                    float q8[8];
-                    unsigned packed[4];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const __nv_bfloat162 p = __floats2bfloat162_rn(out[2 * j], out[2 * j + 1]);
-                        packed[j] = *reinterpret_cast<const unsigned *>(&p);
-                        const float2 f = __bfloat1622float2(p);
-                        q8[2 * j] = f.x;
-                        q8[2 * j + 1] = f.y;
-                    }
-                    const long long qoff = LAYOUT == kInterleaved ? row * 2LL * I + t * 2LL * kTile + lane * 8
-                                                                  : row * 2LL * I + half * I + t * kTile + hl * 8;
-                    quantize_half_warp_tile(q8, dq, args.dgu_scales, qoff, hl);
-                    if (LAYOUT == kInterleaved) {  // pairs (dg, du) of columns 4 lane..: apart into the two tiles
-                        const unsigned g01 = (packed[0] & 0xFFFFu) | (packed[1] << 16);
-                        const unsigned g23 = (packed[2] & 0xFFFFu) | (packed[3] << 16);
-                        const unsigned u01 = (packed[0] >> 16) | (packed[1] & 0xFFFF0000u);
-                        const unsigned u23 = (packed[2] >> 16) | (packed[3] & 0xFFFF0000u);
-                        *reinterpret_cast<uint2 *>(srow + 4 * lane) = make_uint2(g01, g23);
-                        *reinterpret_cast<uint2 *>(srow + kTile * PITCH + 4 * lane) = make_uint2(u01, u23);
-                    } else {
-                        *reinterpret_cast<uint4 *>(srow + half * kTile * PITCH + 8 * hl) =
-                            make_uint4(packed[0], packed[1], packed[2], packed[3]);
-                    }
-                    const __nv_bfloat162 lo = __floats2bfloat162_rn(aw[0], aw[1]), hi = __floats2bfloat162_rn(aw[2], aw[3]);
-                    *reinterpret_cast<uint2 *>(srow + 2 * kTile * PITCH + a0) =
-                        make_uint2(*reinterpret_cast<const unsigned *>(&lo), *reinterpret_cast<const unsigned *>(&hi));
-                }
-            }
-            __syncthreads();
-            // ---- phase 2: column c of dg, du and a·w, rows 64 g.. 64 g + 63: amax, then the bytes
-#pragma unroll
-            for (int k = 0; k < 3; ++k) {
-                const __nv_bfloat16 *col = tiles + k * kTile * PITCH + (64 * g) * PITCH + c;
-                float amax = 0.0f;
-#pragma unroll 16
-                for (int i = 0; i < 64; ++i) amax = fmaxf(amax, fabsf(__bfloat162float(col[i * PITCH])));
-                part_amax[(k * 2 + g) * kTile + c] = amax;
-            }
-            __syncthreads();
-#pragma unroll 1
-            for (int k = 0; k < 3; ++k) {
-                const __nv_bfloat16 *col = tiles + k * kTile * PITCH + (64 * g) * PITCH + c;
-                const float scale = tile_scale(fmaxf(part_amax[(k * 2) * kTile + c], part_amax[(k * 2 + 1) * kTile + c]));
-                // Where column c of this tile goes: a·w's column t·128 + c of [I, P]; dg's and du's
-                // column of [2I, P] in d_gate_up's order (split and merged: du after dg's I;
-                // interleaved: pairs), its scale per layout (split: two [P/128, I] arrays).
-                const int i = t * kTile + c;
-                long long qcol, sidx;
-                unsigned char *base;
-                float *scales;
-                if (k == 2) {
-                    base = aw_cols, scales = args.aw_col_scales, qcol = i, sidx = static_cast<long long>(pb) * I + i;
-                } else {
-                    base = dgu_cols, scales = args.dgu_col_scales;
-                    qcol = LAYOUT == kInterleaved ? 2LL * i + k : static_cast<long long>(k) * I + i;
-                    sidx = LAYOUT == kSplit          ? static_cast<long long>(k) * args.block_bound * I +
-                                                           static_cast<long long>(pb) * I + i
-                           : LAYOUT == kInterleaved ? static_cast<long long>(pb) * 2 * I + 2LL * i + k
-                                                    : static_cast<long long>(pb) * 2 * I + static_cast<long long>(k) * I + i;
-                }
-                uint4 *const dst = reinterpret_cast<uint4 *>(base + qcol * P + static_cast<long long>(pb) * kTile + 64 * g);
-#pragma unroll
-                for (int s4 = 0; s4 < 4; ++s4) {
-                    unsigned words[4];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        float v4[4];
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) v4[q] = __bfloat162float(col[(16 * s4 + 4 * j + q) * PITCH]);
-                        words[j] = e4m3x4(v4, scale);
-                    }
-                    dst[s4] = make_uint4(words[0], words[1], words[2], words[3]);
-                }
-                if (g == 0) scales[sidx] = scale;
-            }
-            __syncthreads();  // tiles and part_amax are rewritten by the next tile
+    for (int t = 0; t < TB; ++t) {
+        // This lane's 8 saved elements (gate_up's layout) and where its dguq bytes go ([S, 2I]:
+        // split rows as [d_gate | d_up], so merged's offsets).
+        long long off, qoff;
+        if (LAYOUT == kSplit) {
+            off = half * S * I + row * I + t * kTile + hl * 8;
+            qoff = row * 2LL * I + half * I + t * kTile + hl * 8;
+        } else if (LAYOUT == kMergedLayout) {
+            off = qoff = row * 2LL * I + half * I + t * kTile + hl * 8;
+        } else {
+            off = qoff = row * 2LL * I + t * 2LL * kTile + lane * 8;
         }
+        // The 4 columns of a·w this lane computes, from c0: interleaved lane l has 4 l..; split
+        // and merged lane (half, hl) holds g (half 0) or u (half 1) of 8 hl.. 8 hl + 7 and
+        // computes 8 hl + 4 half.. (each half half of them: the work is not done twice).
+        const int c0 = t * kTile + (LAYOUT == kInterleaved ? lane : 2 * hl + half) * 4;
+        const uint2 raw = *reinterpret_cast<const uint2 *>(sq + off);
+        const float scale = args.saved_scales[off / kTile];
+        float d[4];
+        load_bf16x4(daw + row * I + c0, d);
+        float v[8];
+        const unsigned words[2] = {raw.x, raw.y};
 #pragma unroll
-        for (int j = 0; j < RW; ++j) {
-            float p = partial[j];
-#pragma unroll
-            for (int m = 16; m > 0; m >>= 1) p += __shfl_xor_sync(0xffffffffu, p, m);
-            const int r = warp + 8 * j;
-            if (lane == 0 && r < valid) args.d_w_s[row0 + r] = p;
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = e4m3x2_to_float2(static_cast<unsigned short>(words[j >> 1] >> (16 * (j & 1))));
+            v[2 * j] = __bfloat162float(__float2bfloat16_rn(f.x * scale));
+            v[2 * j + 1] = __bfloat162float(__float2bfloat16_rn(f.y * scale));
         }
+        float out[8], aw[4];  // this lane's dg or du (its layout's order), and a·w of its 4 columns
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float g, u;
+            column_pair<LAYOUT>(v, j, half, g, u);
+            float dg, du, act;
+            gated_backward_value<ACT, LIMIT>(g, u, d[j], w, args.limit, args.alpha, dg, du, act);
+            aw[j] = act * w;
+            partial += act * d[j];
+            if (LAYOUT == kInterleaved) {
+                out[2 * j] = dg;
+                out[2 * j + 1] = du;
+            } else {  // half 0 keeps dg of its columns and gets the partner's; half 1 the same for du
+                const float sent = __shfl_xor_sync(0xffffffffu, half ? dg : du, 16);
+                out[half * 4 + j] = half ? du : dg;
+                out[(1 - half) * 4 + j] = sent;
+            }
+        }
+        // d_gate_up in bf16, and the same bf16 values quantized as this half-warp's tile.
+        float r[8];
+        unsigned packed[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const __nv_bfloat162 p = __floats2bfloat162_rn(out[2 * j], out[2 * j + 1]);
+            packed[j] = *reinterpret_cast<const unsigned *>(&p);
+            const float2 f = __bfloat1622float2(p);
+            r[2 * j] = f.x;
+            r[2 * j + 1] = f.y;
+        }
+        *reinterpret_cast<uint4 *>(dgu + off) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        quantize_half_warp_tile(r, dq, args.dgu_scales, qoff, hl);
+        // a·w over d(a·w) in place: each lane overwrites exactly the 4 values it read.
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(aw[0], aw[1]), hi = __floats2bfloat162_rn(aw[2], aw[3]);
+        *reinterpret_cast<uint2 *>(daw + row * I + c0) =
+            make_uint2(*reinterpret_cast<const unsigned *>(&lo), *reinterpret_cast<const unsigned *>(&hi));
     }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, m);
+    if (lane == 0) args.d_w_s[row] = partial;
 }
 
 }  // namespace quant

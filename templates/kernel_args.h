@@ -345,25 +345,19 @@ struct Fp8SwigluQuantArgs {
     float alpha;           // gpt-oss's
 };
 
-// The saved e4m3 g, u and d(a·w) -> d_gate_up's e4m3 1 x 128 tiles for fc1's dgrad, d_w_s, and
-// d_gate_up's and a·w's columns per 128 rows x 1 (the weight gradients' operands, in
-// fp8_quantize_cols's layout, P = 128 · block_bound padded rows) in one pass per 128-row block.
-struct Fp8SwigluBackwardColsArgs {
+// The saved e4m3 g, u and d(a·w) -> d_gate_up (bf16, gate_up's layout), its e4m3 1 x 128 tiles
+// for fc1's dgrad ([S, 2I]: split rows are [d_gate | d_up]), d_w_s, and a·w recomputed (bf16,
+// over daw) in one pass.
+struct Fp8SwigluBackwardQuantArgs {
     const void *saved_q;        // e4m3 in gate_up's element layout
     const float *saved_scales;  // one per 128 consecutive elements of it
-    const void *daw;            // [S, I] bf16: d(a·w)
+    void *daw;                  // [S, I] bf16: d(a·w) in, a·w out
     const float *w_s;           // [S]
-    const int *offsets;         // [E+1]
+    void *d_gate_up;            // bf16 in gate_up's layout
     float *d_w_s;               // [S]
-    void *dguq;                 // [S, 2I] e4m3 (split rows as [d_gate | d_up])
+    void *dguq;                 // [S, 2I] e4m3
     float *dgu_scales;          // [S, 2I/128]
-    void *dgu_cols;             // [2I, P] e4m3, d_gate_up's columns in its layout's order
-    float *dgu_col_scales;      // split: [2][P/128, I]; merged, interleaved: [P/128, 2I]
-    void *aw_cols;              // [I, P] e4m3: a·w's columns
-    float *aw_col_scales;       // [P/128, I]
-    int rows;                   // S
-    int num_experts;
-    int block_bound;            // P / 128
+    long long rows;             // S
     float limit;
     float alpha;
 };

@@ -224,21 +224,12 @@ struct Fp8WgradArgs {
     std::int64_t tokens = 0;
     bool gather_a = false, gather_b = false;
     // b's e4m3 form is in the workspace already: the previous call had the same b, rows,
-    // num_experts, n, operands given and workspace (the split fc1's dW_gate and dW_up share x's rows).
+    // num_experts, m, n and workspace (the split fc1's dW_gate and dW_up share x's rows).
     bool b_quantized = false;
-    // An operand the caller quantized already, in fp8_quantize_cols's layout for these rows and
-    // experts (e4m3 [m or n, P], scales [P/128, m or n], P = fp8_wgrad_padded_rows(rows, E); the
-    // layer's fp8_swiglu_backward_quantize writes d_gate_up's and a·w's so): a (or b) is then not
-    // read and has no room in the workspace.
-    const void *a_cols = nullptr;
-    const float *a_col_scales = nullptr;
-    const void *b_cols = nullptr;
-    const float *b_col_scales = nullptr;
 };
-// Scratch of fp8_weight_grad: qa, qb, and both scale arrays, each 256-byte aligned; an operand
-// given quantized (a_given, b_given: Fp8WgradArgs::a_cols, b_cols) takes none.
+// Scratch of fp8_weight_grad: qa, qb, and both scale arrays, each 256-byte aligned.
 std::size_t fp8_weight_grad_workspace_bytes(std::int64_t rows, std::int32_t num_experts, std::int64_t m,
-                                            std::int64_t n, bool a_given = false, bool b_given = false);
+                                            std::int64_t n);
 // The checks of fp8_weight_grad's arguments (the launchers' own checks follow).
 std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8WgradArgs &args);
 void fp8_weight_grad(Context &ctx, const Fp8WgradArgs &args);

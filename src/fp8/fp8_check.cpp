@@ -256,28 +256,14 @@ std::optional<Fp8Refusal> can_implement(const std::string &arch, const Fp8WgradA
         return refuse(Status::invalid_argument,
                       "{}: gather_a/gather_b need row_token (int32 [rows]) and 0 <= tokens < 2^31 (tokens = {})", what,
                       args.tokens);
-    const bool a_given = args.a_cols != nullptr, b_given = args.b_cols != nullptr;
-    if (auto r = check_pointers(what, {{args.offsets, 4, "offsets", kOffsetsRule}})) return r;
-    if (!a_given)
-        if (auto r = check_pointers(what, {{args.a, 16, "a", "a non-null, 16-byte aligned bf16 [rows, m] ([tokens, m] gathered)"}}))
-            return r;
-    if (!b_given)
-        if (auto r = check_pointers(what, {{args.b, 16, "b", "a non-null, 16-byte aligned bf16 [rows, n] ([tokens, n] gathered)"}}))
-            return r;
-    if (a_given)
-        if (auto r = check_pointers(what, {{args.a_col_scales, 16, "a_col_scales", "a non-null, 16-byte aligned fp32 [P/128, m] with a_cols"},
-                                           {args.a_cols, 16, "a_cols", "16-byte aligned e4m3 [m, P]"}}))
-            return r;
-    if (b_given)
-        if (auto r = check_pointers(what, {{args.b_col_scales, 16, "b_col_scales", "a non-null, 16-byte aligned fp32 [P/128, n] with b_cols"},
-                                           {args.b_cols, 16, "b_cols", "16-byte aligned e4m3 [n, P]"}}))
-            return r;
-    const std::size_t need =
-        fp8_weight_grad_workspace_bytes(args.rows, args.num_experts, args.m, args.n, a_given, b_given);
+    if (auto r = check_pointers(what, {{args.a, 16, "a", "a non-null, 16-byte aligned bf16 [rows, m] ([tokens, m] gathered)"},
+                                       {args.b, 16, "b", "a non-null, 16-byte aligned bf16 [rows, n] ([tokens, n] gathered)"},
+                                       {args.offsets, 4, "offsets", kOffsetsRule}}))
+        return r;
+    const std::size_t need = fp8_weight_grad_workspace_bytes(args.rows, args.num_experts, args.m, args.n);
     if (args.workspace_bytes < need)
         return refuse(Status::invalid_argument,
-                      "{}: workspace_bytes = {}: expected at least fp8_weight_grad_workspace_bytes(rows, E, m, n, "
-                      "a_cols given, b_cols given) = {}",
+                      "{}: workspace_bytes = {}: expected at least fp8_weight_grad_workspace_bytes(rows, E, m, n) = {}",
                       what, args.workspace_bytes, need);
     return check_pointers(what, {{args.workspace, 256, "workspace", "a non-null, 256-byte aligned device buffer"}});
 }

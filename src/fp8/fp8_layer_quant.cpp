@@ -6,19 +6,12 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "fp8/fp8.hpp"
 #include "fp8/fp8_launch_common.hpp"
 
 namespace moejit {
 namespace {
 
 constexpr int kThreads = 256;
-
-// templates/fp8_quant_layer.cuh's swiglu_backward_cols_smem_bytes: three 128 x 128 bf16 tiles of
-// 272-byte rows, the column maxima [3][2][128], 8 warp sums and cum[E+1].
-std::uint32_t fp8_swiglu_backward_cols_smem_bytes(std::int32_t num_experts) {
-    return static_cast<std::uint32_t>(3 * 128 * 272 + 3 * 2 * 128 * 4 + 8 * 4 + (num_experts + 1) * 4);
-}
 
 void require_dim(std::int64_t v, const char *what, const char *field) {
     if (!(v > 0 && v % 128 == 0 && v <= (std::int64_t{1} << 30)))
@@ -33,14 +26,13 @@ void require_sm90a(const Context &ctx, const char *what) {
 
 
 // Every launcher's steps: the arch and the device first, then the kernel (rendering validates
-// the spec even when there is no work), then `ctas` CTAs of kThreads (and `shared_bytes` of
-// dynamic shared memory), at most `per_sm` per SM
+// the spec even when there is no work), then `ctas` CTAs of kThreads, at most `per_sm` per SM
 // (grid-stride kernels), or all of them with kEveryCta (a kernel whose every CTA has its own
 // work); nothing is launched for ctas <= 0 (no rows, tokens or experts).
 constexpr int kEveryCta = 0;
 template <class Spec, class Args>
 void launch(Context &ctx, const char *what, KernelSource (*render)(const Spec &), const Spec &spec, std::int64_t ctas,
-            int per_sm, void *stream, const Args &args, std::uint32_t shared_bytes = 0) {
+            int per_sm, void *stream, const Args &args) {
     require_sm90a(ctx, what);
     ctx.require_device(what);
     const Kernel &kernel = ctx.kernel(render(spec));
@@ -48,7 +40,6 @@ void launch(Context &ctx, const char *what, KernelSource (*render)(const Spec &)
     LaunchShape shape;
     shape.grid_x = per_sm == kEveryCta ? static_cast<std::uint32_t>(ctas) : fp8_grid_for(ctx, ctas, per_sm);
     shape.block_x = kThreads;
-    shape.shared_bytes = shared_bytes;
     ctx.launch(kernel, shape, stream, args);
 }
 
@@ -117,8 +108,8 @@ KernelSource render_fp8_swiglu_quant(const Fp8SwigluQuantSpec &spec) {
 
 KernelSource render_fp8_swiglu_backward_quant(const Fp8SwigluQuantSpec &spec) {
     return render_swiglu_quant(spec, "fp8_swiglu_backward_quantize", "fp8_swiglu_bwd_quant",
-                               "moejit::quant::swiglu_backward_cols_kernel",
-                               &instantiate_kernel<kargs::Fp8SwigluBackwardColsArgs>);
+                               "moejit::quant::swiglu_backward_quantize_kernel",
+                               &instantiate_kernel<kargs::Fp8SwigluBackwardQuantArgs>);
 }
 
 void fp8_quantize_scatter(Context &ctx, const Fp8QuantScatterSpec &spec, const void *x, const std::int32_t *scatter_index,
@@ -152,22 +143,15 @@ void fp8_swiglu_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const voi
            kargs::Fp8SwigluQuantArgs{gate_up, w_s, saved_q, saved_scales, awq, aw_scales, rows, limit, alpha});
 }
 
-void fp8_swiglu_backward_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const Fp8SwigluBackwardOperands &ops) {
-    const char *what = "fp8_swiglu_backward_quantize";
-    if (ops.rows < 0 || ops.rows >= (std::int64_t{1} << 31) || ops.num_experts < 1 || ops.padded_rows % 128 != 0 ||
-        ops.padded_rows < fp8_wgrad_padded_rows(ops.rows, ops.num_experts))
-        fail(Status::invalid_argument,
-             "{}: rows = {}, num_experts = {}, padded_rows = {}: expected 0 <= rows < 2^31, num_experts >= 1 and "
-             "padded_rows a multiple of 128 of at least fp8_wgrad_padded_rows(rows, num_experts)",
-             what, ops.rows, ops.num_experts, ops.padded_rows);
-    // One CTA per padded block, two an SM (each holds three 128 x 128 bf16 tiles).
-    const std::int64_t blocks = ops.rows > 0 ? ops.padded_rows / 128 : 0;
-    launch(ctx, what, &render_fp8_swiglu_backward_quant, spec, blocks, 2, ops.stream,
-           kargs::Fp8SwigluBackwardColsArgs{ops.saved_q, ops.saved_scales, ops.daw, ops.w_s, ops.offsets, ops.d_w_s,
-                                            ops.dguq, ops.dgu_scales, ops.dgu_cols, ops.dgu_col_scales, ops.aw_cols,
-                                            ops.aw_col_scales, static_cast<int>(ops.rows), ops.num_experts,
-                                            static_cast<int>(ops.padded_rows / 128), ops.limit, ops.alpha},
-           fp8_swiglu_backward_cols_smem_bytes(ops.num_experts));
+void fp8_swiglu_backward_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *saved_q,
+                                  const float *saved_scales, void *daw, const float *w_s, std::int64_t rows,
+                                  float limit, float alpha, void *d_gate_up, float *d_w_s, void *dguq,
+                                  float *dgu_scales, void *stream) {
+    // One warp per row, every row its own (no grid stride).
+    launch(ctx, "fp8_swiglu_backward_quantize", &render_fp8_swiglu_backward_quant, spec,
+           (rows + kThreads / 32 - 1) / (kThreads / 32), kEveryCta, stream,
+           kargs::Fp8SwigluBackwardQuantArgs{saved_q, saved_scales, daw, w_s, d_gate_up, d_w_s, dguq, dgu_scales,
+                                             rows, limit, alpha});
 }
 
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,

@@ -62,36 +62,16 @@ void fp8_quantize_blocks_t(Context &ctx, const Fp8QuantBlocksTSpec &spec, const 
 void fp8_swiglu_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *gate_up, const float *w_s,
                          std::int64_t rows, float limit, float alpha, void *saved_q, float *saved_scales, void *awq,
                          float *aw_scales, void *stream);
-// The backward's, per padded 128-row block of one expert (fp8_quantize_cols's blocks, P =
-// padded_rows): the saved g, u as fp8_swiglu_quantize wrote them, daw [S, I] bf16 (d(a·w)) and
-// w_s [S] -> d_w_s [S] (summed in this kernel's own fixed order); d_gate_up's 1 x 128 tiles dguq
-// [S, 2I] e4m3 + dgu_scales [S, 2I/128] (split rows as [d_gate | d_up]); and the weight
-// gradients' operands: d_gate_up's columns dgu_cols [2I, P] e4m3 (its layout's column order;
-// split: d_gate's I rows, then d_up's) with dgu_col_scales (split: [P/128, I] for d_gate, then
-// the same for d_up; merged and interleaved: [P/128, 2I]) and a·w's aw_cols [I, P] + aw_col_scales
-// [P/128, I]. Every byte and scale is what fp8_dequantize_rows, the SwiGLU backward (bf16
-// d_gate_up and a·w), fp8_quantize_rows on d_gate_up and fp8_quantize_cols on both give. Rows
-// outside [offsets[0], offsets[E]) are not computed.
-struct Fp8SwigluBackwardOperands {
-    const void *saved_q = nullptr;
-    const float *saved_scales = nullptr;
-    const void *daw = nullptr;
-    const float *w_s = nullptr;
-    const std::int32_t *offsets = nullptr;  // [E+1], the layer's (monotone, offsets[E] <= S)
-    std::int64_t rows = 0;                  // S
-    std::int32_t num_experts = 0;
-    std::int64_t padded_rows = 0;           // P >= fp8_wgrad_padded_rows(S, E), a multiple of 128
-    float limit = 0.0f, alpha = 0.0f;
-    float *d_w_s = nullptr;
-    void *dguq = nullptr;
-    float *dgu_scales = nullptr;
-    void *dgu_cols = nullptr;
-    float *dgu_col_scales = nullptr;
-    void *aw_cols = nullptr;
-    float *aw_col_scales = nullptr;
-    void *stream = nullptr;
-};
-void fp8_swiglu_backward_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const Fp8SwigluBackwardOperands &ops);
+// The backward's: saved_q + saved_scales (as fp8_swiglu_quantize wrote them), daw [S, I] bf16
+// (d(a·w) in; a·w recomputed out) and w_s [S] -> d_gate_up (bf16, spec.layout), d_w_s [S], and
+// d_gate_up's 1 x 128 tiles dguq [S, 2I] e4m3 + dgu_scales [S, 2I/128] (split rows as
+// [d_gate | d_up]). d_gate_up, a·w, dguq and dgu_scales are the bytes of fp8_dequantize_rows,
+// the SwiGLU backward and fp8_quantize_rows (split: fp8_quantize_rows_ld twice); d_w_s is summed
+// in this kernel's own fixed order.
+void fp8_swiglu_backward_quantize(Context &ctx, const Fp8SwigluQuantSpec &spec, const void *saved_q,
+                                  const float *saved_scales, void *daw, const float *w_s, std::int64_t rows,
+                                  float limit, float alpha, void *d_gate_up, float *d_w_s, void *dguq,
+                                  float *dgu_scales, void *stream);
 // q [rows, k] e4m3 + scales [rows, k/128] -> x [rows, k] bf16.
 void fp8_dequantize_rows(Context &ctx, const Fp8DequantRowsSpec &spec, const void *q, const float *scales,
                          std::int64_t rows, void *x, void *stream);

@@ -15,12 +15,12 @@ namespace {
 std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
 
 // The workspace: qa [m, P] e4m3, qb [n, P] e4m3, sa [P/128, m] fp32, sb [P/128, n] fp32, each
-// region 256-byte aligned; an operand given quantized has no regions (its offsets unused).
+// region 256-byte aligned.
 struct WgradWorkspace {
     std::size_t qa = 0, qb = 0, sa = 0, sb = 0, bytes = 0;
-    WgradWorkspace(std::int64_t padded_rows, std::int64_t m, std::int64_t n, bool a_given, bool b_given) {
-        const auto p = static_cast<std::size_t>(padded_rows), blocks = p / 128;
-        const std::size_t mm = a_given ? 0 : static_cast<std::size_t>(m), nn = b_given ? 0 : static_cast<std::size_t>(n);
+    WgradWorkspace(std::int64_t padded_rows, std::int64_t m, std::int64_t n) {
+        const auto p = static_cast<std::size_t>(padded_rows), mm = static_cast<std::size_t>(m),
+                   nn = static_cast<std::size_t>(n), blocks = p / 128;
         qb = round_up(qa + mm * p, 256);
         sa = round_up(qb + nn * p, 256);
         sb = round_up(sa + blocks * mm * sizeof(float), 256);
@@ -31,9 +31,9 @@ struct WgradWorkspace {
 }  // namespace
 
 std::size_t fp8_weight_grad_workspace_bytes(std::int64_t rows, std::int32_t num_experts, std::int64_t m,
-                                            std::int64_t n, bool a_given, bool b_given) {
+                                            std::int64_t n) {
     if (rows <= 0 || num_experts <= 0 || m <= 0 || n <= 0) return 0;
-    return WgradWorkspace(fp8_wgrad_padded_rows(rows, num_experts), m, n, a_given, b_given).bytes;
+    return WgradWorkspace(fp8_wgrad_padded_rows(rows, num_experts), m, n).bytes;
 }
 
 void fp8_quantize_cols(Context &ctx, const Fp8QuantColsSpec &spec, const Fp8QuantColsOperands &ops) {
@@ -90,27 +90,16 @@ void fp8_weight_grad(Context &ctx, const Fp8WgradArgs &args) {
         return;
     }
     const std::int64_t padded = fp8_wgrad_padded_rows(args.rows, args.num_experts);
-    const bool a_given = args.a_cols != nullptr, b_given = args.b_cols != nullptr;
-    const WgradWorkspace ws(padded, args.m, args.n, a_given, b_given);
+    const WgradWorkspace ws(padded, args.m, args.n);
     auto *const base = static_cast<unsigned char *>(args.workspace);
-    const void *qa = a_given ? args.a_cols : base + ws.qa;
-    const void *qb = b_given ? args.b_cols : base + ws.qb;
-    const float *sa = a_given ? args.a_col_scales : reinterpret_cast<float *>(base + ws.sa);
-    const float *sb = b_given ? args.b_col_scales : reinterpret_cast<float *>(base + ws.sb);
-    auto operand = [&](const void *x, std::size_t q, std::size_t scales, bool gathered) {
-        return Fp8QuantColsOperands{x,
-                                    args.offsets,
-                                    base + q,
-                                    reinterpret_cast<float *>(base + scales),
-                                    args.rows,
-                                    args.num_experts,
-                                    padded,
-                                    args.stream,
-                                    gathered ? args.row_token : nullptr,
-                                    gathered ? args.tokens : 0};
+    void *const qa = base + ws.qa, *const qb = base + ws.qb;
+    float *const sa = reinterpret_cast<float *>(base + ws.sa), *const sb = reinterpret_cast<float *>(base + ws.sb);
+    auto operand = [&](const void *x, void *q, float *scales, bool gathered) {
+        return Fp8QuantColsOperands{x,      args.offsets, q, scales, args.rows, args.num_experts, padded, args.stream,
+                                    gathered ? args.row_token : nullptr, gathered ? args.tokens : 0};
     };
-    if (!a_given) fp8_quantize_cols(ctx, {args.m}, operand(args.a, ws.qa, ws.sa, args.gather_a));
-    if (!b_given && !args.b_quantized) fp8_quantize_cols(ctx, {args.n}, operand(args.b, ws.qb, ws.sb, args.gather_b));
+    fp8_quantize_cols(ctx, {args.m}, operand(args.a, qa, sa, args.gather_a));
+    if (!args.b_quantized) fp8_quantize_cols(ctx, {args.n}, operand(args.b, qb, sb, args.gather_b));
     const Fp8WgradSpec spec =
         make_fp8_wgrad_spec(args.m, args.n, args.dw_dtype, args.num_experts, args.accumulate, args.overlap);
     fp8_wgrad_gemm(ctx, spec,

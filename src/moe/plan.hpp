@@ -177,13 +177,9 @@ private:
         const std::int32_t *row_token;  // [S] the token of each scattered row
         std::int64_t tokens;            // T
         const void *dout;               // [T,H] bf16
+        const void *aw;                 // [S,I] bf16
+        const char *d_gate_up;          // [S,2I] bf16
         const void *x;                  // [T,H] bf16
-        // fp8_swiglu_backward_quantize's columns (P padded rows): a·w's [I,P] e4m3 + [P/128,I]
-        // scales, d_gate_up's [2I,P] + its scales (fp8_layer_quant.hpp has the split layout)
-        const char *aw_cols;
-        const float *aw_col_scales;
-        const char *dgu_cols;
-        const float *dgu_col_scales;
         void *workspace;                // Fp8Layout::wgrad: the FP8 weight gradient's scratch
         std::size_t workspace_bytes;
         void *stream;

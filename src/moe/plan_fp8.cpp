@@ -27,15 +27,13 @@ Fp8GemmSpec gemm(std::int64_t n, std::int64_t k, std::int32_t experts) {
 // fp8_weight_grad's calls, dW[e] = A_eᵀ·B_e as [E, m, n] (the layer's [E,H,I] / [E,2I,H] /
 // [E,I,H] weights; the FP8 recipe refuses transposed ones): fc2 a = dout's rows (m = H), b = aw
 // (n = I); fc1 a = d_gate_up (m = 2I; split: d_gate, then d_up, m = I), b = x's rows (n = H).
-// dout's and x's rows are gathered by row_token inside the column quantizer (the scratch's only
-// tenants); aw's and d_gate_up's columns come quantized from fp8_swiglu_backward_quantize.
+// dout's and x's rows are gathered by row_token inside the column quantizer.
 struct WgradShape {
     std::int64_t m, n;
-    bool a_given, b_given;
 };
 std::vector<WgradShape> wgrad_shapes(const PlanDesc &d) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size;
-    return {{H, I, false, true}, {fc1_merged(d) ? 2 * I : I, H, true, false}};
+    return {{H, I}, {fc1_merged(d) ? 2 * I : I, H}};
 }
 
 Fp8WgradSpec wgrad_spec(const PlanDesc &d, const WgradShape &s) {
@@ -48,7 +46,7 @@ Fp8WgradSpec wgrad_spec(const PlanDesc &d, const WgradShape &s) {
 std::size_t wgrad_scratch_bytes(const PlanDesc &d, std::int64_t rows) {
     std::size_t bytes = 0;
     for (const WgradShape &s : wgrad_shapes(d))
-        bytes = std::max(bytes, fp8_weight_grad_workspace_bytes(rows, d.num_experts, s.m, s.n, s.a_given, s.b_given));
+        bytes = std::max(bytes, fp8_weight_grad_workspace_bytes(rows, d.num_experts, s.m, s.n));
     return bytes > 0 ? bytes + 256 : 0;
 }
 
@@ -122,11 +120,15 @@ std::vector<KernelSource> fp8_layer_sources(const PlanDesc &d) {
     // backward (dout's rows: the forward's quantizing scatter, H and top_k the same)
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{H, I}));
     s.push_back(render_fp8_group_gemm_nk(g.fc2_dgrad));
-    s.push_back(render_fp8_swiglu_backward_quant(swiglu_quant(d).spec));  // d_gate_up's tiles and columns, d_w_s, a·w's columns
+    s.push_back(render_fp8_swiglu_backward_quant(swiglu_quant(d).spec));  // d_gate_up, its tiles, d_w_s, a·w
     s.push_back(render_fp8_quant_blocks_t(Fp8QuantBlocksTSpec{fc1_merged(d) ? 2 * I : I, H}));
     s.push_back(render_fp8_group_gemm_nk(g.fc1_dgrad));
-    // the weight gradients: the gathered operands' column quantizer (dout's and x's: H columns), each GEMM
-    s.push_back(render_fp8_quant_cols(Fp8QuantColsSpec{H}));
+    // the weight gradients: each operand's column quantizer, each GEMM
+    std::vector<std::int64_t> cols;
+    for (const WgradShape &w : wgrad_shapes(d))
+        for (std::int64_t c : {w.m, w.n})
+            if (std::find(cols.begin(), cols.end(), c) == cols.end()) cols.push_back(c);
+    for (std::int64_t c : cols) s.push_back(render_fp8_quant_cols(Fp8QuantColsSpec{c}));
     for (const WgradShape &w : wgrad_shapes(d)) s.push_back(render_fp8_wgrad_gemm(wgrad_spec(d, w)));
     return s;
 }
@@ -162,11 +164,7 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     dyq = bwd.take(bytes({S, H}));
     dy_scale = bwd.take(bytes({S, H / kTile, 4}));
     daw = bwd.take(bytes({S, I, 2}));
-    const std::int64_t P = fp8_wgrad_padded_rows(S, static_cast<std::int32_t>(E));
-    dgu_cols = bwd.take(bytes({2, I, P}));
-    dgu_col_scale = bwd.take(bytes({P / kTile, 2, I, 4}));
-    aw_cols = bwd.take(bytes({I, P}));
-    aw_col_scale = bwd.take(bytes({P / kTile, I, 4}));
+    d_gate_up = bwd.take(bytes({S, 2, I, 2}));
     dguq = bwd.take(bytes({S, 2, I}));
     dgu_scale = bwd.take(bytes({S, 2 * I / kTile, 4}));
     d_w_s = bwd.take(bytes({S, 4}));
@@ -268,20 +266,10 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
     const auto *w_s = L.w_s.in<float>(a.saved);
     auto *daw = L.daw.in<char>(a.workspace);
+    auto *d_gate_up = L.d_gate_up.in<char>(a.workspace);
     auto *d_w_s = L.d_w_s.in<float>(a.workspace);
-    const Fp8WeightGradRows wgrad_rows{S,
-                                       offsets,
-                                       L.row_token.in<std::int32_t>(a.saved),
-                                       a.num_tokens,
-                                       a.dout,
-                                       a.x,
-                                       L.aw_cols.in<char>(a.workspace),
-                                       L.aw_col_scale.in<float>(a.workspace),
-                                       L.dgu_cols.in<char>(a.workspace),
-                                       L.dgu_col_scale.in<float>(a.workspace),
-                                       L.wgrad.in<char>(a.workspace),
-                                       L.wgrad.bytes,
-                                       stream};
+    const Fp8WeightGradRows wgrad_rows{S,    offsets, L.row_token.in<std::int32_t>(a.saved), a.num_tokens, a.dout,
+                                       daw,  d_gate_up, a.x, L.wgrad.in<char>(a.workspace), L.wgrad.bytes, stream};
     // Wᵀ per 128x128 block for both dgrads: quantized into the workspace, or (FILL) both layouts
     // into the cache, T = 0 included, or (USE) the cache's.
     Fp8QuantWeights wt;
@@ -301,32 +289,15 @@ void Plan::fp8_backward(const BackwardArgs &a) {
                          stream);
     fp8_group_gemm_nk(ctx_, g.fc2_dgrad, Fp8GemmOperands{dyq, dy_scale, wt.w2_q, wt.w2_scale, daw, offsets, S, E, stream});
 
-    // One pass over the saved g, u and daw per 128-row block: d_gate_up's 1x128 tiles over [S, 2I]
-    // for fc1's dgrad with W_gate_upᵀ (wt: [E, H, 2I], split [W_gateᵀ | W_upᵀ]; split rows as
-    // [d_gate | d_up]), d_w_s, and the columns of d_gate_up and a·w for both weight gradients.
+    // One pass over the saved g, u and daw: d_gate_up (bf16, for fc1's weight gradient), its
+    // 1x128 tiles over [S, 2I] for fc1's dgrad with W_gate_upᵀ (wt: [E, H, 2I], split
+    // [W_gateᵀ | W_upᵀ]; split rows as [d_gate | d_up]), d_w_s, and a·w over daw for fc2's.
     auto *dguq = L.dguq.in<char>(a.workspace);
     auto *dgu_scale = L.dgu_scale.in<float>(a.workspace);
     const SwigluQuant act = swiglu_quant(d);
-    Fp8SwigluBackwardOperands bw;
-    bw.saved_q = L.gate_up_q.in<char>(a.saved);
-    bw.saved_scales = L.gate_up_scale.in<float>(a.saved);
-    bw.daw = daw;
-    bw.w_s = w_s;
-    bw.offsets = offsets;
-    bw.rows = S;
-    bw.num_experts = E;
-    bw.padded_rows = fp8_wgrad_padded_rows(S, E);
-    bw.limit = act.limit;
-    bw.alpha = act.alpha;
-    bw.d_w_s = d_w_s;
-    bw.dguq = dguq;
-    bw.dgu_scales = dgu_scale;
-    bw.dgu_cols = L.dgu_cols.in<char>(a.workspace);
-    bw.dgu_col_scales = L.dgu_col_scale.in<float>(a.workspace);
-    bw.aw_cols = L.aw_cols.in<char>(a.workspace);
-    bw.aw_col_scales = L.aw_col_scale.in<float>(a.workspace);
-    bw.stream = stream;
-    fp8_swiglu_backward_quantize(ctx_, act.spec, bw);
+    fp8_swiglu_backward_quantize(ctx_, act.spec, L.gate_up_q.in<char>(a.saved),
+                                 L.gate_up_scale.in<float>(a.saved), daw, w_s, S, act.limit, act.alpha, d_gate_up,
+                                 d_w_s, dguq, dgu_scale, stream);
     // The weight gradients gather dout's and x's rows themselves.
     fp8_weight_grads(wgrad_rows, gr);
     void *dxs = L.dxs.in<char>(a.workspace);
@@ -351,16 +322,13 @@ void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
     const std::size_t scratch_bytes = has_scratch ? r.workspace_bytes - (start - base) : 0;
     // dW = Aᵀ·B per expert into the caller's gradient: written, or added to with
     // weight_grad_accumulate (as the bf16 GEMMs do); no rows: zeros, or left as they are.
-    // dout's and x's rows: gathered through row_token (b_reused: x's e4m3 form is the previous
-    // call's); aw's and d_gate_up's columns: fp8_swiglu_backward_quantize's.
-    const std::int64_t blocks = S > 0 ? fp8_wgrad_padded_rows(S, d.num_experts) / 128 : 0;
-    auto wgrad = [&](std::int64_t m, std::int64_t n, void *dw, const void *gathered, bool gathered_is_a,
-                     const char *cols, const float *col_scales, bool b_reused) {
+    // gather: which operand is a [T, ·] tensor read through row_token; b_quantized: b's e4m3
+    // form is the previous call's.
+    auto wgrad = [&](const void *a, std::int64_t m, const void *b, std::int64_t n, void *dw, bool gather_a,
+                     bool gather_b, bool b_quantized) {
         Fp8WgradArgs args;
-        (gathered_is_a ? args.a : args.b) = gathered;
-        (gathered_is_a ? args.gather_a : args.gather_b) = true;
-        (gathered_is_a ? args.b_cols : args.a_cols) = cols;
-        (gathered_is_a ? args.b_col_scales : args.a_col_scales) = col_scales;
+        args.a = a;
+        args.b = b;
         args.dw = dw;
         args.offsets = r.offsets;
         args.rows = S;
@@ -375,15 +343,17 @@ void Plan::fp8_weight_grads(const Fp8WeightGradRows &r, const ExpertGrads &g) {
         args.stream = r.stream;
         args.row_token = r.row_token;
         args.tokens = r.tokens;
-        args.b_quantized = b_reused;
+        args.gather_a = gather_a;
+        args.gather_b = gather_b;
+        args.b_quantized = b_quantized;
         fp8_weight_grad(ctx_, args);
     };
-    wgrad(H, I, g.dw_down, r.dout, true, r.aw_cols, r.aw_col_scales, false);  // [E,H,I] = dyᵀ·aw
-    if (fc1_merged(d)) {  // [E,2I,H] (interleaved too: d_gate_up's columns in its order)
-        wgrad(2 * I, H, g.dw_gate_up, r.x, false, r.dgu_cols, r.dgu_col_scales, false);
-    } else {  // [E,I,H] twice, x's rows quantized once; d_up's columns and scales follow d_gate's
-        wgrad(I, H, g.dw_gate, r.x, false, r.dgu_cols, r.dgu_col_scales, false);
-        wgrad(I, H, g.dw_up, r.x, false, r.dgu_cols + I * blocks * 128, r.dgu_col_scales + blocks * I, S > 0);
+    wgrad(r.dout, H, r.aw, I, g.dw_down, true, false, false);  // [E,H,I] = dyᵀ·aw
+    if (fc1_merged(d)) {
+        wgrad(r.d_gate_up, 2 * I, r.x, H, g.dw_gate_up, false, true, false);  // [E,2I,H] (interleaved)
+    } else {  // [E,I,H] twice, x's rows quantized once
+        wgrad(r.d_gate_up, I, r.x, H, g.dw_gate, false, true, false);
+        wgrad(r.d_gate_up + S * I * 2, I, r.x, H, g.dw_up, false, true, S > 0);
     }
 }
 

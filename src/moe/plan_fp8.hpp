@@ -14,14 +14,12 @@
 // Backward:
 //   dyq = dout's 1x128 tiles, quantized once per token into its scattered rows (no bf16 copy);
 //   daw = FP8 GEMM(dyq, W_downᵀ quantized per block, or the cache's);
-//   one pass per 128-row block (fp8_swiglu_backward_quantize) over the saved g, u (dequantized
-//   to bf16) and daw: the SwiGLU backward's d_gate_up as 1x128 tiles dguq, d_w_s, and the
-//   columns of d_gate_up and of a·w recomputed, per 128 rows x 1 (no bf16 copy of either);
+//   one pass (fp8_swiglu_backward_quantize) over the saved g, u (dequantized to bf16) and daw:
+//   the SwiGLU backward's d_gate_up (bf16) and its 1x128 tiles dguq, d_w_s, aw recomputed;
 //   weight gradients through fp8_weight_grad (Plan::fp8_weight_grads: both operands e4m3 per
 //   128 rows x 1 column, the expert's rows padded to 128-row blocks, dout's and x's rows read
-//   through row_token by the column quantizer, aw's and d_gate_up's given; dW in
-//   weight_grad_dtype);
-//   dxs = FP8 GEMM(dguq, W_gate_upᵀ per block) -> gather.
+//   through row_token by the column quantizer; dW in weight_grad_dtype);
+//   dxs = FP8 GEMM(d_gate_up quantized 1x128 over [S, 2I], W_gate_upᵀ per block) -> gather.
 // Saved between the calls: offsets, scatter_index, w_s, row_token and gate_up as e4m3 + fp32
 // scales: 2·I + I/16 bytes per row instead of the bf16 plan's 4·I.
 #pragma once
@@ -87,10 +85,8 @@ struct Fp8Layout {
     // backward
     Region dxs;             // [S, H] bf16: fc1's dgrad, gathered into dx
     Region dyq, dy_scale;   // [S, H] e4m3, [S, H/128]
-    Region daw;             // [S, I] bf16: d(a·w)
-    // The weight gradients' pre-quantized operands (P = fp8_wgrad_padded_rows(S, E) rows):
-    Region dgu_cols, dgu_col_scale;  // [2I, P] e4m3, [P/128, 2I] fp32 (split: [2][P/128, I])
-    Region aw_cols, aw_col_scale;    // [I, P] e4m3, [P/128, I] fp32
+    Region daw;             // [S, I] bf16: d(a·w), then a·w recomputed
+    Region d_gate_up;       // [S, 2I] bf16 (split: d_gate then d_up)
     Region dguq, dgu_scale; // [S, 2I] e4m3, [S, 2I/128] (split too: d_gate | d_up per row)
     Region d_w_s;           // [S] fp32
     Region wgrad;           // fp8_weight_grad's scratch for its largest call (+ alignment slack)

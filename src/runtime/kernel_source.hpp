@@ -36,7 +36,7 @@ template <class Args> inline constexpr const char *kernel_args_type = nullptr;
     X(Fp8QuantRowsArgs) X(Fp8QuantBlocksArgs) X(Sm90Fp8NkArgs) X(CheckOffsetsArgs)                   \
     X(ZeroUnassignedRowsArgs) X(Fp8QuantColsArgs) X(Sm90Fp8WgradArgs) X(Fp8QuantScatterArgs)         \
     X(Fp8QuantRowsLdArgs) X(Fp8QuantBlocksTArgs) X(Fp8DequantRowsArgs) X(Fp8SwigluQuantArgs)   \
-    X(Fp8SwigluBackwardColsArgs)
+    X(Fp8SwigluBackwardQuantArgs)
 #define MOEJIT_KERNEL_ARGS_TYPE(T) \
     template <> inline constexpr const char *kernel_args_type<kargs::T> = "moejit::kargs::" #T;
 MOEJIT_KERNEL_ARGS(MOEJIT_KERNEL_ARGS_TYPE)
