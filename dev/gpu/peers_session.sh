@@ -8,7 +8,8 @@
 #            suite and the GPU Python tests in front (dev/gpu/release_suites.sh, SKIP_BENCH=1).
 #   phase 2  carry .peers/quack.*-aa and .peers/quack.sha256: stash it; wait for the warm-up
 #            (WAIT s, default 240; call again if it is not done); SonicMoE and moejit timed,
-#            once per warm machine. Carrying .peers/quack.*-ab into a second phase-2 call
+#            once per warm machine (FP8_SHAPES: then the FP8 table's run on those shapes,
+#            SonicMoE beside moejit's bf16 and FP8 layers and the FP8 peer). Carrying .peers/quack.*-ab into a second phase-2 call
 #            stashes the rest (and times SonicMoE if the first call only waited).
 #   phase 3  QuACK (compiled in its own process, before timing) and moejit timed.
 # JSON and logs land in $OUT: bench_{sonic,quack}_{topk,dup}.json for bench/peer_targets.py.
@@ -69,8 +70,14 @@ case $phase in
   grep -E '^\[' /tmp/moejit-peers-sonic/bench.log 2>/dev/null | grep -v ': {' | tail -2
   [ -f $warm/DONE ] || { say "warm-up not done: call phase 2 again"; exit 0; }
   say "warm-up done: $(cat $warm/DONE)"; cp $warm/*warm*.log "${OUT:-out}"/ 2>/dev/null
-  timed_bench sonic sonicmoe topk 0 $shapes_arg; say "sonicmoe top-k"
+  timed_bench sonic sonicmoe topk "$([ -n "${FP8_SHAPES:-}" ] && echo 230 || echo 0)" $shapes_arg; say "sonicmoe top-k"
   touch /tmp/moejit-sonic-timed
+  # FP8_SHAPES=...: the FP8 table's run (issue 31), SonicMoE beside moejit's bf16 and FP8 layers
+  # and the FP8 peer, when more than 150 s are left.
+  if [ -n "${FP8_SHAPES:-}" ] && [ "$(left)" -gt 150 ]; then
+    timed_bench sonic moejit-fp8,moejit-fp8-cached,scaled_grouped_mm,sonicmoe fp8 60 --shapes "$FP8_SHAPES"
+    say "FP8 with SonicMoE"
+  fi
   dup_bench sonic sonicmoe 120
   ;;
 3)
