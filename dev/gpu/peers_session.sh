@@ -16,9 +16,10 @@
 # In the 0.10.0 run the phase-1 call stayed open until its 600 s limit although the script was
 # done at 271 s: the background warm-up held a descriptor the device call waits on. It now
 # closes every inherited descriptor above 2 first; a later call that left such a child (sleep
-# 200) returned at once (0.10.0 session, device call 8). Mended after that run and not yet run on
-# a device: the warm-up's files tagged warm_*, each bench's timeout taken from what the call has
-# left, SonicMoE timed once per machine, DONE holding the warm-up's exit codes.
+# 200) returned at once (0.10.0 session, device call 8). In the 0.11 fifth session the warm-up
+# ended at once with rc 127 (its copy of the tree lacked dev/, python/ and bench/ since dev/gpu
+# moved), so phase 2 compiled SonicMoE inside its timed runs and ran out of time; the copy now
+# takes them, and phase 1 reports a warm-up that already ended (not yet run on a device).
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
@@ -48,7 +49,7 @@ case $phase in
   bash dev/gpu/peers.sh stash sonic || exit 1
   out=/tmp/moejit-session; mkdir -p $out; . dev/gpu/common.sh; say built
   rm -rf $warm /tmp/moejit-sonic-timed && mkdir -p $warm/tree/.peers &&
-    cp -r capi scripts meson.build $warm/tree/ && cp .peers/sonic.sha256 $warm/tree/.peers/ ||
+    cp -r dev python bench capi scripts meson.build $warm/tree/ && cp .peers/sonic.sha256 $warm/tree/.peers/ ||
     { echo "could not copy the tree for the warm-up" >&2; exit 1; }
   # The warm-up's logs and JSON are tagged warm_* so the timed runs never overwrite them; DONE
   # holds the two benches' exit codes.
@@ -62,6 +63,8 @@ case $phase in
   say "SonicMoE warm-up started"
   REUSE_BUILD=1 SKIP_BENCH=1 bash dev/gpu/release_suites.sh
   say "suites done"
+  # A warm-up that already ended failed (it compiles for minutes): say so now, not in phase 2.
+  if [ -f $warm/DONE ]; then say "SonicMoE warm-up ended early: $(cat $warm/DONE)"; tail -5 $warm/driver.log; fi
   ;;
 2)
   ls .peers/quack.tar.xz.part-* >/dev/null 2>&1 && bash dev/gpu/peers.sh stash quack
