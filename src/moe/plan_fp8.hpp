@@ -81,9 +81,9 @@ struct Fp8Layout {
     Region counts, routing;
     Region xq, x_scale;     // [S, H] e4m3, [S, H/128]
     Region awq, aw_scale;   // [S, I] e4m3, [S, I/128]
-    Region y;               // [S, H] bf16
+    Region y;               // [S, H] bf16 (over gate_up and xq: kFp8ForwardLives)
     // backward
-    Region dxs;             // [S, H] bf16: fc1's dgrad, gathered into dx
+    Region dxs;             // [S, H] bf16: fc1's dgrad, gathered into dx (over daw, d_gate_up, dyq, wgrad)
     Region dyq, dy_scale;   // [S, H] e4m3, [S, H/128]
     Region daw;             // [S, I] bf16: d(a·w), then a·w recomputed
     Region d_gate_up;       // [S, 2I] bf16 (split: d_gate then d_up)
@@ -91,11 +91,40 @@ struct Fp8Layout {
     Region d_w_s;           // [S] fp32
     Region wgrad;           // fp8_weight_grad's scratch for its largest call (+ alignment slack)
     // A call with a weight cache needs the workspace up to here (moejit_plan_cached_workspace_size).
+    // Regions of one call share bytes only where their lives do not meet (the tables below).
     std::size_t cached_workspace_bytes = 0;
     // Last, so that a cache can replace them: the weights as this call quantizes them without a
     // cache (forward [E, N, K], backward transposed; moe/fp8_weights.hpp).
     Fp8WeightRegions weights;
     std::size_t workspace_bytes = 0;
+};
+
+// When each workspace region of a call is alive, in the call's steps (Plan::fp8_forward and
+// fp8_backward run them in this order on one stream): written at `first`, last read at `last`.
+// Two regions of a call may share bytes only if their lives do not meet; the CPU tests hold
+// Fp8Layout to these tables, so a step that reads a region later must move its `last` here.
+struct Fp8RegionLife {
+    Region Fp8Layout::*region;
+    const char *name;
+    int first, last;
+};
+// Forward: 0 routing index, 1 x's quantizing scatter, 2 fc1, 3 the fused SwiGLU quantizer,
+// 4 fc2, 5 the weighted gather.
+inline constexpr Fp8RegionLife kFp8ForwardLives[] = {
+    {&Fp8Layout::counts, "counts", 0, 0},     {&Fp8Layout::routing, "routing", 0, 0},
+    {&Fp8Layout::xq, "xq", 1, 2},             {&Fp8Layout::x_scale, "x_scale", 1, 2},
+    {&Fp8Layout::gate_up, "gate_up", 2, 3},   {&Fp8Layout::awq, "awq", 3, 4},
+    {&Fp8Layout::aw_scale, "aw_scale", 3, 4}, {&Fp8Layout::y, "y", 4, 5},
+};
+// Backward: 0 dout's quantizing scatter, 1 fc2's dgrad, 2 the fused SwiGLU backward, 3 the
+// weight gradients (their column quantizers read a·w from daw and d_gate_up), 4 fc1's dgrad,
+// 5 the gathers of d_w_s and dxs.
+inline constexpr Fp8RegionLife kFp8BackwardLives[] = {
+    {&Fp8Layout::dyq, "dyq", 0, 1},           {&Fp8Layout::dy_scale, "dy_scale", 0, 1},
+    {&Fp8Layout::daw, "daw", 1, 3},           {&Fp8Layout::d_gate_up, "d_gate_up", 2, 3},
+    {&Fp8Layout::dguq, "dguq", 2, 4},         {&Fp8Layout::dgu_scale, "dgu_scale", 2, 4},
+    {&Fp8Layout::d_w_s, "d_w_s", 2, 5},       {&Fp8Layout::wgrad, "wgrad", 3, 3},
+    {&Fp8Layout::dxs, "dxs", 4, 5},
 };
 
 }  // namespace moejit
