@@ -81,7 +81,7 @@ struct Fp8Layout {
     Region counts, routing;
     Region xq, x_scale;     // [S, H] e4m3, [S, H/128]
     Region awq, aw_scale;   // [S, I] e4m3, [S, I/128]
-    Region y;               // [S, H] bf16 (over gate_up and xq: kFp8ForwardLives)
+    Region y;               // [S, H] bf16 (over gate_up, counts, routing, xq, x_scale: kFp8ForwardLives)
     // backward
     Region dxs;             // [S, H] bf16: fc1's dgrad, gathered into dx (over daw, d_gate_up, dyq, wgrad)
     Region dyq, dy_scale;   // [S, H] e4m3, [S, H/128]
