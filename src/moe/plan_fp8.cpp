@@ -151,40 +151,41 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     saved_regions = saved.regions;
 
     // Each call's regions share bytes where their lives (kFp8ForwardLives, kFp8BackwardLives)
-    // do not meet. Forward: a·w's tiles first; from `reused` fc1's input and output (dead once
-    // the fused SwiGLU quantizer has run), then y over them.
+    // do not meet. Forward: a·w's tiles first; from `fc1_regions` fc1's input and output (dead
+    // once the fused SwiGLU quantizer has run), then y over them.
     RegionAllocator fwd{arg};
     awq = fwd.take(bytes({S, I}));
     aw_scale = fwd.take(bytes({S, I / kTile, 4}));
-    const std::size_t reused = fwd.end;
+    const std::size_t fc1_regions = fwd.end;
     gate_up = fwd.take(bytes({S, 2, I, 2}));
     counts = fwd.take(bytes({E, 4}));
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     xq = fwd.take(bytes({S, H}));
     x_scale = fwd.take(bytes({S, H / kTile, 4}));
     const std::size_t fwd_end = fwd.end;
-    fwd.end = reused;
+    fwd.end = fc1_regions;
     y = fwd.take(bytes({S, H, 2}));
     fwd.end = std::max(fwd.end, fwd_end);
 
-    // Backward: what lives to the end first (fc1's dgrad operand, d_w_s); from `late` d(a·w)
-    // and d_gate_up (read by the weight gradients), then dout's tiles (dead after fc2's dgrad)
-    // with the weight gradients' scratch over them; dxs (fc1's dgrad, last) over all of those.
+    // Backward: what lives to the end first (fc1's dgrad operand, d_w_s); from
+    // `dead_by_fc1_dgrad` d(a·w) and d_gate_up (read by the weight gradients), then from
+    // `dead_by_wgrads` dout's tiles (dead after fc2's dgrad) with the weight gradients' scratch
+    // over them; dxs (fc1's dgrad, last) over all of those.
     RegionAllocator bwd{arg};
     dguq = bwd.take(bytes({S, 2, I}));
     dgu_scale = bwd.take(bytes({S, 2 * I / kTile, 4}));
     d_w_s = bwd.take(bytes({S, 4}));
-    const std::size_t late = bwd.end;
+    const std::size_t dead_by_fc1_dgrad = bwd.end;
     daw = bwd.take(bytes({S, I, 2}));
     d_gate_up = bwd.take(bytes({S, 2, I, 2}));
-    const std::size_t early = bwd.end;
+    const std::size_t dead_by_wgrads = bwd.end;
     dyq = bwd.take(bytes({S, H}));
     dy_scale = bwd.take(bytes({S, H / kTile, 4}));
     std::size_t bwd_end = bwd.end;
-    bwd.end = early;
+    bwd.end = dead_by_wgrads;
     wgrad = bwd.take(wgrad_scratch_bytes(desc, rows));
     bwd_end = std::max(bwd_end, bwd.end);
-    bwd.end = late;
+    bwd.end = dead_by_fc1_dgrad;
     dxs = bwd.take(bytes({S, H, 2}));
     bwd.end = std::max(bwd.end, bwd_end);
     cached_workspace_bytes = std::max(fwd.end, bwd.end);
