@@ -1,4 +1,4 @@
-"""bench/peer_targets.py (issue 18's target table) on made-up benchmark files: the best peer
+"""bench/peer_targets.py (the peer target table of issues 18 and 30) on made-up benchmark files: the best peer
 across runs, moejit and the dense ceiling from that peer's run, each rule met or not."""
 
 import importlib.util
@@ -53,6 +53,18 @@ def test_rules_use_the_best_peers_run(tmp_path, targets):
     assert "a, every route -> expert 0: 510 vs top-k 520: not met (0.98×)" in text
     assert "f+b >= min(1.3 x best peer, 0.85 x dense): 2 of 3 met" in text
     assert "expert 0 >= top-k: 0 of 1 met" in text
+    assert "fwd >= 1.05 x best peer's fwd: 2 of 3 met" in text  # b: 411 >= 1.05 x 280; a at expert 0
+
+
+def test_the_forward_margin(tmp_path, targets):
+    """Issue 30's forward rule is 1.05 x the best peer's forward; 1.02x meets 1.0 but not it."""
+    run = write(tmp_path, "m.json", "topk", 800.0, [
+        ("a", {"moejit": r(500, 510), "sonicmoe": r(500, 500)})])
+    rows = targets.load([run])
+    line = [ln for ln in targets.table(rows).splitlines() if ln.startswith("| a")][0]
+    assert "no (1.02× SonicMoE)" in line
+    line = [ln for ln in targets.table(rows, 1.0).splitlines() if ln.startswith("| a")][0]
+    assert "yes (1.02× SonicMoE)" in line
 
 
 def test_a_wrong_peer_is_not_a_best_peer(tmp_path, targets):
