@@ -162,10 +162,7 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
     xq = fwd.take(bytes({S, H}));
     x_scale = fwd.take(bytes({S, H / kTile, 4}));
-    const std::size_t fwd_end = fwd.end;
-    fwd.end = fc1_regions;
-    y = fwd.take(bytes({S, H, 2}));
-    fwd.end = std::max(fwd.end, fwd_end);
+    y = fwd.take_over(fc1_regions, bytes({S, H, 2}));
 
     // Backward: what lives to the end first (fc1's dgrad operand, d_w_s); from
     // `dead_by_fc1_dgrad` d(a·w) and d_gate_up (read by the weight gradients), then from
@@ -181,13 +178,8 @@ Fp8Layout::Fp8Layout(const PlanDesc &desc, std::int64_t num_tokens, const char *
     const std::size_t dead_by_wgrads = bwd.end;
     dyq = bwd.take(bytes({S, H}));
     dy_scale = bwd.take(bytes({S, H / kTile, 4}));
-    std::size_t bwd_end = bwd.end;
-    bwd.end = dead_by_wgrads;
-    wgrad = bwd.take(wgrad_scratch_bytes(desc, rows));
-    bwd_end = std::max(bwd_end, bwd.end);
-    bwd.end = dead_by_fc1_dgrad;
-    dxs = bwd.take(bytes({S, H, 2}));
-    bwd.end = std::max(bwd.end, bwd_end);
+    wgrad = bwd.take_over(dead_by_wgrads, wgrad_scratch_bytes(desc, rows));
+    dxs = bwd.take_over(dead_by_fc1_dgrad, bytes({S, H, 2}));
     cached_workspace_bytes = std::max(fwd.end, bwd.end);
 
     // The weights last (both calls: forward's layout, or backward's transposed one).

@@ -106,12 +106,16 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
 }
 
 Region RegionAllocator::take(std::size_t bytes) {
-    const std::size_t start = checked_add(end, kRegionAlignment - 1, arg) / kRegionAlignment * kRegionAlignment;
-    Region r{start, bytes};
-    end = checked_add(start, bytes, arg);
+    const Region r = take_over(end, bytes);
     payload += bytes;
     ++regions;
     return r;
+}
+
+Region RegionAllocator::take_over(std::size_t at, std::size_t bytes) {
+    const std::size_t start = checked_add(at, kRegionAlignment - 1, arg) / kRegionAlignment * kRegionAlignment;
+    end = std::max(end, checked_add(start, bytes, arg));
+    return Region{start, bytes};
 }
 
 SizeTerms saved_size_terms(const PlanDesc &desc) {

@@ -33,6 +33,9 @@ struct RegionAllocator {
     std::size_t payload = 0;  // the regions' bytes without their alignment padding
     std::size_t regions = 0;
     Region take(std::size_t bytes);
+    // A region from `at` (aligned up) over bytes taken before, for one whose life meets none of
+    // theirs (Fp8Layout); `end` grows if it reaches further. Not counted in payload or regions.
+    Region take_over(std::size_t at, std::size_t bytes);
 };
 
 // Neither x's nor dout's [S,H] scatter is saved: backward re-scatters x (args->x) and dout into
