@@ -205,13 +205,10 @@ int compile_worker_main(std::FILE *in, std::FILE *out) {
         put_field(answer, k.lowered_name);
         put_field(answer, k.log);
         put_field(answer, fmt::format("{:.17g}", k.seconds));
-    } catch (const Error &e) {
+    } catch (const std::exception &e) {  // moejit's Error keeps its status, anything else is internal
+        const auto *error = dynamic_cast<const Error *>(&e);
         put_field(answer, "error");
-        put_field(answer, std::to_string(static_cast<int>(e.status())));
-        put_field(answer, e.what());
-    } catch (const std::exception &e) {
-        put_field(answer, "error");
-        put_field(answer, std::to_string(static_cast<int>(Status::internal)));
+        put_field(answer, std::to_string(static_cast<int>(error ? error->status() : Status::internal)));
         put_field(answer, e.what());
     }
     return std::fwrite(answer.data(), 1, answer.size(), out) == answer.size() && std::fflush(out) == 0 ? 0 : 2;

@@ -19,7 +19,7 @@
 //   MOEJIT_NVRTC        (the search)   the NVRTC library (runtime/nvrtc_loader.cpp)
 //   MOEJIT_COMPILE_WORKERS  processes  where NVRTC runs: worker processes, or threads of this
 //                                      process (runtime/compile_worker.cpp)
-//   MOEJIT_COMPILE_WORKER   (the search)  the worker executable (a moejit-warmup)
+//   MOEJIT_COMPILE_WORKER   (the search)  the worker executable (moejit-compile-worker)
 //   CUDA_HOME, CUDA_PATH               toolkit roots for NVRTC and its headers
 //   XDG_CACHE_HOME, HOME               the default cache root
 //
