@@ -80,25 +80,24 @@ def host_time(step, layer, args, weights, inputs, dout, cache) -> None:  # cache
     """Where the host's time of a step goes: forward and backward calls timed on the host
     without synchronising (if a call's host time approaches the GPU's, the GPU waits on it),
     then the torch profiler's CPU-only view, by self time."""
-    cache.__enter__()
     fwd, bwd = [], []
-    torch.cuda.synchronize()
-    for _ in range(10):
-        t0 = time.perf_counter()
-        out = layer(*args, **weights)
-        t1 = time.perf_counter()
-        torch.autograd.grad(out, inputs, dout)
-        t2 = time.perf_counter()
-        fwd.append((t1 - t0) * 1e3)
-        bwd.append((t2 - t1) * 1e3)
-        torch.cuda.synchronize()  # each step's host time from an idle GPU: no queue to hide in
-    print(f"  host, one step from an idle GPU: forward call {statistics.median(fwd):.3f} ms, "
-          f"backward call {statistics.median(bwd):.3f} ms (medians of 10)")
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(STEPS):
-            step()
+    with cache:
         torch.cuda.synchronize()
-    cache.__exit__(None, None, None)
+        for _ in range(10):
+            t0 = time.perf_counter()
+            out = layer(*args, **weights)
+            t1 = time.perf_counter()
+            torch.autograd.grad(out, inputs, dout)
+            t2 = time.perf_counter()
+            fwd.append((t1 - t0) * 1e3)
+            bwd.append((t2 - t1) * 1e3)
+            torch.cuda.synchronize()  # each step's host time from an idle GPU: no queue to hide in
+        print(f"  host, one step from an idle GPU: forward call {statistics.median(fwd):.3f} ms, "
+              f"backward call {statistics.median(bwd):.3f} ms (medians of 10)")
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(STEPS):
+                step()
+            torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
 
 def main() -> None:
