@@ -44,6 +44,9 @@ setup_main() {
     local dry=${MOEJIT_SETUP_DRY_RUN:-0}
     local -a apt_pkgs=() apt_why=() pip_pkgs=() pip_why=() torch_pkgs=()
     local missing_cuda=""
+    # Tools an earlier run put into the project venv (the other command's setup) count as
+    # present: its bin/ goes first on PATH, so meson and ninja there are found and used.
+    [ "$dry" = 1 ] || { [ -x "$venv/bin/meson" ] && export PATH="$venv/bin:$PATH"; } || true
 
     # present NAME TEST...: runs the test unless NAME is pretended missing.
     setup_present() {
