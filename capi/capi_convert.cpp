@@ -135,9 +135,12 @@ template <class C> ExpertGrads grads_of(const C &a) {
     return ExpertGrads{a.dw_gate, a.dw_up, a.dw_gate_up, a.dw_down, a.db_gate_up, a.db_down};
 }
 
-// The FP8 weight cache of a layer call (since 0.11).
+// The FP8 weight cache of a layer call (since 0.11); the backward's reserved field became
+// consume_saved in 0.12.
 template <class C> WeightCacheArgs weight_cache_of(const C &a) {
-    return WeightCacheArgs{a.weight_cache, a.weight_cache_size, a.weight_cache_mode, a.reserved_0_11};
+    WeightCacheArgs c{a.weight_cache, a.weight_cache_size, a.weight_cache_mode, 0};
+    if constexpr (requires { a.reserved_0_11; }) c.reserved = a.reserved_0_11;
+    return c;
 }
 
 // `to` with a plan call's caller-provided buffers and stream.
@@ -183,7 +186,7 @@ BackwardArgs to_internal(const moejit_backward_args_t &a) {
                                           .routing_weights = a.routing_weights, .weights = weights_of(a),
                                           .dx = a.dx, .d_routing_weights = a.d_routing_weights,
                                           .grads = grads_of(a), .x = a.x,
-                                          .weight_cache = weight_cache_of(a)},
+                                          .weight_cache = weight_cache_of(a), .consume_saved = a.consume_saved},
                              a);
 }
 

@@ -148,6 +148,11 @@ MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_
     return size_query(plan, bytes, [&](Plan &p) { return p.workspace_bytes(num_tokens); });
 }
 
+MOEJIT_API moejit_status_t moejit_plan_consuming_workspace_size(moejit_plan_t plan, int64_t num_tokens,
+                                                                size_t *bytes) {
+    return size_query(plan, bytes, [&](Plan &p) { return p.consuming_workspace_bytes(num_tokens); });
+}
+
 MOEJIT_API moejit_status_t moejit_plan_weight_cache_size(moejit_plan_t plan, size_t *bytes) {
     return size_query(plan, bytes, [](Plan &p) { return p.weight_cache_bytes(); });
 }

@@ -539,7 +539,12 @@ typedef struct moejit_backward_args {
     void *weight_cache;
     size_t weight_cache_size;
     moejit_weight_cache_mode_t weight_cache_mode;
-    int32_t reserved_0_11;        /* must be 0 */
+    /* since 0.12 (0.11: reserved, 0). 1: the call may write over `saved` (a bf16 plan writes
+     * the SwiGLU gradient over the saved g and u), which is spent afterwards: a second backward
+     * needs a new forward. The workspace then needs only moejit_plan_consuming_workspace_size
+     * bytes (S*2I elements fewer at the step's peak). 0: saved is only read. An FP8 plan writes
+     * nothing of saved either way. */
+    int32_t consume_saved;
 } moejit_backward_args_t;
 
 MOEJIT_API moejit_status_t moejit_plan_desc_init(moejit_plan_desc_t *desc);
@@ -568,6 +573,10 @@ MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t nu
                                                   size_t *bytes);
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens,
                                                       size_t *bytes);
+/* The workspace of a forward call and of a backward call with consume_saved = 1 (since 0.12):
+ * at most moejit_plan_workspace_size, which a backward that keeps saved needs. */
+MOEJIT_API moejit_status_t moejit_plan_consuming_workspace_size(moejit_plan_t plan, int64_t num_tokens,
+                                                                size_t *bytes);
 /* An MOEJIT_RECIPE_FP8_BLOCK plan's weight cache (since 0.11): its bytes (they depend on the
  * descriptor only), and the workspace a call with weight_cache_mode FILL or USE needs for T =
  * num_tokens (moejit_plan_workspace_size less the weights' regions, which the cache replaces).

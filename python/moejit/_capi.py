@@ -230,6 +230,7 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
     "moejit_plan_experts_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
     "moejit_plan_weight_cache_size": (status_t, [c_void_p, _P(c_size_t)]),
     "moejit_plan_cached_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
+    "moejit_plan_consuming_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
     "moejit_plan_experts_forward": (status_t, [c_void_p, _P(ExpertsForwardArgs)]),
     "moejit_plan_experts_backward": (status_t, [c_void_p, _P(ExpertsBackwardArgs)]),
 }

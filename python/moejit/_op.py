@@ -45,7 +45,13 @@ shape alone (an upper bound of moejit_plan_saved_size, which the real op checks)
 (meta) implementation gives it symbolically for a dynamic T, with no device and no plan.
 
 swiglu_limit is a float; 0.0 means no limit. The forward ops carry register_autograd; the
-backward ops are not differentiable (no double backward). The _main_grad backward ops add the
+backward ops are not differentiable (no double backward). Since 0.12 every backward op
+consumes `saved` (declared mutated: a bf16 layer writes its SwiGLU gradient over the saved g
+and u, S·2I elements fewer at the step's peak): a second backward through the same forward
+(retain_graph=True) raises PyTorch's "modified by an inplace operation" error, where the
+forward must run again. Under torch.compile, a compiled function that returns a forward op's
+`saved` output itself (not only `out`) fails in PyTorch's min-cut partitioner (a forward output
+that the backward writes); moejit.torch's calls never return it. The _main_grad backward ops add the
 float32 weight gradients into the given float32 buffers in place (Megatron's main_grad) and
 return no weight gradients.
 
@@ -304,12 +310,13 @@ def _stream(device: torch.device) -> int:
 def _weight_cache(spec: LayerSpec, plan: Plan, weights: Dict[str, torch.Tensor],
                   device: torch.device, tokens: int):
     """The FP8 weight cache of this call (moejit.torch.fp8_weight_cache) as Plan.forward /
-    Plan.backward keywords, and the workspace size that goes with it."""
+    Plan.backward keywords, and the workspace size that goes with it (a forward's, or a
+    backward's that consumes `saved`: the only kind this binding runs)."""
     cache, mode = (None, "none")
     if spec.recipe == "fp8-block":
         cache, mode = _fp8_weight_cache.call_cache(plan, weights, device)
     if mode == "none":
-        return {}, plan.workspace_size(tokens)
+        return {}, plan.consuming_workspace_size(tokens)
     # This call's stream reads (or writes) the buffer: the allocator must not hand it out again
     # at the block's end before that stream is past it.
     cache.record_stream(torch.cuda.current_stream(device))
@@ -454,7 +461,8 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
                   dw_gate_up=grads.get("w_gate_up"), dw_down=grads["w_down"],
                   b_down=biases.get("b_down"), db_gate_up=grads.get("b_gate_up"),
                   db_down=grads.get("b_down"), workspace=workspace,
-                  workspace_size=workspace_size, stream=_stream(device), **cache)
+                  workspace_size=workspace_size, consume_saved=True, stream=_stream(device),
+                  **cache)
     return dx, d_routing, ({} if main_grads is not None else grads)
 
 
@@ -498,7 +506,7 @@ def _(x, selected_experts, routing_weights, w_gate_up, w_down, swiglu_limit, rec
                          None, w_gate_up, w_down, swiglu_limit, **_recipe_kwargs(recipe))
 
 
-@torch.library.custom_op("moejit::fused_moe_backward", mutates_args=())
+@torch.library.custom_op("moejit::fused_moe_backward", mutates_args=("saved",))
 def fused_moe_backward(dout: torch.Tensor, x: torch.Tensor, selected_experts: torch.Tensor,
                        routing_weights: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                        w_down: torch.Tensor, saved: torch.Tensor, swiglu_limit: float,
@@ -519,7 +527,7 @@ def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, s
     return _like(x), _like(routing_weights), _like(w_gate), _like(w_up), _like(w_down)
 
 
-@torch.library.custom_op("moejit::fused_moe_merged_backward", mutates_args=())
+@torch.library.custom_op("moejit::fused_moe_merged_backward", mutates_args=("saved",))
 def fused_moe_merged_backward(dout: torch.Tensor, x: torch.Tensor,
                               selected_experts: torch.Tensor, routing_weights: torch.Tensor,
                               w_gate_up: torch.Tensor, w_down: torch.Tensor,
@@ -542,7 +550,7 @@ def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, saved, swig
 
 
 @torch.library.custom_op("moejit::fused_moe_backward_main_grad",
-                         mutates_args=("main_grad_gate", "main_grad_up", "main_grad_down"))
+                         mutates_args=("saved", "main_grad_gate", "main_grad_up", "main_grad_down"))
 def fused_moe_backward_main_grad(dout: torch.Tensor, x: torch.Tensor,
                                  selected_experts: torch.Tensor, routing_weights: torch.Tensor,
                                  w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
@@ -567,7 +575,7 @@ def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, s
 
 
 @torch.library.custom_op("moejit::fused_moe_merged_backward_main_grad",
-                         mutates_args=("main_grad_gate_up", "main_grad_down"))
+                         mutates_args=("saved", "main_grad_gate_up", "main_grad_down"))
 def fused_moe_merged_backward_main_grad(dout: torch.Tensor, x: torch.Tensor,
                                         selected_experts: torch.Tensor,
                                         routing_weights: torch.Tensor, w_gate_up: torch.Tensor,
@@ -628,7 +636,7 @@ def _(x, selected_experts, routing_weights, w_gate_up, w_down, b_gate_up, b_down
                                          weights_transposed))
 
 
-@torch.library.custom_op("moejit::fused_moe_gated_backward", mutates_args=())
+@torch.library.custom_op("moejit::fused_moe_gated_backward", mutates_args=("saved",))
 def fused_moe_gated_backward(dout: torch.Tensor, x: torch.Tensor,
                              selected_experts: torch.Tensor, routing_weights: torch.Tensor,
                              w_gate_up: torch.Tensor, w_down: torch.Tensor,
@@ -661,7 +669,7 @@ def _(dout, x, selected_experts, routing_weights, w_gate_up, w_down, b_gate_up, 
 
 
 @torch.library.custom_op("moejit::fused_moe_gated_backward_main_grad",
-                         mutates_args=("main_grad_gate_up", "main_grad_down",
+                         mutates_args=("saved", "main_grad_gate_up", "main_grad_down",
                                        "main_grad_b_gate_up", "main_grad_b_down"))
 def fused_moe_gated_backward_main_grad(
         dout: torch.Tensor, x: torch.Tensor, selected_experts: torch.Tensor,

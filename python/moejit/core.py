@@ -421,6 +421,12 @@ class Plan(_OwnedHandle):
     def workspace_size(self, num_tokens: int) -> int:
         return self._size(_capi.lib().moejit_plan_workspace_size, num_tokens)
 
+    def consuming_workspace_size(self, num_tokens: int) -> int:
+        """The workspace of a forward and of a backward with consume_saved=True (since 0.12):
+        at most workspace_size (a bf16 plan's backward then writes its SwiGLU gradient over
+        the saved g and u instead of a region of its own)."""
+        return self._size(_capi.lib().moejit_plan_consuming_workspace_size, num_tokens)
+
     def weight_cache_size(self) -> int:
         """Bytes of an FP8 plan's weight cache (moejit_plan_weight_cache_size; since 0.11): the
         weights quantized in both layouts the GEMMs read. A bf16 plan raises
@@ -456,11 +462,12 @@ class Plan(_OwnedHandle):
                  w_gate=None, w_up=None, w_gate_up=None, dw_gate=None, dw_up=None,
                  dw_gate_up=None, b_down=None, db_gate_up=None, db_down=None,
                  weight_cache=None, weight_cache_size: int = 0, weight_cache_mode: str = "none",
-                 stream: Optional[int] = None) -> None:
+                 consume_saved: bool = False, stream: Optional[int] = None) -> None:
         """x: the forward's input [T,H] (since 0.2 the saved buffer no longer holds its
         scatter; None only when num_tokens is 0). A has_bias plan (since 0.5) takes b_down
         [E,H] as in forward and writes (or, accumulating, adds into) db_gate_up [E,2I] and
-        db_down [E,H] in the weight-gradient dtype."""
+        db_down [E,H] in the weight-gradient dtype. consume_saved (since 0.12): the call may
+        write over saved, spent afterwards, and needs consuming_workspace_size bytes."""
         _launch(_capi.lib().moejit_plan_backward, self.handle, _capi.BackwardArgs,
                 dict(x=x, dout=dout, routing_weights=routing_weights, w_gate=w_gate, w_up=w_up,
                      w_gate_up=w_gate_up, w_down=w_down, saved=saved, dx=dx,
@@ -470,7 +477,8 @@ class Plan(_OwnedHandle):
                      weight_cache=weight_cache),
                 num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
                 weight_cache_size=weight_cache_size,
-                weight_cache_mode=weight_cache_mode_code(weight_cache_mode), stream=stream)
+                weight_cache_mode=weight_cache_mode_code(weight_cache_mode),
+                consume_saved=int(bool(consume_saved)), stream=stream)
 
     # ---- the pre-dispatched experts (since 0.6): rows already grouped by expert
 

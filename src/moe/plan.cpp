@@ -22,9 +22,9 @@ namespace {
 bool has_limit(const PlanDesc &d) { return d.swiglu_limit > 0.0f; }
 bool has_bias(const PlanDesc &d) { return d.has_bias != 0; }
 
-PlanLayout checked_layout(const PlanDesc &d, std::int64_t num_tokens, bool gathered) {
+PlanLayout checked_layout(const PlanDesc &d, std::int64_t num_tokens, bool gathered, bool consume_saved = false) {
     // PlanLayout validates T (>= 0, T·k <= 2^31-1) and every size with checked arithmetic.
-    return PlanLayout(d, num_tokens, gathered, "args->num_tokens");
+    return PlanLayout(d, num_tokens, gathered, "args->num_tokens", consume_saved);
 }
 
 SwigluSpec swiglu_spec_of(const PlanDesc &d) {
@@ -309,6 +309,11 @@ std::size_t Plan::workspace_bytes(std::int64_t num_tokens) const {
     return layout(num_tokens).workspace_bytes;
 }
 
+std::size_t Plan::consuming_workspace_bytes(std::int64_t num_tokens) const {
+    if (desc_.recipe == Recipe::fp8_block) return Fp8Layout(desc_, num_tokens).workspace_bytes;
+    return layout(num_tokens, true).workspace_bytes;
+}
+
 namespace {
 void require_fp8_plan(const PlanDesc &d, const char *query) {
     if (d.recipe != Recipe::fp8_block)
@@ -380,7 +385,7 @@ void Plan::backward(const BackwardArgs &a) {
     if (desc_.recipe == Recipe::fp8_block) return fp8_backward(a);
     const PlanDesc &d = desc_;
     check_weight_cache(d, a.weight_cache);  // a bf16 plan: NONE only
-    PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered);
+    PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered, consumes_saved(a.consume_saved));
     const bool T0 = a.num_tokens > 0;
     const ExpertWeights &w = a.weights;
     const ExpertGrads &g = a.grads;
@@ -400,8 +405,11 @@ void Plan::backward(const BackwardArgs &a) {
     // same region (T = 0: nothing to read).
     const void *dy = a.dout;
     if (T0) dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
+    // A consuming call writes d_gate_up over the saved g and u: the caller gave saved up to it.
+    char *d_gate_up = L.consumes_saved ? L.gate_up.in<char>(const_cast<void *>(a.saved))
+                                       : L.d_gate_up.in<char>(a.workspace);
     BackwardRows rows{L.rows, backward_gemm_bound(L, a.num_tokens), L.offsets.in<std::int32_t>(a.saved),
-                      a.x, dy, L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.daw.in<char>(a.workspace), L.d_gate_up.in<char>(a.workspace), d_w_s, dxs,
+                      a.x, dy, L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.daw.in<char>(a.workspace), d_gate_up, d_w_s, dxs,
                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
                       L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream, {}};
     if (T0) rows.late_x = {scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace)};

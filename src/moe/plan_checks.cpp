@@ -11,6 +11,12 @@ void require_tensor(const void *p, const char *name, bool needed) {
                    "{} ({}) is not 16-byte aligned; moejit moves rows as 16-byte vectors", name, p);
 }
 
+bool consumes_saved(std::int32_t consume_saved) {
+    MOEJIT_REQUIRE(consume_saved == 0 || consume_saved == 1, "args->consume_saved is {}, expected 0 or 1",
+                   consume_saved);
+    return consume_saved == 1;
+}
+
 void require_layer_buffers(std::int64_t tokens, std::size_t saved_bytes, std::size_t workspace_bytes,
                            const char *workspace_query, const void *saved, std::size_t saved_size,
                            const void *workspace, std::size_t workspace_size) {

@@ -15,9 +15,14 @@ namespace moejit {
 // vectors).
 void require_tensor(const void *p, const char *name, bool needed);
 
+// args->consume_saved, 0 or 1 (a 0.11 caller's reserved field there, which had to be 0): true
+// for 1.
+bool consumes_saved(std::int32_t consume_saved);
+
 // The layer calls' saved and workspace buffers against what moejit_plan_saved_size and
-// `workspace_query` (moejit_plan_workspace_size, or moejit_plan_cached_workspace_size for an FP8
-// call with a weight cache) return for the layout's T (PlanLayout or Fp8Layout).
+// `workspace_query` (moejit_plan_workspace_size; moejit_plan_cached_workspace_size for an FP8
+// call with a weight cache; moejit_plan_consuming_workspace_size for a consuming bf16 backward)
+// return for the layout's T (PlanLayout or Fp8Layout).
 void require_layer_buffers(std::int64_t tokens, std::size_t saved_bytes, std::size_t workspace_bytes,
                            const char *workspace_query, const void *saved, std::size_t saved_size,
                            const void *workspace, std::size_t workspace_size);
@@ -26,6 +31,8 @@ template <class Layout, class Args> void require_layer_buffers(const Layout &L, 
     const char *query = "moejit_plan_workspace_size";
     if constexpr (requires { L.cached_workspace_bytes; })
         if (cached) workspace_bytes = L.cached_workspace_bytes, query = "moejit_plan_cached_workspace_size";
+    if constexpr (requires { L.consumes_saved; })
+        if (L.consumes_saved) query = "moejit_plan_consuming_workspace_size";
     require_layer_buffers(L.tokens, L.saved_bytes, workspace_bytes, query, a.saved, a.saved_size, a.workspace,
                           a.workspace_size);
 }

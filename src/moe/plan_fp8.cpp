@@ -261,6 +261,9 @@ void Plan::fp8_backward(const BackwardArgs &a) {
     const ExpertWeights &w = a.weights;
     const ExpertGrads &gr = a.grads;
     const WeightCacheMode cache_mode = check_weight_cache(d, a.weight_cache);
+    // The FP8 backward writes nothing of saved (its d_gate_up is wider than the e4m3 g and u): a
+    // consuming call is an ordinary one, with the same workspace.
+    consumes_saved(a.consume_saved);
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.dout, "args->dout", T0);
     if (T0 || cache_mode == WeightCacheMode::fill) require_weights(d, w, true);

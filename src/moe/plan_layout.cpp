@@ -36,13 +36,14 @@ void take_saved_tail(Layout &l, RegionAllocator &saved, const Bytes &bytes, std:
 
 // The backward's regions both layouts share (daw, d_gate_up, d_w_s, the weight-gradient split and
 // the bias partials), then the workspace's size: the larger of the two calls'.
+// d_gate_up_in_saved: the backward writes it over the saved gate_up (no region here).
 template <class Layout, class Bytes>
 void take_backward_tail(Layout &l, const RegionAllocator &fwd, RegionAllocator &bwd, const Bytes &bytes,
-                        const PlanDesc &desc, std::int64_t rows) {
+                        const PlanDesc &desc, std::int64_t rows, bool d_gate_up_in_saved = false) {
     const std::int64_t H = desc.hidden_size, I = desc.intermediate_size;
     const std::int64_t el = static_cast<std::int64_t>(dtype_size(desc.dtype));
     l.daw = bwd.take(bytes({rows, I, el}));
-    l.d_gate_up = bwd.take(bytes({rows, 2, I, el}));
+    if (!d_gate_up_in_saved) l.d_gate_up = bwd.take(bytes({rows, 2, I, el}));
     l.d_w_s = bwd.take(bytes({rows, 4}));
     l.wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
     if (desc.has_bias) l.bias_partial = bwd.take(bias_grad_workspace_bytes(rows, desc.num_experts, std::max(2 * I, H)));
@@ -52,8 +53,11 @@ void take_backward_tail(Layout &l, const RegionAllocator &fwd, RegionAllocator &
 }  // namespace
 
 PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathered_rows,
-                       const char *tokens_arg)
-    : tokens(num_tokens), rows(checked_rows(num_tokens, desc.top_k, tokens_arg)), gathered(gathered_rows) {
+                       const char *tokens_arg, bool consume_saved)
+    : tokens(num_tokens),
+      rows(checked_rows(num_tokens, desc.top_k, tokens_arg)),
+      gathered(gathered_rows),
+      consumes_saved(consume_saved) {
     // S <= 2^31-1 now; H, I and E come from a validated desc but have no upper bound, so every
     // byte count is still a checked product (blamed on T, the value that varies per call).
     const std::int64_t S = rows, H = desc.hidden_size, I = desc.intermediate_size, E = desc.num_experts;
@@ -82,7 +86,10 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     // three regions (DESIGN.md §2.7).
     dy = xs;
     dxs = xs;
-    take_backward_tail(*this, fwd, bwd, bytes, desc, S);
+    // A consuming backward writes d_gate_up over the saved g and u: the SwiGLU backward reads
+    // each element before the same thread writes its gradient there (templates/swiglu.cuh), and
+    // nothing reads g or u after it (S·2I elements fewer at the step's peak, DESIGN.md §2.7).
+    take_backward_tail(*this, fwd, bwd, bytes, desc, S, consume_saved);
 }
 
 ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool gathered,

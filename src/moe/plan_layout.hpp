@@ -45,11 +45,14 @@ struct PlanLayout {
     // Validates T as every call taking it does (T >= 0, T·k <= 2^31-1) and computes every size
     // with checked arithmetic: a bad or overflowing T is Status::invalid_argument naming
     // `tokens_arg` ("num_tokens" for the size queries, "args->num_tokens" for the calls).
+    // consume_saved: the layout of a backward that writes its SwiGLU gradient over the saved g
+    // and u (moejit_backward_args_t.consume_saved): no d_gate_up region in the workspace.
     PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathered,
-               const char *tokens_arg = "num_tokens");
+               const char *tokens_arg = "num_tokens", bool consume_saved = false);
 
     std::int64_t tokens = 0, rows = 0;  // T and S = T·k
     bool gathered = false;
+    bool consumes_saved = false;  // d_gate_up is gate_up, in the saved buffer
     // saved (written by forward, read by backward)
     Region offsets;        // [E+1] int32
     Region scatter_index;  // [T,k] int32
@@ -68,7 +71,7 @@ struct PlanLayout {
     // backward workspace (overlaps forward's: a call uses one or the other)
     Region dy;             // [S,H] scattered dout: = xs, read before backward scatters x
     Region daw;            // [S,I] d(a·w), then a·w recomputed in place (fc2's weight gradient)
-    Region d_gate_up;      // like gate_up
+    Region d_gate_up;      // like gate_up (empty when consumes_saved: gate_up's bytes instead)
     Region d_w_s;          // [S] fp32
     Region dxs;            // [S,H]: = xs, written after the last read of x's rows
     Region wgrad_split;    // the weight gradients' split-reduction scratch (may be empty)

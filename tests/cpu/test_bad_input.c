@@ -496,6 +496,7 @@ static void test_plan(moejit_context_t c) {
     /* Size queries and calls without a plan (a plan needs a device: tests/gpu). */
     CHECK_STATUS(moejit_plan_saved_size(NULL, 16, &bytes), INV, "plan");
     CHECK_STATUS(moejit_plan_workspace_size(NULL, 16, &bytes), INV, "plan");
+    CHECK_STATUS(moejit_plan_consuming_workspace_size(NULL, 16, &bytes), INV, "plan");
     CHECK_STATUS(moejit_plan_saved_size(NULL, -1, NULL), INV, "plan");
 
     memset(&fb, 0, sizeof fb);

@@ -386,6 +386,47 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
             }
 }
 
+// A consuming backward (moejit_backward_args_t.consume_saved) writes d_gate_up over the saved g
+// and u: the same saved buffer, no d_gate_up region, and a workspace smaller by at most its
+// bytes that still holds everything else of both calls.
+BOOST_AUTO_TEST_CASE(consuming_layout_drops_d_gate_up_only) {
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED})
+        for (std::int64_t T : {0, 1, 3, 1000, 16384})
+            for (bool gathered : {true, false}) {
+                const moejit_plan_desc_t d = layer_desc(2048, 768, 128, 8, layout);
+                const moejit::PlanDesc pd = moejit::to_internal(d);
+                const moejit::PlanLayout keep(pd, T, gathered), spend(pd, T, gathered, "num_tokens", true);
+                BOOST_TEST_CONTEXT("T=" << T << " gathered=" << gathered << " layout=" << layout) {
+                    BOOST_TEST(!keep.consumes_saved);
+                    BOOST_TEST(spend.consumes_saved);
+                    BOOST_TEST(spend.saved_bytes == keep.saved_bytes);
+                    BOOST_TEST(spend.gate_up.offset == keep.gate_up.offset);
+                    BOOST_TEST(spend.d_gate_up.bytes == 0u);
+                    BOOST_TEST(spend.workspace_bytes <= keep.workspace_bytes);
+                    BOOST_TEST(keep.workspace_bytes - spend.workspace_bytes <= keep.d_gate_up.bytes);
+                    // The forward's regions are the same; the backward's others keep their sizes.
+                    BOOST_TEST(spend.y.offset == keep.y.offset);
+                    BOOST_TEST(spend.aw.offset == keep.aw.offset);
+                    BOOST_TEST(spend.daw.bytes == keep.daw.bytes);
+                    BOOST_TEST(spend.d_w_s.bytes == keep.d_w_s.bytes);
+                    BOOST_TEST(spend.wgrad_split.bytes == keep.wgrad_split.bytes);
+                    const moejit::Region none{};
+                    check_regions({{"xs = dy = dxs", spend.xs, keep.xs.bytes},
+                                   {"daw", spend.daw, keep.daw.bytes},
+                                   {"d_gate_up", none, 0},
+                                   {"d_w_s", spend.d_w_s, keep.d_w_s.bytes},
+                                   {"wgrad_split", spend.wgrad_split, keep.wgrad_split.bytes},
+                                   {"bias_partial", spend.bias_partial, 0}},
+                                  spend.workspace_bytes, "consuming backward workspace");
+                }
+            }
+    // qwen3-30b-a3b at T = 16384: the backward's d_gate_up was the workspace's largest excess over
+    // the forward's, so the consuming workspace is the forward's (y [S,H] and a·w [S,I]).
+    const moejit::PlanDesc q = moejit::to_internal(layer_desc(2048, 768, 128, 8, MOEJIT_FC1_MERGED));
+    const moejit::PlanLayout keep(q, 16384, true), spend(q, 16384, true, "num_tokens", true);
+    BOOST_TEST(keep.workspace_bytes - spend.workspace_bytes >= keep.d_gate_up.bytes / 2);
+}
+
 BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
     for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
         moejit_plan_desc_t d = small_desc(layout);

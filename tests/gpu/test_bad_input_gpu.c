@@ -101,7 +101,7 @@ static void test_plan(moejit_context_t c) {
     moejit_plan_t plan = NULL;
     moejit_forward_args_t f;
     moejit_backward_args_t b;
-    size_t saved = 0, work = 0, bytes = 0;
+    size_t saved = 0, work = 0, consuming = 0, bytes = 0;
     const size_t xb = (size_t)T * H * 2, wb = (size_t)E * I * H * 2, rb = (size_t)T * K * 4;
     void *x, *ids, *rw, *wg, *wu, *wd, *out, *dsaved, *dwork, *dout, *dx, *drw, *dwg, *dwu, *dwd;
     uint16_t hx[T * H], hw[E * I * H];
@@ -127,6 +127,10 @@ static void test_plan(moejit_context_t c) {
     CHECK_STATUS(moejit_plan_workspace_size(plan, ((int64_t)1 << 31) / K, &bytes), INV, "num_tokens");
     CHECK_STATUS(moejit_plan_saved_size(plan, T, &saved), OK, NULL);
     CHECK_STATUS(moejit_plan_workspace_size(plan, T, &work), OK, NULL);
+    CHECK_STATUS(moejit_plan_consuming_workspace_size(plan, T, NULL), INV, "bytes");
+    CHECK_STATUS(moejit_plan_consuming_workspace_size(plan, -1, &bytes), INV, "num_tokens");
+    CHECK_STATUS(moejit_plan_consuming_workspace_size(plan, T, &consuming), OK, NULL);
+    CHECK(consuming > 0 && consuming <= work);
 
     for (i = 0; i < T * H; ++i) hx[i] = 0x3F00; /* 0.5 */
     for (i = 0; i < E * I * H; ++i) hw[i] = (uint16_t)(0x3C00 + (i % 7)); /* ~0.008 */
@@ -200,6 +204,16 @@ static void test_plan(moejit_context_t c) {
     BWD_CASE(dw_down, NULL, "args->dw_down");
     BWD_CASE(saved_size, saved - 1, "args->saved_size");
     BWD_CASE(workspace_size, work - 1, "args->workspace_size");
+    BWD_CASE(consume_saved, 2, "args->consume_saved");
+    BWD_CASE(consume_saved, -1, "args->consume_saved");
+    {
+        /* A consuming call needs only the consuming size, and names that query when short. */
+        moejit_backward_args_t keep = b;
+        b.consume_saved = 1;
+        b.workspace_size = consuming - 1;
+        CHECK_STATUS(moejit_plan_backward(plan, &b), INV, "moejit_plan_consuming_workspace_size");
+        b = keep;
+    }
     BWD_CASE(struct_size, 0, "args->struct_size");
     BWD_CASE(struct_size, offsetof(moejit_backward_args_t, x) + 4, "args->struct_size");
     /* 0.1's struct (no x) with T > 0: named as args->x; with T = 0: accepted and run. */

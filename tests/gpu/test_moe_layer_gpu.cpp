@@ -403,12 +403,20 @@ moejit_status_t forward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layou
     return moejit_plan_forward(plan, &a);
 }
 
+// Set by the consuming-backward case: backward() passes consume_saved = 1 with only
+// moejit_plan_consuming_workspace_size bytes of workspace.
+bool g_consume_saved = false;
+
 // The forward's inputs, saved and workspace (layer_args.h), and the gradients' buffers.
 moejit_status_t backward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layout_t layout, DeviceInputs &in,
                          DeviceOutputs &o, void *stream) {
     const moejit_forward_args_t f = forward_args(c, layout, in, o, stream);
     moejit_backward_args_t a;
     layer_backward_args(&f, &a);
+    if (g_consume_saved) {
+        a.consume_saved = 1;
+        MOEJIT_TEST_OK(moejit_plan_consuming_workspace_size(plan, c.T, &a.workspace_size));
+    }
     a.dout = in.dout.get();
     a.dx = o.dx.get();
     a.d_routing_weights = o.d_weights.get();
@@ -825,6 +833,50 @@ void run_case(const LayerCase &c) {
 
 // ---------------------------------------------------------------- the cases
 
+// A consuming backward (consume_saved = 1) against the keeping one on the same inputs: the same
+// bits in every output and gradient, its d_gate_up written over the saved g and u (bitwise the
+// keeping call's workspace region), the rest of saved as the forward left it. The keeping run
+// is checked against the float64 reference first.
+void run_consuming_case(const LayerCase &c) {
+    gpu_context();
+    const HostLayer h = make_host_layer(c, test_seed());
+    const MoeRefResult ref = reference_of(c, h);
+    DeviceInputs in;
+    in.upload(c, h);
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
+        PlanHandle plan;
+        create_plan(plan, c, layout);
+        DeviceOutputs o = allocate_outputs(c, layout, plan.plan);
+        const LayerResult keep = run_layer(c, layout, plan.plan, in, o, h);
+        const Report checked = check_layer(c, layout, h, ref, keep);
+        checked.print();
+        checked.expect_ok();
+        g_consume_saved = true;
+        const LayerResult spend = run_layer(c, layout, plan.plan, in, o, h);
+        g_consume_saved = false;
+        Report r;
+        r.title = c.name + " consuming-vs-keeping " + layout_name(layout) + " " + shape_of(c);
+        check_exact(r, "out", spend.out, keep.out);
+        check_exact(r, "dx", spend.dx, keep.dx);
+        check_exact(r, "d_rw", spend.d_weights, keep.d_weights);
+        check_exact(r, "dW_gate", spend.dw_gate, keep.dw_gate);
+        check_exact(r, "dW_up", spend.dw_up, keep.dw_up);
+        check_exact(r, "dW_down", spend.dw_down, keep.dw_down);
+        check_bytes(r, "saved_after_forward", spend.saved_after_forward, keep.saved_after_forward);
+        const Regions R(c, layout, keep.gathered);
+        const auto bytes_of = [](const std::vector<std::uint8_t> &buf, const moejit::Region &reg) {
+            return std::vector<std::uint8_t>(buf.begin() + reg.offset, buf.begin() + reg.offset + reg.bytes);
+        };
+        check_bytes(r, "d_gate_up_over_saved", bytes_of(spend.saved, R.L.gate_up),
+                    bytes_of(keep.workspace, R.L.d_gate_up));
+        const std::vector<std::uint8_t> head_after(spend.saved.begin(), spend.saved.begin() + R.L.gate_up.offset),
+            head_forward(spend.saved_after_forward.begin(), spend.saved_after_forward.begin() + R.L.gate_up.offset);
+        check_bytes(r, "saved_before_gate_up_unchanged", head_after, head_forward);
+        r.print();
+        r.expect_ok();
+    }
+}
+
 // A case of shape (T, E, H, I, k); everything else at LayerCase's defaults.
 LayerCase layer_case(std::string name, std::int64_t T, std::int32_t E, std::int64_t H, std::int64_t I,
                      std::int32_t k) {
@@ -972,6 +1024,25 @@ BOOST_AUTO_TEST_CASE(single_token) {
     c.routing = Routing::uniform;
     c.active = {3, 11};  // 4 routes over 2 experts: duplicates
     run_case(c);
+}
+
+// moejit_backward_args_t.consume_saved (since 0.12): duplicate routes, every route to expert 0,
+// a single token and empty experts accumulating.
+BOOST_AUTO_TEST_CASE(consuming_backward_matches_the_keeping_one) {
+    LayerCase c = mid_case("consume_duplicates");
+    c.routing = Routing::uniform;
+    c.limit = 10.0f;
+    c.fc1_scale = 10.0;
+    run_consuming_case(c);
+    run_consuming_case(seed_case(128));
+    c = mid_case("consume_T1");
+    c.T = 1;
+    c.active = {3, 11};
+    run_consuming_case(c);
+    c = mid_case("consume_empty_experts_accumulate");
+    c.active = {1, 2, 5, 8, 9, 13};
+    c.accumulate = true;
+    run_consuming_case(c);
 }
 
 BOOST_AUTO_TEST_CASE(zero_tokens) {

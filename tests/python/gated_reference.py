@@ -183,13 +183,26 @@ def unused_experts(sel, num_experts):
     return [e for e in range(num_experts) if e not in used]
 
 
-def opcheck_forward_backward(forward, backward, x, index, rw, params, options, dout, **checks):
+def opcheck_forward_backward(forward, backward, x, index, rw, params, options, dout,
+                             consumes_saved=False, **checks):
     """torch.library.opcheck of a gated forward op called (x, index, rw, *params, *options), with
     x, rw and every param (None stays None) requiring grad, then of its backward op called (dout,
     x, index, rw, *params, saved, *options) on the forward's saved buffer, which it returns.
-    checks: opcheck's keyword arguments (test_utils)."""
+    checks: opcheck's keyword arguments (test_utils). consumes_saved (the layer ops, whose
+    backward writes over saved): the forward's aot-dispatch test is replaced by
+    compile_steps.assert_min_cut_compiles (see FORWARD_WITH_GRAD_CHECKS there)."""
+    from compile_steps import FORWARD_WITH_GRAD_CHECKS, assert_min_cut_compiles
+
     grad = [t if t is None else t.clone().requires_grad_() for t in (x, rw, *params)]
-    torch.library.opcheck(forward, (grad[0], index, grad[1], *grad[2:], *options), **checks)
+    grad_args = (grad[0], index, grad[1], *grad[2:], *options)
+    if consumes_saved:
+        utils = checks.get("test_utils", FORWARD_WITH_GRAD_CHECKS)
+        utils = tuple(u for u in ((utils,) if isinstance(utils, str) else utils)
+                      if u in FORWARD_WITH_GRAD_CHECKS)
+        torch.library.opcheck(forward, grad_args, **{**checks, "test_utils": utils})
+        assert_min_cut_compiles(forward, grad_args, dout)
+    else:
+        torch.library.opcheck(forward, grad_args, **checks)
     _, saved = forward(x, index, rw, *params, *options)
     torch.library.opcheck(backward, (dout, x, index, rw, *params, saved, *options), **checks)
     return saved

@@ -38,8 +38,9 @@ def test_recipe_values_and_default(lib):
 def test_args_carry_the_weight_cache_and_init_to_none(lib):
     for cls, offset, size in ((_capi.ForwardArgs, 136, 160), (_capi.BackwardArgs, 184, 208)):
         fields = [f for f, _ in cls._fields_]
-        assert fields[-4:] == ["weight_cache", "weight_cache_size", "weight_cache_mode",
-                               "reserved_0_11"]
+        # 0.12 named the backward's reserved field consume_saved (0: as in 0.11).
+        last = "reserved_0_11" if cls is _capi.ForwardArgs else "consume_saved"
+        assert fields[-4:] == ["weight_cache", "weight_cache_size", "weight_cache_mode", last]
         if ctypes.sizeof(ctypes.c_void_p) == 8:
             assert cls.weight_cache.offset == offset and ctypes.sizeof(cls) == size
         args = _capi.c_init_struct(cls)

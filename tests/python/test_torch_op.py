@@ -30,23 +30,23 @@ SCHEMAS = {
                         "float swiglu_limit, str recipe=\"bf16\") -> (Tensor, Tensor)",
     "fused_moe_backward": "moejit::fused_moe_backward(Tensor dout, Tensor x, "
                           "Tensor selected_experts, Tensor routing_weights, Tensor w_gate, "
-                          "Tensor w_up, Tensor w_down, Tensor saved, float swiglu_limit, "
+                          "Tensor w_up, Tensor w_down, Tensor(a7!) saved, float swiglu_limit, "
                           "str recipe=\"bf16\") -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     "fused_moe_merged_backward": "moejit::fused_moe_merged_backward(Tensor dout, Tensor x, "
                                  "Tensor selected_experts, Tensor routing_weights, "
-                                 "Tensor w_gate_up, Tensor w_down, Tensor saved, "
+                                 "Tensor w_gate_up, Tensor w_down, Tensor(a6!) saved, "
                                  "float swiglu_limit, str recipe=\"bf16\") -> "
                                  "(Tensor, Tensor, Tensor, Tensor)",
     "fused_moe_backward_main_grad": "moejit::fused_moe_backward_main_grad(Tensor dout, "
                                     "Tensor x, Tensor selected_experts, "
                                     "Tensor routing_weights, Tensor w_gate, Tensor w_up, "
-                                    "Tensor w_down, Tensor saved, float swiglu_limit, "
+                                    "Tensor w_down, Tensor(a7!) saved, float swiglu_limit, "
                                     "Tensor(a9!) main_grad_gate, Tensor(a10!) main_grad_up, "
                                     "Tensor(a11!) main_grad_down) -> (Tensor, Tensor)",
     "fused_moe_merged_backward_main_grad": "moejit::fused_moe_merged_backward_main_grad("
                                            "Tensor dout, Tensor x, Tensor selected_experts, "
                                            "Tensor routing_weights, Tensor w_gate_up, "
-                                           "Tensor w_down, Tensor saved, float swiglu_limit, "
+                                           "Tensor w_down, Tensor(a6!) saved, float swiglu_limit, "
                                            "Tensor(a8!) main_grad_gate_up, "
                                            "Tensor(a9!) main_grad_down) -> (Tensor, Tensor)",
     "fused_moe_gated": "moejit::fused_moe_gated(Tensor x, Tensor selected_experts, "
@@ -57,7 +57,7 @@ SCHEMAS = {
     "fused_moe_gated_backward": "moejit::fused_moe_gated_backward(Tensor dout, Tensor x, "
                                 "Tensor selected_experts, Tensor routing_weights, "
                                 "Tensor w_gate_up, Tensor w_down, Tensor? b_gate_up, "
-                                "Tensor? b_down, Tensor saved, float swiglu_limit, "
+                                "Tensor? b_down, Tensor(a8!) saved, float swiglu_limit, "
                                 "str activation, float alpha, bool interleaved, "
                                 "bool weights_transposed) -> "
                                 "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
@@ -65,7 +65,7 @@ SCHEMAS = {
                                           "Tensor dout, Tensor x, Tensor selected_experts, "
                                           "Tensor routing_weights, Tensor w_gate_up, "
                                           "Tensor w_down, Tensor? b_gate_up, Tensor? b_down, "
-                                          "Tensor saved, float swiglu_limit, str activation, "
+                                          "Tensor(a8!) saved, float swiglu_limit, str activation, "
                                           "float alpha, bool interleaved, "
                                           "bool weights_transposed, "
                                           "Tensor(a14!) main_grad_gate_up, "
@@ -81,12 +81,16 @@ def test_every_op_is_registered_with_its_schema():
         assert str(getattr(torch.ops.moejit, name).default._schema) == schema
 
 
-def test_only_the_forward_ops_are_differentiable_and_the_main_grad_ops_mutate():
+def test_only_the_forward_ops_are_differentiable_and_the_backward_ops_mutate():
+    # The backward ops consume `saved` (0.12); the _main_grad ones also add into main_grad.
     for name in _op.OPS:
         schema = getattr(torch.ops.moejit, name).default._schema
         mutated = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
         if name.endswith("_main_grad"):
-            assert mutated and all(m.startswith("main_grad") for m in mutated), name
+            assert mutated[0] == "saved", name
+            assert len(mutated) > 1 and all(m.startswith("main_grad") for m in mutated[1:]), name
+        elif "backward" in name:
+            assert mutated == ["saved"], name
         else:
             assert not mutated, name
 

@@ -19,7 +19,8 @@ from torch import nn  # noqa: E402
 
 import moejit  # noqa: E402
 import moejit.torch as mt  # noqa: E402
-from compile_steps import assert_one_graph_calling, assert_steps_equal, train_step  # noqa: E402
+from compile_steps import (FORWARD_WITH_GRAD_CHECKS, assert_min_cut_compiles,  # noqa: E402
+                           assert_one_graph_calling, assert_steps_equal, train_step)
 from dispatch_log import DispatchLog  # noqa: E402
 
 H, I, E, K = 32, 16, 4, 2
@@ -48,8 +49,10 @@ def layer_inputs(tokens=24, merged=False, rw_dtype=torch.float32, seed=0, requir
 def test_opcheck_every_op(merged, rw_dtype):
     x, sel, rw, weights = layer_inputs(merged=merged, rw_dtype=rw_dtype)
     fwd = torch.ops.moejit.fused_moe_merged if merged else torch.ops.moejit.fused_moe
-    torch.library.opcheck(fwd, (x.clone().requires_grad_(), sel, rw.clone().requires_grad_(),
-                                *(w.clone().requires_grad_() for w in weights), 0.75))
+    grad_args = (x.clone().requires_grad_(), sel, rw.clone().requires_grad_(),
+                 *(w.clone().requires_grad_() for w in weights), 0.75)
+    torch.library.opcheck(fwd, grad_args, test_utils=FORWARD_WITH_GRAD_CHECKS)
+    assert_min_cut_compiles(fwd, grad_args, torch.randn_like(x))
     torch.library.opcheck(fwd, (x.view(4, 6, H), sel.view(4, 6, K), rw.view(4, 6, K),
                                 *weights, 0.0))
     out, saved = fwd(x, sel, rw, *weights, 0.75)

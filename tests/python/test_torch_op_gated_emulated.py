@@ -125,6 +125,7 @@ def test_opcheck_every_gated_op(config):
     saved = opcheck_forward_backward(torch.ops.moejit.fused_moe_gated,
                                      torch.ops.moejit.fused_moe_gated_backward, x, sel, rw,
                                      (w_gate_up, w_down, b_gate_up, b_down), options, dout,
+                                     consumes_saved=True,
                                      **checks)
     main = [torch.randn(t.shape) if t is not None else None
             for t in (w_gate_up, w_down, b_gate_up, b_down)]

@@ -140,7 +140,8 @@ def test_opcheck_gated_ops():
     options = (c["limit"], c["activation"], 1.702, c["interleaved"], c["transposed"])
     saved = opcheck_forward_backward(torch.ops.moejit.fused_moe_gated,
                                      torch.ops.moejit.fused_moe_gated_backward, x, sel, rw,
-                                     (w_gate_up, w_down, b_gate_up, b_down), options, dout)
+                                     (w_gate_up, w_down, b_gate_up, b_down), options, dout,
+                                     consumes_saved=True)
     mains = [torch.randn(t.shape, device="cuda") for t in (w_gate_up, w_down, b_gate_up, b_down)]
     torch.library.opcheck(torch.ops.moejit.fused_moe_gated_backward_main_grad,
                           (dout, x, sel, rw, w_gate_up, w_down, b_gate_up, b_down, saved,
