@@ -494,7 +494,9 @@ typedef struct moejit_forward_args {
     void *out;                    /* [T,H] */
     void *saved;                  /* moejit_plan_saved_size bytes, kept for backward */
     size_t saved_size;
-    void *workspace;              /* moejit_plan_workspace_size bytes, scratch */
+    void *workspace;              /* moejit_plan_consuming_workspace_size bytes (since 0.12;
+                                     0.11 asked for moejit_plan_workspace_size, which is at
+                                     least that), scratch */
     size_t workspace_size;
     void *stream;
     /* ---- since 0.5 */
@@ -574,7 +576,8 @@ MOEJIT_API moejit_status_t moejit_plan_saved_size(moejit_plan_t plan, int64_t nu
 MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_t num_tokens,
                                                       size_t *bytes);
 /* The workspace of a forward call and of a backward call with consume_saved = 1 (since 0.12):
- * at most moejit_plan_workspace_size, which a backward that keeps saved needs. */
+ * at most moejit_plan_workspace_size, which a backward that keeps saved needs (for an FP8 plan
+ * the two are equal). */
 MOEJIT_API moejit_status_t moejit_plan_consuming_workspace_size(moejit_plan_t plan, int64_t num_tokens,
                                                                 size_t *bytes);
 /* An MOEJIT_RECIPE_FP8_BLOCK plan's weight cache (since 0.11): its bytes (they depend on the

@@ -389,4 +389,58 @@ BOOST_AUTO_TEST_CASE(weight_cache_layout_and_refusals) {
         BOOST_TEST(static_cast<int>(e.status()) == static_cast<int>(moejit::Status::unsupported));
         BOOST_TEST(std::string(e.what()).find("MOEJIT_WEIGHT_CACHE_USE") != std::string::npos, e.what());
     }
+
+    // The consuming backward (0.12) on the same bf16 plan: a forward and a consuming backward take
+    // moejit_plan_consuming_workspace_size bytes and get as far as the device; a keeping backward
+    // refuses that size naming moejit_plan_workspace_size; consume_saved is 0 or 1. (The FP8 plan
+    // consumes nothing: the two sizes are equal there.)
+    const std::int64_t T = 64;
+    const std::size_t consuming = bplan.consuming_workspace_bytes(T), keeping = bplan.workspace_bytes(T);
+    BOOST_TEST(consuming < keeping);
+    BOOST_TEST(plan.consuming_workspace_bytes(T) == plan.workspace_bytes(T));
+    auto outcome = [](auto call) {
+        try {
+            call();
+        } catch (const moejit::Error &e) {
+            return std::pair{e.status(), std::string(e.what())};
+        }
+        return std::pair{moejit::Status::success, std::string()};
+    };
+    auto expect = [](const std::pair<moejit::Status, std::string> &got, const char *names) {
+        BOOST_TEST(static_cast<int>(got.first) == static_cast<int>(moejit::Status::invalid_argument), got.second);
+        BOOST_TEST(got.second.find(names) != std::string::npos, got.second);
+    };
+    moejit::ForwardArgs f;
+    f.num_tokens = T;
+    f.x = f.selected_experts = f.routing_weights = fake;
+    f.out = fake;
+    f.weights.w_gate_up = f.weights.w_down = fake;
+    f.saved = fake;
+    f.saved_size = bplan.saved_bytes(T);
+    f.workspace = fake;
+    f.workspace_size = consuming;
+    expect(outcome([&] { bplan.forward(f); }), "compile-only");
+    f.workspace_size = consuming - 1;
+    expect(outcome([&] { bplan.forward(f); }), "moejit_plan_consuming_workspace_size");
+    moejit::BackwardArgs k;
+    k.num_tokens = T;
+    k.x = k.dout = k.routing_weights = fake;
+    k.dx = k.d_routing_weights = fake;
+    k.weights.w_gate_up = k.weights.w_down = fake;
+    k.grads.dw_gate_up = k.grads.dw_down = fake;
+    k.saved = fake;
+    k.saved_size = bplan.saved_bytes(T);
+    k.workspace = fake;
+    k.workspace_size = consuming;
+    k.consume_saved = 1;
+    expect(outcome([&] { bplan.backward(k); }), "compile-only");
+    k.workspace_size = consuming - 1;
+    expect(outcome([&] { bplan.backward(k); }), "moejit_plan_consuming_workspace_size");
+    k.workspace_size = consuming;
+    k.consume_saved = 0;
+    expect(outcome([&] { bplan.backward(k); }), "moejit_plan_workspace_size for");
+    k.workspace_size = keeping;
+    expect(outcome([&] { bplan.backward(k); }), "compile-only");
+    k.consume_saved = 2;
+    expect(outcome([&] { bplan.backward(k); }), "args->consume_saved is 2");
 }

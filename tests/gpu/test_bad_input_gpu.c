@@ -176,7 +176,8 @@ static void test_plan(moejit_context_t c) {
     FWD_CASE(out, (char *)out + 4, "args->out");
     FWD_CASE(saved, NULL, "args->saved");
     FWD_CASE(saved_size, saved - 1, "args->saved_size");
-    FWD_CASE(workspace_size, work - 1, "args->workspace_size");
+    /* Since 0.12 a forward needs only the consuming size (its regions are the same). */
+    FWD_CASE(workspace_size, consuming - 1, "moejit_plan_consuming_workspace_size");
     FWD_CASE(workspace, (char *)dwork + 1, "args->workspace");
     FWD_CASE(struct_size, 0, "args->struct_size");
     FWD_CASE(struct_size, 24, "args->struct_size");

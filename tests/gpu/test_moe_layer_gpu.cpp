@@ -1037,6 +1037,7 @@ BOOST_AUTO_TEST_CASE(consuming_backward_matches_the_keeping_one) {
     run_consuming_case(seed_case(128));
     c = mid_case("consume_T1");
     c.T = 1;
+    c.routing = Routing::uniform;
     c.active = {3, 11};
     run_consuming_case(c);
     c = mid_case("consume_empty_experts_accumulate");
