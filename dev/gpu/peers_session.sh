@@ -82,6 +82,12 @@ case $phase in
     say "FP8 with SonicMoE"
   fi
   dup_bench sonic sonicmoe 120
+  # PROFILE=1: the bf16 step's kernels (dev/gpu/step_profile.py) when the call has time left.
+  if [ -n "${PROFILE:-}" ] && [ "$(left)" -gt 60 ]; then
+    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; timeout $(( $(left) - 20 )) python3 dev/gpu/step_profile.py --impl moejit \
+        qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3.txt" 2>&1 ); say "profile rc=$?"
+    tail -3 "${OUT:-out}/profile_bf16_qwen3.txt"
+  fi
   ;;
 3)
   timed_bench quack quack topk 130 $shapes_arg; say "quack top-k"
