@@ -43,7 +43,8 @@
  * Binary compatibility: the soname is libmoejit.so.<ABI major> (libmoejit.so.0 today). Every
  * exported symbol is versioned (capi/moejit.map): MOEJIT_0.1 holds the 0.1 entry points,
  * MOEJIT_0.4 the *_init_sized functions, MOEJIT_0.6 the experts entry, MOEJIT_0.11
- * moejit_context_device_errors, the size-term queries and the FP8 weight cache's; a release that adds functions adds a node. The ABI
+ * moejit_context_device_errors, the size-term queries and the FP8 weight cache's, MOEJIT_0.12
+ * moejit_plan_consuming_workspace_size; a release that adds functions adds a node. The ABI
  * major (and soname) is bumped, and the version nodes restart, when a binary built against an
  * earlier header of the same major could stop working: a removed or retyped function, a changed
  * enum or status value, a field removed, moved or retyped, a released struct_size no longer
@@ -519,7 +520,8 @@ typedef struct moejit_backward_args {
     const void *w_up;
     const void *w_gate_up;
     const void *w_down;
-    const void *saved;            /* written by the forward call */
+    const void *saved;            /* written by the forward call; a consuming call (consume_saved,
+                                     below) writes over it */
     size_t saved_size;
     void *dx;                     /* [T,H] */
     void *d_routing_weights;      /* [T,k] in routing_dtype */

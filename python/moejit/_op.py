@@ -422,7 +422,9 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
               main_grads=None, recipe="bf16", **gated):
     """Returns (dx, d_routing_weights, {name: dW}) or, with main_grads {name: fp32 buffer},
     (dx, d_routing_weights, {}) after adding the weight gradients into main_grads. With
-    biases (gated b_gate_up and b_down) the dicts also hold "b_gate_up" and "b_down"."""
+    biases (gated b_gate_up and b_down) the dicts also hold "b_gate_up" and "b_down".
+    Spends `saved` (consume_saved): a caller outside the ops' dispatcher, which bumps the
+    version of what an op mutates, bumps it itself (moejit.torch._DirectFunction)."""
     spec = _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
                             swiglu_limit, main_grads, recipe, **gated)
     biases = _bias_names(gated)

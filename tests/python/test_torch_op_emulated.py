@@ -212,6 +212,23 @@ def test_direct_path_equals_the_op_path(merged):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("path", ["op", "direct"])
+def test_a_second_backward_through_one_graph_is_refused(path):
+    """Both paths spend `saved` in the backward (0.12): a second backward through the same graph
+    (retain_graph) is PyTorch's in-place error, never a result from spent bytes. The op path
+    gets the version bump from the dispatcher (mutates_args), the direct one bumps it itself."""
+    x, sel, rw, weights = layer_inputs(seed=8)
+    leaves = [t.clone().requires_grad_() for t in [x, rw] + weights]
+    if path == "op":
+        out = mt.fused_moe(leaves[0], sel, leaves[1], *leaves[2:], swiglu_limit=0.75)
+    else:
+        out = mt._fused_direct(leaves[0], sel, leaves[1], swiglu_limit=0.75,
+                               **dict(zip(("w_gate", "w_up", "w_down"), leaves[2:])))
+    out.backward(torch.ones_like(out), retain_graph=True)
+    with pytest.raises(RuntimeError, match="inplace operation"):
+        out.backward(torch.ones_like(out))
+
+
 def test_bench_accepts_the_compile_and_direct_paths():
     from moejit_bench import layer as bench
     args = bench.parse_args(["--quick", "--impls", "moejit,moejit-compile,moejit-direct"])
