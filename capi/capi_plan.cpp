@@ -150,7 +150,7 @@ MOEJIT_API moejit_status_t moejit_plan_workspace_size(moejit_plan_t plan, int64_
 
 MOEJIT_API moejit_status_t moejit_plan_consuming_workspace_size(moejit_plan_t plan, int64_t num_tokens,
                                                                 size_t *bytes) {
-    return size_query(plan, bytes, [&](Plan &p) { return p.consuming_workspace_bytes(num_tokens); });
+    return size_query(plan, bytes, [&](Plan &p) { return p.workspace_bytes(num_tokens, true); });
 }
 
 MOEJIT_API moejit_status_t moejit_plan_weight_cache_size(moejit_plan_t plan, size_t *bytes) {

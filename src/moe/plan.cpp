@@ -304,14 +304,9 @@ std::size_t Plan::saved_bytes(std::int64_t num_tokens) const {
     return layout(num_tokens).saved_bytes;
 }
 
-std::size_t Plan::workspace_bytes(std::int64_t num_tokens) const {
+std::size_t Plan::workspace_bytes(std::int64_t num_tokens, bool consume_saved) const {
     if (desc_.recipe == Recipe::fp8_block) return Fp8Layout(desc_, num_tokens).workspace_bytes;
-    return layout(num_tokens).workspace_bytes;
-}
-
-std::size_t Plan::consuming_workspace_bytes(std::int64_t num_tokens) const {
-    if (desc_.recipe == Recipe::fp8_block) return Fp8Layout(desc_, num_tokens).workspace_bytes;
-    return layout(num_tokens, true).workspace_bytes;
+    return layout(num_tokens, consume_saved).workspace_bytes;
 }
 
 namespace {

@@ -96,7 +96,7 @@ struct BackwardArgs {
     const void *x = nullptr;  // the forward's input
     WeightCacheArgs weight_cache;
     // 1: the backward may write over `saved` (its SwiGLU gradient over g and u) and needs only
-    // consuming_workspace_bytes; saved is spent after the call. 0: saved is only read.
+    // workspace_bytes(T, true); saved is spent after the call. 0: saved is only read.
     std::int32_t consume_saved = 0;
 };
 struct ExpertsForwardArgs {
@@ -145,10 +145,9 @@ public:
     // moejit_plan_saved_size / moejit_plan_workspace_size: the recipe's layout (PlanLayout, or
     // Fp8Layout for the FP8 recipe).
     std::size_t saved_bytes(std::int64_t num_tokens) const;
-    std::size_t workspace_bytes(std::int64_t num_tokens) const;
-    // moejit_plan_consuming_workspace_size: a forward's and a consuming backward's (the FP8
-    // recipe consumes nothing: its workspace_bytes).
-    std::size_t consuming_workspace_bytes(std::int64_t num_tokens) const;
+    // consume_saved: moejit_plan_consuming_workspace_size, a forward's and a consuming backward's
+    // (the FP8 recipe consumes nothing: the same size).
+    std::size_t workspace_bytes(std::int64_t num_tokens, bool consume_saved = false) const;
     // moejit_plan_weight_cache_size / moejit_plan_cached_workspace_size: FP8 plans only
     // (Status::unsupported for a bf16 plan).
     std::size_t weight_cache_bytes() const;

@@ -395,9 +395,9 @@ BOOST_AUTO_TEST_CASE(weight_cache_layout_and_refusals) {
     // refuses that size naming moejit_plan_workspace_size; consume_saved is 0 or 1. (The FP8 plan
     // consumes nothing: the two sizes are equal there.)
     const std::int64_t T = 64;
-    const std::size_t consuming = bplan.consuming_workspace_bytes(T), keeping = bplan.workspace_bytes(T);
+    const std::size_t consuming = bplan.workspace_bytes(T, true), keeping = bplan.workspace_bytes(T);
     BOOST_TEST(consuming < keeping);
-    BOOST_TEST(plan.consuming_workspace_bytes(T) == plan.workspace_bytes(T));
+    BOOST_TEST(plan.workspace_bytes(T, true) == plan.workspace_bytes(T));
     auto outcome = [](auto call) {
         try {
             call();

@@ -807,6 +807,17 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Per fc1 layout (split, then merged): a plan of `c` and buffers sized by its queries, handed to
+// body(layout, plan, outputs).
+template <class Body> void for_each_layout(const LayerCase &c, Body body) {
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
+        PlanHandle plan;
+        create_plan(plan, c, layout);
+        DeviceOutputs o = allocate_outputs(c, layout, plan.plan);
+        body(layout, plan.plan, o);
+    }
+}
+
 // Runs one case: reference, split and merged plans, every check; prints a line per layout.
 void run_case(const LayerCase &c) {
     gpu_context();  // makes the device current for the buffers
@@ -820,16 +831,13 @@ void run_case(const LayerCase &c) {
     DeviceInputs in;
     in.upload(c, h);
     LayerResult results[2];
-    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
-        PlanHandle plan;
-        create_plan(plan, c, layout);
-        DeviceOutputs o = allocate_outputs(c, layout, plan.plan);
+    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
         LayerResult &res = results[layout == MOEJIT_FC1_MERGED];
-        res = run_layer(c, layout, plan.plan, in, o, h);
+        res = run_layer(c, layout, plan, in, o, h);
         const Report r = check_layer(c, layout, h, ref, res);
         r.print();
         r.expect_ok();
-    }
+    });
     const Report sm = check_split_vs_merged(c, results[0], results[1]);
     sm.print();
     sm.expect_ok();
@@ -848,20 +856,17 @@ void run_consuming_case(const LayerCase &c) {
     const MoeRefResult ref = reference_of(c, h);
     DeviceInputs in;
     in.upload(c, h);
-    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
-        PlanHandle plan;
-        create_plan(plan, c, layout);
-        DeviceOutputs o = allocate_outputs(c, layout, plan.plan);
-        const LayerResult keep = run_layer(c, layout, plan.plan, in, o, h);
+    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
+        const LayerResult keep = run_layer(c, layout, plan, in, o, h);
         const Report checked = check_layer(c, layout, h, ref, keep);
         checked.print();
         checked.expect_ok();
         // Both calls of the consuming run get exactly the consuming size: nothing past it.
         std::size_t consuming = 0;
-        MOEJIT_TEST_OK(moejit_plan_consuming_workspace_size(plan.plan, c.T, &consuming));
+        MOEJIT_TEST_OK(moejit_plan_consuming_workspace_size(plan, c.T, &consuming));
         o.workspace = DeviceBuffer(consuming);
         g_consume_saved = true;
-        const LayerResult spend = run_layer(c, layout, plan.plan, in, o, h);
+        const LayerResult spend = run_layer(c, layout, plan, in, o, h);
         g_consume_saved = false;
         Report r;
         r.title = c.name + " consuming-vs-keeping " + layout_name(layout) + " " + shape_of(c);
@@ -878,7 +883,7 @@ void run_consuming_case(const LayerCase &c) {
         check_bytes(r, "saved_before_gate_up_unchanged", head_after, head_forward);
         r.print();
         r.expect_ok();
-    }
+    });
 }
 
 // A case of shape (T, E, H, I, k); everything else at LayerCase's defaults.
@@ -1080,18 +1085,15 @@ BOOST_AUTO_TEST_CASE(bitwise_deterministic_across_runs) {
     const HostLayer h = make_host_layer(c, test_seed());
     DeviceInputs in;
     in.upload(c, h);
-    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
-        PlanHandle plan;
-        create_plan(plan, c, layout);
-        DeviceOutputs o = allocate_outputs(c, layout, plan.plan);
-        const LayerResult first = run_layer(c, layout, plan.plan, in, o, h);
-        const LayerResult second = run_layer(c, layout, plan.plan, in, o, h);
+    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
+        const LayerResult first = run_layer(c, layout, plan, in, o, h);
+        const LayerResult second = run_layer(c, layout, plan, in, o, h);
         Report r;
         r.title = c.name + " " + layout_name(layout) + " run1-vs-run2";
         compare_bitwise(r, first, second);
         r.print();
         r.expect_ok();
-    }
+    });
 }
 
 // Forward + backward captured once on a created stream, then replayed after new inputs (other

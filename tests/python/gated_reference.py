@@ -196,8 +196,7 @@ def opcheck_forward_backward(forward, backward, x, index, rw, params, options, d
     grad = [t if t is None else t.clone().requires_grad_() for t in (x, rw, *params)]
     grad_args = (grad[0], index, grad[1], *grad[2:], *options)
     if consumes_saved:
-        utils = checks.get("test_utils", FORWARD_WITH_GRAD_CHECKS)
-        utils = tuple(u for u in ((utils,) if isinstance(utils, str) else utils)
+        utils = tuple(u for u in checks.get("test_utils", FORWARD_WITH_GRAD_CHECKS)
                       if u in FORWARD_WITH_GRAD_CHECKS)
         torch.library.opcheck(forward, grad_args, **{**checks, "test_utils": utils})
         assert_min_cut_compiles(forward, grad_args, dout)
