@@ -20,7 +20,8 @@ namespace {
 static_assert(sizeof(moejit_status_t) == sizeof(Status) && sizeof(moejit_dtype_t) == sizeof(DType) &&
               sizeof(moejit_log_level_t) == sizeof(LogLevel) && sizeof(moejit_fc1_layout_t) == sizeof(Fc1Layout) &&
               sizeof(moejit_activation_t) == sizeof(Activation) && sizeof(moejit_switch_t) == sizeof(Switch) &&
-              sizeof(moejit_jit_mode_t) == sizeof(JitMode) && sizeof(moejit_recipe_t) == sizeof(Recipe));
+              sizeof(moejit_jit_mode_t) == sizeof(JitMode) && sizeof(moejit_recipe_t) == sizeof(Recipe) &&
+              sizeof(moejit_backward_part_t) == sizeof(BackwardPart));
 
 MOEJIT_SAME_VALUE(MOEJIT_SUCCESS, Status::success);
 MOEJIT_SAME_VALUE(MOEJIT_ERROR_INVALID_ARGUMENT, Status::invalid_argument);
@@ -33,6 +34,9 @@ MOEJIT_SAME_VALUE(MOEJIT_ERROR_COMPILE, Status::compile);
 MOEJIT_SAME_VALUE(MOEJIT_ERROR_JIT_DISABLED, Status::jit_disabled);
 MOEJIT_SAME_VALUE(MOEJIT_ERROR_CACHE, Status::cache);
 MOEJIT_SAME_VALUE(MOEJIT_ERROR_INTERNAL, Status::internal);
+
+MOEJIT_SAME_VALUE(MOEJIT_BACKWARD_PART_DOWN, BackwardPart::down);
+MOEJIT_SAME_VALUE(MOEJIT_BACKWARD_PART_UP, BackwardPart::up);
 
 MOEJIT_SAME_VALUE(MOEJIT_DTYPE_BF16, DType::bf16);
 MOEJIT_SAME_VALUE(MOEJIT_DTYPE_FP16, DType::fp16);

@@ -20,6 +20,7 @@
 namespace moejit {
 
 constexpr DType to_internal(moejit_dtype_t dtype) { return static_cast<DType>(dtype); }
+constexpr BackwardPart to_internal(moejit_backward_part_t part) { return static_cast<BackwardPart>(part); }
 constexpr moejit_status_t to_c(Status status) { return static_cast<moejit_status_t>(status); }
 constexpr moejit_log_level_t to_c(LogLevel level) { return static_cast<moejit_log_level_t>(level); }
 

@@ -201,6 +201,25 @@ MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan, const moejit
     });
 }
 
+MOEJIT_API moejit_status_t moejit_plan_backward_part_workspace_size(moejit_plan_t plan, int64_t num_tokens,
+                                                                    moejit_backward_part_t part, size_t *bytes) {
+    return size_query(plan, bytes, [&](Plan &p) { return p.backward_part_workspace_bytes(num_tokens, to_internal(part)); });
+}
+
+// As moejit_plan_backward: the struct is read before the handle, its size rules the same.
+MOEJIT_API moejit_status_t moejit_plan_backward_part(moejit_plan_t plan, moejit_backward_part_t part,
+                                                     const moejit_backward_args_t *args) {
+    return capi_guard([&] {
+        const moejit_backward_args_t a = read_backward_args(args);
+        MOEJIT_REQUIRE(args->struct_size >= offsetof(moejit_backward_args_t, consume_saved) + sizeof a.consume_saved,
+                       "args->struct_size is {}: a struct from before 0.12 has no consume_saved, which the backward's "
+                       "parts need (rebuild against a newer moejit.h)",
+                       args->struct_size);
+        Plan &p = *require_handle(plan, "plan").impl;
+        p.backward_part(to_internal(part), to_internal(a));
+    });
+}
+
 MOEJIT_API moejit_status_t moejit_experts_forward_args_init_sized(moejit_experts_forward_args_t *args,
                                                                    size_t struct_size) {
     return capi_guard([&] { init_struct(args, struct_size, "args"); });

@@ -44,7 +44,8 @@
  * exported symbol is versioned (capi/moejit.map): MOEJIT_0.1 holds the 0.1 entry points,
  * MOEJIT_0.4 the *_init_sized functions, MOEJIT_0.6 the experts entry, MOEJIT_0.11
  * moejit_context_device_errors, the size-term queries and the FP8 weight cache's, MOEJIT_0.12
- * moejit_plan_consuming_workspace_size; a release that adds functions adds a node. The ABI
+ * moejit_plan_consuming_workspace_size, MOEJIT_0.13 the backward's parts; a release that adds
+ * functions adds a node. The ABI
  * major (and soname) is bumped, and the version nodes restart, when a binary built against an
  * earlier header of the same major could stop working: a removed or retyped function, a changed
  * enum or status value, a field removed, moved or retyped, a released struct_size no longer
@@ -601,6 +602,34 @@ MOEJIT_API moejit_status_t moejit_plan_forward(moejit_plan_t plan,
                                                const moejit_forward_args_t *args);
 MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan,
                                                 const moejit_backward_args_t *args);
+
+/* ---------------------------------------------------------------- the backward in two parts
+ * Since 0.13, bf16 plans (an FP8 plan: MOEJIT_ERROR_UNSUPPORTED). moejit_plan_backward's work,
+ * in two calls on the same args (consume_saved must be 1), so that a caller can allocate each
+ * part's outputs and workspace just before it and free the workspace after it: the step's peak
+ * then holds either d(a*w) [S,I] or fc1's weight gradients and dx, never both.
+ *   DOWN: fc2's side. Reads dout, w_down, b_down, saved; writes d_routing_weights, dw_down,
+ *         db_down, and the SwiGLU gradient over the saved g and u. x, dx and fc1's weights and
+ *         gradients are not read (may be NULL).
+ *   UP:   fc1's side, after DOWN on the same saved (stream order): reads x, fc1's weights and
+ *         the SwiGLU gradient in saved; writes dx, dw_gate/dw_up or dw_gate_up, db_gate_up.
+ *         dout, w_down, d_routing_weights, dw_down and db_down are not read (may be NULL).
+ *         Until its last kernel (the gather into dx) UP uses dx's T*H elements as scratch for
+ *         its weight gradients' split reductions (DESIGN.md "deterministic split").
+ * The results are moejit_plan_backward's (with consume_saved 1), bitwise except that UP's
+ * split reductions may use longer segments (same rule, fixed order, deterministic per call).
+ * An UP call without its DOWN reads g and u as if they were their gradient: garbage, not an
+ * error (the library cannot see that on the host). Each part's workspace:
+ * moejit_plan_backward_part_workspace_size. */
+typedef MOEJIT_ENUM(moejit_backward_part) {
+    MOEJIT_BACKWARD_PART_DOWN = 1,
+    MOEJIT_BACKWARD_PART_UP = 2
+} moejit_backward_part_t;
+
+MOEJIT_API moejit_status_t moejit_plan_backward_part_workspace_size(moejit_plan_t plan, int64_t num_tokens,
+                                                                    moejit_backward_part_t part, size_t *bytes);
+MOEJIT_API moejit_status_t moejit_plan_backward_part(moejit_plan_t plan, moejit_backward_part_t part,
+                                                     const moejit_backward_args_t *args);
 
 /* ---------------------------------------------------------------- pre-dispatched experts
  * Since 0.6. The plan's experts on rows already grouped by expert, for expert parallelism

@@ -73,6 +73,10 @@ WEIGHT_CACHE_USE = 2
 # moejit_device_error_t (since 0.11): bits of the context's device error word.
 DEVICE_ERROR_EXPERT_OFFSETS = 1
 
+# moejit_backward_part_t (since 0.13)
+BACKWARD_PART_DOWN = 1
+BACKWARD_PART_UP = 2
+
 # moejit_plan_desc_t.activation_alpha = 0 means this (gpt-oss's alpha).
 GPT_OSS_ALPHA = 1.702
 
@@ -231,6 +235,9 @@ PROTOTYPES: Dict[str, Tuple[object, List[object]]] = {
     "moejit_plan_weight_cache_size": (status_t, [c_void_p, _P(c_size_t)]),
     "moejit_plan_cached_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
     "moejit_plan_consuming_workspace_size": (status_t, [c_void_p, c_int64, _P(c_size_t)]),
+    # since 0.13
+    "moejit_plan_backward_part_workspace_size": (status_t, [c_void_p, c_int64, c_int, _P(c_size_t)]),
+    "moejit_plan_backward_part": (status_t, [c_void_p, c_int, _P(BackwardArgs)]),
     "moejit_plan_experts_forward": (status_t, [c_void_p, _P(ExpertsForwardArgs)]),
     "moejit_plan_experts_backward": (status_t, [c_void_p, _P(ExpertsBackwardArgs)]),
 }

@@ -446,6 +446,8 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
                 f"{where}: the accumulating plan lays out the saved buffer differently from "
                 "the forward's plan (was moejit.torch.configure() called between them?)")
     dout = _prepare_dout(dout, x)
+    if spec.recipe == "bf16":
+        return _backward_in_parts(plan, tokens, dout, x, rw, weights, biases, saved, main_grads)
     cache, workspace_size = _weight_cache(
         spec, plan, dict(w_gate=w_gate, w_up=w_up, w_gate_up=w_gate_up, w_down=w_down), device,
         tokens)
@@ -465,6 +467,46 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
                   db_down=grads.get("b_down"), workspace=workspace,
                   workspace_size=workspace_size, consume_saved=True, stream=_stream(device),
                   **cache)
+    return dx, d_routing, ({} if main_grads is not None else grads)
+
+
+_DOWN_WEIGHTS = ("w_down", "b_down")  # the weights whose gradients the DOWN part writes
+
+
+def _backward_in_parts(plan, tokens, dout, x, rw, weights, biases, saved, main_grads):
+    """A bf16 backward as moejit_plan_backward_part's two calls (0.13), each part's outputs and
+    workspace allocated just before it: DOWN's workspace, d(a·w) [S,I] among it, is back in
+    PyTorch's allocator before dx and fc1's weight gradients are allocated, so the step's peak
+    holds one or the other (docs/DESIGN.md §2.7)."""
+    device = x.device
+    stream = _stream(device)
+
+    def new_grads(names):
+        if main_grads is not None:
+            return {n: main_grads.get(n) for n in names}
+        return {n: _empty(tuple(weights[n].shape), weights[n].dtype, device) for n in names}
+
+    down_names = [n for n in weights if n in _DOWN_WEIGHTS]
+    grads = new_grads(down_names)
+    d_routing = _empty(tuple(rw.shape), rw.dtype, device)
+    size = plan.backward_part_workspace_size(tokens, "down")
+    workspace = _empty_bytes(size, device)
+    plan.backward_part("down", num_tokens=tokens, dout=dout, w_down=weights["w_down"],
+                       b_down=biases.get("b_down"), saved=saved, saved_size=saved.numel(),
+                       d_routing_weights=d_routing, dw_down=grads["w_down"],
+                       db_down=grads.get("b_down"), workspace=workspace, workspace_size=size,
+                       stream=stream)
+    del workspace  # freed on this stream: the UP part's allocations may reuse it at once
+    grads.update(new_grads([n for n in weights if n not in _DOWN_WEIGHTS]))
+    dx = _empty(tuple(x.shape), x.dtype, device)
+    size = plan.backward_part_workspace_size(tokens, "up")
+    workspace = _empty_bytes(size, device)
+    plan.backward_part("up", num_tokens=tokens, x=x, w_gate=weights.get("w_gate"),
+                       w_up=weights.get("w_up"), w_gate_up=weights.get("w_gate_up"),
+                       saved=saved, saved_size=saved.numel(), dx=dx, dw_gate=grads.get("w_gate"),
+                       dw_up=grads.get("w_up"), dw_gate_up=grads.get("w_gate_up"),
+                       db_gate_up=grads.get("b_gate_up"), workspace=workspace,
+                       workspace_size=size, stream=stream)
     return dx, d_routing, ({} if main_grads is not None else grads)
 
 

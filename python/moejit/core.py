@@ -262,6 +262,18 @@ def weight_cache_mode_code(mode: str, where: str = "weight_cache_mode") -> int:
     return code
 
 
+_BACKWARD_PARTS = {"down": _capi.BACKWARD_PART_DOWN, "up": _capi.BACKWARD_PART_UP}
+
+
+def backward_part_code(part: str) -> int:
+    """moejit_backward_part_t from "down" or "up"."""
+    code = _BACKWARD_PARTS.get(part) if isinstance(part, str) else None
+    if code is None:
+        raise errors.InvalidArgumentError(
+            f"part is {part!r}, expected one of {', '.join(map(repr, _BACKWARD_PARTS))}")
+    return code
+
+
 def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_experts: int,
               top_k: int, merged: bool = False, swiglu_limit: Optional[float] = None,
               weight_grad_dtype: Optional[DType] = None, weight_grad_accumulate: bool = False,
@@ -427,6 +439,14 @@ class Plan(_OwnedHandle):
         the saved g and u instead of a region of its own)."""
         return self._size(_capi.lib().moejit_plan_consuming_workspace_size, num_tokens)
 
+    def backward_part_workspace_size(self, num_tokens: int, part: str) -> int:
+        """The workspace of one part ("down" or "up") of a bf16 plan's backward in two parts
+        (moejit_plan_backward_part_workspace_size; since 0.13)."""
+        out = c_size_t()
+        _capi.check(_capi.lib().moejit_plan_backward_part_workspace_size(
+            self.handle, num_tokens, backward_part_code(part), byref(out)))
+        return out.value
+
     def weight_cache_size(self) -> int:
         """Bytes of an FP8 plan's weight cache (moejit_plan_weight_cache_size; since 0.11): the
         weights quantized in both layouts the GEMMs read. A bf16 plan raises
@@ -479,6 +499,28 @@ class Plan(_OwnedHandle):
                 weight_cache_size=weight_cache_size,
                 weight_cache_mode=weight_cache_mode_code(weight_cache_mode),
                 consume_saved=int(bool(consume_saved)), stream=stream)
+
+    def backward_part(self, part: str, *, num_tokens: int, saved, saved_size: int, workspace,
+                      workspace_size: int, x=None, dout=None, routing_weights=None,
+                      w_gate=None, w_up=None, w_gate_up=None, w_down=None, dx=None,
+                      d_routing_weights=None, dw_gate=None, dw_up=None, dw_gate_up=None,
+                      dw_down=None, b_down=None, db_gate_up=None, db_down=None,
+                      stream: Optional[int] = None) -> None:
+        """One part of a bf16 plan's consuming backward (moejit_plan_backward_part; since
+        0.13): "down" (dout, w_down, b_down → d_routing_weights, dw_down, db_down, and the
+        SwiGLU gradient over saved's g and u), then "up" on the same saved (x, fc1's weights
+        → dx, fc1's weight and bias gradients; dx's bytes are its scratch until its last
+        kernel). Each needs backward_part_workspace_size(num_tokens, part) bytes."""
+        _launch(lambda handle, args: _capi.lib().moejit_plan_backward_part(
+                    handle, backward_part_code(part), args),
+                self.handle, _capi.BackwardArgs,
+                dict(x=x, dout=dout, routing_weights=routing_weights, w_gate=w_gate, w_up=w_up,
+                     w_gate_up=w_gate_up, w_down=w_down, saved=saved, dx=dx,
+                     d_routing_weights=d_routing_weights, dw_gate=dw_gate, dw_up=dw_up,
+                     dw_gate_up=dw_gate_up, dw_down=dw_down, workspace=workspace,
+                     b_down=b_down, db_gate_up=db_gate_up, db_down=db_down),
+                num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
+                consume_saved=1, stream=stream)
 
     # ---- the pre-dispatched experts (since 0.6): rows already grouped by expert
 

@@ -213,7 +213,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
         split.split_rows = ops.split_rows;
         split.slots = 2 * ops.rows / ops.split_rows;
     } else if (ops.split_rows < 0) {
-        split = mn_split(ops.rows, spec.m, spec.n);
+        split = mn_split_within(ops.rows, spec.m, spec.n, ops.num_experts, ops.workspace ? ops.workspace_bytes : 0);
     }
     if (split.split_rows > 0 &&
         (ops.workspace == nullptr ||

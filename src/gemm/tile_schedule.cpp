@@ -153,6 +153,24 @@ std::size_t mn_split_workspace_bytes(const MnSplit &split, std::int32_t num_expe
            static_cast<std::size_t>(split.slots) * static_cast<std::size_t>(m) * static_cast<std::size_t>(n) * 4;
 }
 
+MnSplit mn_split_within(std::int64_t rows, std::int64_t m, std::int64_t n, std::int32_t num_experts,
+                        std::size_t bytes) {
+    const MnSplit wanted = mn_split(rows, m, n);
+    if (wanted.split_rows == 0 || mn_split_workspace_bytes(wanted, num_experts, m, n) <= bytes) return wanted;
+    const std::size_t header = mn_split_partials_offset(num_experts);
+    const std::size_t slot_bytes = static_cast<std::size_t>(m) * static_cast<std::size_t>(n) * 4;
+    const std::int64_t max_slots = bytes > header ? static_cast<std::int64_t>((bytes - header) / slot_bytes) : 0;
+    if (max_slots < 2) return MnSplit{};  // a split expert has two segments at least
+    // floor(2 S / split) <= max_slots once split > 2 S / (max_slots + 1); rounded up to 64 rows.
+    std::int64_t split = 2 * rows / (max_slots + 1) + 1;
+    split = (std::max(split, std::int64_t{wanted.split_rows}) + 63) / 64 * 64;
+    if (split >= rows || split > (std::int64_t{1} << 30)) return MnSplit{};
+    MnSplit s;
+    s.split_rows = static_cast<int>(split);
+    s.slots = 2 * rows / split;
+    return s;
+}
+
 std::int64_t emulate_mn_split_errors(std::span<const std::int32_t> offsets, std::int64_t rows, int split_rows,
                                      std::int64_t slot_bound, int m_tiles, int n_tiles, int group_m,
                                      std::uint32_t ctas) {

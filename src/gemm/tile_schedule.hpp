@@ -44,6 +44,12 @@ bool mn_can_split(std::int64_t m, std::int64_t n);
 std::size_t mn_split_partials_offset(std::int32_t num_experts);
 std::size_t mn_split_workspace_bytes(const MnSplit &split, std::int32_t num_experts, std::int64_t m,
                                      std::int64_t n);
+// mn_split's split when `bytes` of scratch hold it; else the finest coarser one they hold
+// (longer segments, fewer slots), or none. A caller that lends less scratch than the plan's
+// size queries ask for (a backward part lending dx, moejit_plan_backward_part) gets a slower
+// split of the same rule, never an unsplit hour-long tile when a coarser split fits.
+MnSplit mn_split_within(std::int64_t rows, std::int64_t m, std::int64_t n, std::int32_t num_experts,
+                        std::size_t bytes);
 
 // Persistent grid: one CTA per tile up to `max_resident` (blocks per SM x SMs); each CTA then
 // loops over tiles with stride gridDim.x, so a tile bound larger than the grid costs nothing.

@@ -50,6 +50,16 @@ BiasGradSpec bias_grad_spec_of(const PlanDesc &d, bool scaled) {
     return BiasGradSpec{d.dtype, d.weight_grad_dtype, scaled, d.weight_grad_accumulate != 0};
 }
 
+// The backward's parts: a known part of a bf16 plan (the FP8 backward has no parts yet).
+void require_backward_part(const PlanDesc &d, BackwardPart part) {
+    MOEJIT_REQUIRE(part == BackwardPart::down || part == BackwardPart::up,
+                   "part is {}, expected MOEJIT_BACKWARD_PART_DOWN (1) or MOEJIT_BACKWARD_PART_UP (2)",
+                   static_cast<int>(part));
+    if (d.recipe == Recipe::fp8_block)
+        fail(Status::unsupported, "moejit_plan_backward_part: the plan's desc->recipe is MOEJIT_RECIPE_FP8_BLOCK, whose "
+                                  "backward has no parts yet (use moejit_plan_backward)");
+}
+
 }  // namespace
 
 void validate_plan_desc(const PlanDesc &d) {
@@ -256,8 +266,13 @@ void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
 }
 
 void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, const ExpertGrads &g) {
+    run_backward_down(r, w, g);
+    run_backward_up(r, w, g);
+}
+
+void Plan::run_backward_down(const BackwardRows &r, const ExpertWeights &w, const ExpertGrads &g) {
     const PlanDesc &d = desc_;
-    const std::int64_t S = r.rows, H = d.hidden_size, I = d.intermediate_size;
+    const std::int64_t S = r.rows, H = d.hidden_size;
     // Weight gradients of every expert are written even with no rows (zeros, or untouched when
     // accumulating), so the GEMMs run whatever the row count; the row ops are skipped then.
     LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, r.bound, r.offsets, nullptr /* backward gathers nothing */,
@@ -271,8 +286,8 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
     if (S > 0) swiglu_backward(ctx_, act, kernels_.swiglu_backward);
     gemms.fc2_wgrad(r.dy, r.daw, g.dw_down);
     if (has_bias(d)) {
-        // d_w_s += dy·b_down[e]; db_down[e] = Σ w_s·dy and db_gate_up[e] = Σ d_gate_up over e's
-        // rows (written with no rows too, like the weight gradients).
+        // d_w_s += dy·b_down[e]; db_down[e] = Σ w_s·dy over e's rows (written with no rows too,
+        // like the weight gradients).
         if (S > 0)
             bias_row_dot(ctx_, BiasRowDotArgs{r.dy, w.b_down, r.offsets, d.num_experts, S, H, r.d_w_s, r.stream},
                          *kernels_.bias_row_dot);
@@ -280,11 +295,21 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
                   BiasGradArgs{r.dy, r.w_s, r.offsets, d.num_experts, S, H, g.db_down, r.bias_partial,
                                r.bias_partial_bytes, r.stream},
                   kernels_.bias_grad_scaled);
+    }
+}
+
+void Plan::run_backward_up(const BackwardRows &r, const ExpertWeights &w, const ExpertGrads &g) {
+    const PlanDesc &d = desc_;
+    const std::int64_t S = r.rows, I = d.intermediate_size;
+    void *split = r.fc1_wgrad_split ? r.fc1_wgrad_split : r.wgrad_split;
+    const std::size_t split_bytes = r.fc1_wgrad_split ? r.fc1_wgrad_split_bytes : r.wgrad_split_bytes;
+    LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, r.bound, r.offsets, nullptr, r.stream, split, split_bytes);
+    // db_gate_up[e] = Σ d_gate_up over e's rows (written with no rows too).
+    if (has_bias(d))
         bias_grad(ctx_, bias_grad_spec_of(d, false),
                   BiasGradArgs{r.d_gate_up, nullptr, r.offsets, d.num_experts, S, 2 * I, g.db_gate_up,
                                r.bias_partial, r.bias_partial_bytes, r.stream},
                   kernels_.bias_grad);
-    }
     // dy is dead from here: x's rows may take its place (the layer's workspace, DESIGN.md §2.7), and
     // fc1's weight gradients read them before its dgrad writes dxs there.
     const void *xs = r.xs;
@@ -293,6 +318,9 @@ void Plan::run_experts_backward(const BackwardRows &r, const ExpertWeights &w, c
         gemms.fc1_wgrad_merged(r.d_gate_up, xs, g.dw_gate_up);
         gemms.fc1_dgrad_merged(r.d_gate_up, w.w_gate_up, r.dxs);
     } else {
+        // d_gate and d_up, the halves of the split layout's d_gate_up, where the SwiGLU backward put them.
+        const SwigluBackwardArgs act =
+            plan_swiglu_backward_args(d, S, r.gate_up, r.w_s, r.daw, r.d_gate_up, r.d_w_s, r.stream);
         gemms.fc1_wgrad_split(act.d_gate, xs, g.dw_gate);
         gemms.fc1_wgrad_split(act.d_up, xs, g.dw_up);
         gemms.fc1_dgrad_split(act.d_gate, w.w_gate, act.d_up, w.w_up, r.dxs);
@@ -349,8 +377,8 @@ void Plan::forward(const ForwardArgs &a) {
 
     auto *offsets = L.offsets.in<std::int32_t>(a.saved);
     auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
-    // Only a gathering fc1 reads row_token; otherwise it is neither kept nor written.
-    auto *row_token = gemm_specs_.gathered ? L.row_token.in<std::int32_t>(a.saved) : nullptr;
+    // Only a gathering fc1 reads row_token (in the workspace); otherwise it is not written.
+    auto *row_token = gemm_specs_.gathered ? L.row_token.in<std::int32_t>(a.workspace) : nullptr;
     auto *w_s = L.w_s.in<float>(a.saved);
     void *y = L.y.in<char>(a.workspace);
 
@@ -417,6 +445,74 @@ void Plan::backward(const BackwardArgs &a) {
                    *kernels_.gather_weights);
     gather(ctx_, GatherArgs{gather_spec_of(d, false), dxs, scatter_index, nullptr, a.num_tokens, a.dx, a.stream},
            *kernels_.gather);
+}
+
+std::size_t Plan::backward_part_workspace_bytes(std::int64_t num_tokens, BackwardPart part) const {
+    require_backward_part(desc_, part);
+    const PlanLayout L = layout(num_tokens, true);
+    return part == BackwardPart::down ? L.down_workspace_bytes : L.up_workspace_bytes;
+}
+
+void Plan::backward_part(BackwardPart part, const BackwardArgs &a) {
+    require_backward_part(desc_, part);
+    const PlanDesc &d = desc_;
+    check_weight_cache(d, a.weight_cache);  // a bf16 plan: NONE only
+    MOEJIT_REQUIRE(consumes_saved(a.consume_saved),
+                   "args->consume_saved is 0, expected 1: the parts hand the SwiGLU gradient over in saved (DOWN "
+                   "writes it over the saved g and u, UP reads it there)");
+    const PlanLayout L = checked_layout(d, a.num_tokens, gemm_specs_.gathered, true);
+    const bool T0 = a.num_tokens > 0, down = part == BackwardPart::down;
+    const ExpertWeights &w = a.weights;
+    const ExpertGrads &g = a.grads;
+    if (down) {
+        require_tensor(a.dout, "args->dout", T0);
+        require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
+    } else {
+        require_tensor(a.x, "args->x", T0);
+        require_tensor(a.dx, "args->dx", T0);
+    }
+    require_weights(d, w, T0, down ? WeightHalf::fc2 : WeightHalf::fc1);
+    require_grads(d, g, down ? WeightHalf::fc2 : WeightHalf::fc1);
+    require_layer_buffers(L.tokens, L.saved_bytes, down ? L.down_workspace_bytes : L.up_workspace_bytes,
+                          down ? "moejit_plan_backward_part_workspace_size(DOWN)"
+                               : "moejit_plan_backward_part_workspace_size(UP)",
+                          a.saved, a.saved_size, a.workspace, a.workspace_size);
+    ctx_.require_device("moejit_plan_backward_part");
+
+    const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
+    char *gate_up = L.gate_up.in<char>(const_cast<void *>(a.saved));  // d_gate_up after DOWN
+    BackwardRows rows{L.rows, backward_gemm_bound(L, a.num_tokens), L.offsets.in<std::int32_t>(a.saved),
+                      nullptr, nullptr, L.w_s.in<float>(a.saved), gate_up, nullptr, gate_up, nullptr,
+                      L.xs.in<char>(a.workspace), nullptr, 0, nullptr, 0, a.stream, {}};
+    if (down) {
+        float *d_w_s = L.d_w_s.in<float>(a.workspace);
+        rows.dy = T0 ? scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream) : a.dout;
+        rows.daw = L.daw.in<char>(a.workspace);
+        rows.d_w_s = d_w_s;
+        rows.wgrad_split = L.wgrad_split.in<char>(a.workspace);
+        rows.wgrad_split_bytes = L.wgrad_split.bytes;
+        rows.bias_partial = L.bias_partial.in<char>(a.workspace);
+        rows.bias_partial_bytes = L.bias_partial.bytes;
+        run_backward_down(rows, w, g);
+        if (T0)
+            gather_weights(ctx_, WeightsGatherArgs{d.routing_dtype, d_w_s, scatter_index, a.num_tokens, d.top_k,
+                                                   a.d_routing_weights, a.stream},
+                           *kernels_.gather_weights);
+        return;
+    }
+    rows.xs = a.x;
+    if (T0) {
+        rows.late_x = {scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace)};
+        // dx is written by UP's last kernel alone: until then its bytes are fc1's split scratch.
+        rows.fc1_wgrad_split = a.dx;
+        rows.fc1_wgrad_split_bytes = L.xs.bytes / static_cast<std::size_t>(d.top_k);  // T·H elements (S = T·k)
+    }
+    rows.bias_partial = L.up_bias_partial.in<char>(a.workspace);
+    rows.bias_partial_bytes = L.up_bias_partial.bytes;
+    run_backward_up(rows, w, g);
+    if (T0)
+        gather(ctx_, GatherArgs{gather_spec_of(d, false), rows.dxs, scatter_index, nullptr, a.num_tokens, a.dx, a.stream},
+               *kernels_.gather);
 }
 
 namespace {

@@ -99,6 +99,13 @@ struct BackwardArgs {
     // workspace_bytes(T, true); saved is spent after the call. 0: saved is only read.
     std::int32_t consume_saved = 0;
 };
+// The backward's two parts (moejit_backward_part_t): DOWN, fc2's side (d_routing_weights,
+// dw_down, db_down; the SwiGLU gradient written over the saved g and u), then UP, fc1's side
+// from that gradient (dx, fc1's weight and bias gradients). A caller allocates each part's
+// outputs and workspace just before it, so the step's peak holds d(a·w) or fc1's gradients,
+// never both (DESIGN.md §2.7).
+enum class BackwardPart : int { down = 1, up = 2 };
+
 struct ExpertsForwardArgs {
     std::int64_t num_rows = 0;  // R
     const void *xs = nullptr;   // [R,H], grouped by expert
@@ -155,6 +162,10 @@ public:
 
     void forward(const ForwardArgs &args);
     void backward(const BackwardArgs &args);
+    // moejit_plan_backward_part_workspace_size / moejit_plan_backward_part: bf16 plans, consuming
+    // (args.consume_saved 1), DOWN then UP on the same saved.
+    std::size_t backward_part_workspace_bytes(std::int64_t num_tokens, BackwardPart part) const;
+    void backward_part(BackwardPart part, const BackwardArgs &args);
 
     // The pre-dispatched experts entry (moejit.h): rows already grouped by expert.
     ExpertsLayout experts_layout(std::int64_t num_rows) const {
@@ -236,8 +247,16 @@ private:
             const void *x = nullptr;
             void *xs = nullptr;
         } late_x;
+        // fc1's weight gradients' split scratch when it is not wgrad_split (UP lends dx).
+        void *fc1_wgrad_split = nullptr;
+        std::size_t fc1_wgrad_split_bytes = 0;
     };
+    // The whole backward: run_backward_down, then run_backward_up on the same rows.
     void run_experts_backward(const BackwardRows &rows, const ExpertWeights &w, const ExpertGrads &g);
+    // fc2's side: daw, d_gate_up, d_w_s, dw_down (and d_w_s's bias term, db_down), from dy.
+    void run_backward_down(const BackwardRows &rows, const ExpertWeights &w, const ExpertGrads &g);
+    // fc1's side from d_gate_up: db_gate_up, fc1's weight gradients (x's rows) and dxs.
+    void run_backward_up(const BackwardRows &rows, const ExpertWeights &w, const ExpertGrads &g);
     // The experts entry's offsets bounded on the device into `checked` (ops/expert_rows.hpp,
     // check_offsets), which it returns; bad ones set a bit of the context's device error word.
     const std::int32_t *checked_offsets(const std::int32_t *offsets, std::int64_t rows, std::int32_t *checked,

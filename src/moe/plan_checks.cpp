@@ -28,21 +28,23 @@ void require_layer_buffers(std::int64_t tokens, std::size_t saved_bytes, std::si
                    workspace_size, workspace_bytes, workspace_query, tokens);
 }
 
-void require_weights(const PlanDesc &d, const ExpertWeights &w, bool bias_needed) {
-    require_tensor(w.w_gate, "args->w_gate", !fc1_merged(d));
-    require_tensor(w.w_up, "args->w_up", !fc1_merged(d));
-    require_tensor(w.w_gate_up, "args->w_gate_up", fc1_merged(d));
-    require_tensor(w.w_down, "args->w_down", true);
-    require_tensor(w.b_down, "args->b_down", d.has_bias != 0 && bias_needed);
+void require_weights(const PlanDesc &d, const ExpertWeights &w, bool bias_needed, WeightHalf half) {
+    const bool fc1 = half != WeightHalf::fc2, fc2 = half != WeightHalf::fc1;
+    require_tensor(w.w_gate, "args->w_gate", fc1 && !fc1_merged(d));
+    require_tensor(w.w_up, "args->w_up", fc1 && !fc1_merged(d));
+    require_tensor(w.w_gate_up, "args->w_gate_up", fc1 && fc1_merged(d));
+    require_tensor(w.w_down, "args->w_down", fc2);
+    require_tensor(w.b_down, "args->b_down", fc2 && d.has_bias != 0 && bias_needed);
 }
 
-void require_grads(const PlanDesc &d, const ExpertGrads &g) {
-    require_tensor(g.dw_gate, "args->dw_gate", !fc1_merged(d));
-    require_tensor(g.dw_up, "args->dw_up", !fc1_merged(d));
-    require_tensor(g.dw_gate_up, "args->dw_gate_up", fc1_merged(d));
-    require_tensor(g.dw_down, "args->dw_down", true);
-    require_tensor(g.db_gate_up, "args->db_gate_up", d.has_bias != 0);
-    require_tensor(g.db_down, "args->db_down", d.has_bias != 0);
+void require_grads(const PlanDesc &d, const ExpertGrads &g, WeightHalf half) {
+    const bool fc1 = half != WeightHalf::fc2, fc2 = half != WeightHalf::fc1;
+    require_tensor(g.dw_gate, "args->dw_gate", fc1 && !fc1_merged(d));
+    require_tensor(g.dw_up, "args->dw_up", fc1 && !fc1_merged(d));
+    require_tensor(g.dw_gate_up, "args->dw_gate_up", fc1 && fc1_merged(d));
+    require_tensor(g.dw_down, "args->dw_down", fc2);
+    require_tensor(g.db_gate_up, "args->db_gate_up", fc1 && d.has_bias != 0);
+    require_tensor(g.db_down, "args->db_down", fc2 && d.has_bias != 0);
 }
 
 }  // namespace moejit

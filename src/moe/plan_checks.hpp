@@ -37,9 +37,14 @@ template <class Layout, class Args> void require_layer_buffers(const Layout &L, 
                           a.workspace_size);
 }
 
+// Which weights a call reads and writes gradients of: both (forward, backward), or one side
+// (a backward part: DOWN fc2's, UP fc1's).
+enum class WeightHalf { both, fc1, fc2 };
+
 // The weights every call reads (b_down only with biases and `bias_needed`; b_gate_up is the
 // forward's own check), and the gradients every backward writes.
-void require_weights(const PlanDesc &desc, const ExpertWeights &w, bool bias_needed);
-void require_grads(const PlanDesc &desc, const ExpertGrads &g);
+void require_weights(const PlanDesc &desc, const ExpertWeights &w, bool bias_needed,
+                     WeightHalf half = WeightHalf::both);
+void require_grads(const PlanDesc &desc, const ExpertGrads &g, WeightHalf half = WeightHalf::both);
 
 }  // namespace moejit

@@ -68,7 +68,6 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     RegionAllocator saved{arg};
     offsets = saved.take(bytes({E + 1, 4}));
     scatter_index = saved.take(bytes({S, 4}));
-    if (gathered) row_token = saved.take(bytes({S, 4}));
     take_saved_tail(*this, saved, bytes, S, I, el);
 
     RegionAllocator fwd{arg}, bwd{arg};
@@ -76,10 +75,14 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     if (!gathered) fwd = bwd;  // forward scatters x to the same place
     counts = fwd.take(bytes({E, 4}));
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
-    y = fwd.take(bytes({S, H, el}));
+    // Only the gathering fc1 reads row_token, and the backward scatters (it gathers nothing):
+    // the forward's workspace, not saved (0.13).
+    if (gathered) row_token = fwd.take(bytes({S, 4}));
     // a·w is not kept for the backward: its SwiGLU backward recomputes it from g and u into daw
     // (S·I elements fewer kept between the calls, DESIGN.md §2.7).
     aw = fwd.take(bytes({S, I, el}));
+    // fc2 writes y after fc1 has read the last of x's scatter: over it when there is one (0.13).
+    y = gathered ? fwd.take(bytes({S, H, el})) : xs;
 
     // Backward: one [S,H] region holds dy's rows (fc2's dgrad and weight gradient), then x's
     // rows (fc1's weight gradient), then dxs (fc1's dgrad, last): 2·S·H elements fewer than
@@ -90,6 +93,19 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     // each element before the same thread writes its gradient there (templates/swiglu.cuh), and
     // nothing reads g or u after it (S·2I elements fewer at the step's peak, DESIGN.md §2.7).
     take_backward_tail(*this, fwd, bwd, bytes, desc, S, consume_saved);
+
+    // The backward in two parts (moejit_plan_backward_part, consuming only): DOWN uses the
+    // consuming backward's regions up to fc2's side (dy, daw, d_w_s, the split scratch, the bias
+    // partials); UP only the [S,H] region (x's rows, then dxs) and its own bias partials. UP's
+    // weight gradients split their reductions in the caller's dx, unwritten until UP's last
+    // kernel (DESIGN.md §2.7).
+    if (consume_saved) {
+        down_workspace_bytes = bwd.end;
+        RegionAllocator up{arg};
+        up.take(bytes({S, H, el}));  // = xs
+        if (desc.has_bias) up_bias_partial = up.take(bias_grad_workspace_bytes(S, E, 2 * I));
+        up_workspace_bytes = up.end;
+    }
 }
 
 ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool gathered,

@@ -56,7 +56,6 @@ struct PlanLayout {
     // saved (written by forward, read by backward)
     Region offsets;        // [E+1] int32
     Region scatter_index;  // [T,k] int32
-    Region row_token;      // [S] int32 when gathered: the token each scattered row comes from
     Region w_s;            // [S] fp32 routing weight per scattered row
     Region gate_up;        // split: g [S,I] then u [S,I]; merged: [S,2I]
     std::size_t saved_bytes = 0;
@@ -66,7 +65,8 @@ struct PlanLayout {
     // forward workspace
     Region counts;         // [E] int32
     Region routing;        // the routing index's scratch
-    Region y;              // [S,H] fc2 output
+    Region row_token;      // [S] int32 when gathered: the token each scattered row comes from
+    Region y;              // [S,H] fc2 output (= xs when x is scattered: fc1 has read it by then)
     Region aw;             // [S,I] a·w_s, fc2's input (the backward recomputes it into daw)
     // backward workspace (overlaps forward's: a call uses one or the other)
     Region dy;             // [S,H] scattered dout: = xs, read before backward scatters x
@@ -77,6 +77,11 @@ struct PlanLayout {
     Region wgrad_split;    // the weight gradients' split-reduction scratch (may be empty)
     Region bias_partial;   // has_bias: the bias gradients' partial sums (ops/expert_bias.hpp)
     std::size_t workspace_bytes = 0;
+    // consumes_saved only: the workspaces of the backward's two parts (moejit_plan_backward_part):
+    // DOWN's regions are the ones above up to bias_partial (no dxs use); UP's are xs (x's rows,
+    // then dxs) and up_bias_partial (has_bias: db_gate_up's partial sums).
+    std::size_t down_workspace_bytes = 0, up_workspace_bytes = 0;
+    Region up_bias_partial;
 };
 
 // The pre-dispatched experts entry's buffers for R rows already grouped by expert (the caller

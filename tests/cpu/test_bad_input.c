@@ -497,6 +497,7 @@ static void test_plan(moejit_context_t c) {
     CHECK_STATUS(moejit_plan_saved_size(NULL, 16, &bytes), INV, "plan");
     CHECK_STATUS(moejit_plan_workspace_size(NULL, 16, &bytes), INV, "plan");
     CHECK_STATUS(moejit_plan_consuming_workspace_size(NULL, 16, &bytes), INV, "plan");
+    CHECK_STATUS(moejit_plan_backward_part_workspace_size(NULL, 16, MOEJIT_BACKWARD_PART_UP, &bytes), INV, "plan");
     CHECK_STATUS(moejit_plan_saved_size(NULL, -1, NULL), INV, "plan");
 
     memset(&fb, 0, sizeof fb);
@@ -505,6 +506,7 @@ static void test_plan(moejit_context_t c) {
     moejit_backward_args_init(&bb.a);
     CHECK_STATUS(moejit_plan_forward(NULL, NULL), INV, "args");
     CHECK_STATUS(moejit_plan_backward(NULL, NULL), INV, "args");
+    CHECK_STATUS(moejit_plan_backward_part(NULL, MOEJIT_BACKWARD_PART_DOWN, NULL), INV, "args");
     CHECK_STRUCT_SIZE(moejit_forward_args_t, &fb.a, moejit_plan_forward(NULL, &fb.a), "args");
     CHECK_STRUCT_SIZE(moejit_backward_args_t, &bb.a, moejit_plan_backward(NULL, &bb.a), "args");
     CHECK_STATUS(moejit_plan_forward(NULL, &fb.a), INV, "plan");

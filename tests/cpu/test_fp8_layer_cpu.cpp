@@ -443,4 +443,42 @@ BOOST_AUTO_TEST_CASE(weight_cache_layout_and_refusals) {
     expect(outcome([&] { bplan.backward(k); }), "compile-only");
     k.consume_saved = 2;
     expect(outcome([&] { bplan.backward(k); }), "args->consume_saved is 2");
+
+    // The backward's parts (0.13): each part's size; DOWN needs none of UP's pointers and UP none
+    // of DOWN's (both get as far as the device); each checks its own workspace size, the part
+    // value and consume_saved; an FP8 plan has no parts.
+    using moejit::BackwardPart;
+    const std::size_t down = bplan.backward_part_workspace_bytes(T, BackwardPart::down),
+                      up = bplan.backward_part_workspace_bytes(T, BackwardPart::up);
+    const moejit::PlanLayout L = bplan.layout(T, true);
+    BOOST_TEST(down <= consuming);
+    BOOST_TEST(up == static_cast<std::size_t>(L.rows) * bplan.desc().hidden_size * 2);  // [S,H] bf16, no bias
+    BOOST_TEST(up < down);
+    moejit::BackwardArgs dn = k, u = k;
+    dn.consume_saved = u.consume_saved = 1;
+    dn.x = dn.dx = nullptr, dn.weights.w_gate_up = nullptr, dn.grads.dw_gate_up = nullptr;
+    dn.workspace_size = down;
+    expect(outcome([&] { bplan.backward_part(BackwardPart::down, dn); }), "compile-only");
+    dn.workspace_size = down - 1;
+    expect(outcome([&] { bplan.backward_part(BackwardPart::down, dn); }),
+           "moejit_plan_backward_part_workspace_size(DOWN)");
+    dn.workspace_size = down;
+    dn.dout = nullptr;
+    expect(outcome([&] { bplan.backward_part(BackwardPart::down, dn); }), "args->dout is NULL");
+    u.dout = u.routing_weights = u.d_routing_weights = nullptr, u.weights.w_down = nullptr, u.grads.dw_down = nullptr;
+    u.workspace_size = up;
+    expect(outcome([&] { bplan.backward_part(BackwardPart::up, u); }), "compile-only");
+    u.workspace_size = up - 1;
+    expect(outcome([&] { bplan.backward_part(BackwardPart::up, u); }), "moejit_plan_backward_part_workspace_size(UP)");
+    u.workspace_size = up;
+    u.grads.dw_gate_up = nullptr;
+    expect(outcome([&] { bplan.backward_part(BackwardPart::up, u); }), "args->dw_gate_up is NULL");
+    u.grads.dw_gate_up = fake;
+    u.consume_saved = 0;
+    expect(outcome([&] { bplan.backward_part(BackwardPart::up, u); }), "args->consume_saved is 0, expected 1");
+    expect(outcome([&] { bplan.backward_part(static_cast<BackwardPart>(3), dn); }), "part is 3");
+    expect(outcome([&] { (void)bplan.backward_part_workspace_bytes(T, static_cast<BackwardPart>(0)); }), "part is 0");
+    const auto fp8 = outcome([&] { (void)plan.backward_part_workspace_bytes(T, BackwardPart::down); });
+    BOOST_TEST(static_cast<int>(fp8.first) == static_cast<int>(moejit::Status::unsupported), fp8.second);
+    BOOST_TEST(fp8.second.find("no parts yet") != std::string::npos, fp8.second);
 }

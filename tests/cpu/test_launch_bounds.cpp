@@ -247,6 +247,44 @@ BOOST_AUTO_TEST_CASE(mn_split_schedule_reduces_every_row_once) {
     BOOST_TEST(emulate_mn_split_errors(offsets_of({5, 0, 9}), 14, 0, 0, 2, 3, 8, 4) == 0);
 }
 
+// mn_split_within (a backward part's split scratch in dx): mn_split when it fits, else the
+// finest coarser split that fits (its bound reduces every row once), else none; never more
+// scratch than given.
+BOOST_AUTO_TEST_CASE(mn_split_within_fits_the_scratch) {
+    const std::int32_t E = 16;
+    for (std::int64_t rows : {4096, 5000, 16384, 131072, 196608})
+        for (std::int64_t m : {256, 512, 1536})
+            for (std::size_t mib : {0, 1, 4, 16, 64, 1024}) {
+                const std::int64_t n = 512;
+                const std::size_t bytes = mib << 20;
+                const MnSplit full = mn_split(rows, m, n), got = mn_split_within(rows, m, n, E, bytes);
+                BOOST_TEST_CONTEXT("rows " << rows << " m " << m << " scratch " << mib << " MiB") {
+                    if (full.split_rows == 0 || mn_split_workspace_bytes(full, E, m, n) <= bytes) {
+                        BOOST_TEST(got.split_rows == full.split_rows);
+                        continue;
+                    }
+                    BOOST_TEST(mn_split_workspace_bytes(got, E, m, n) <= bytes);
+                    if (got.split_rows == 0) continue;  // nothing coarser fits
+                    BOOST_TEST(got.split_rows > full.split_rows);
+                    BOOST_TEST(got.split_rows % 64 == 0);
+                    BOOST_TEST(got.split_rows < rows);
+                    BOOST_TEST(got.slots == 2 * rows / got.split_rows);
+                    // Every row reduced once with the coarser split: all rows to one expert.
+                    std::vector<std::int32_t> offsets(E + 1, static_cast<std::int32_t>(rows));
+                    offsets[0] = 0;
+                    if (rows <= 16384)
+                        BOOST_TEST(emulate_mn_split_errors(offsets, rows, got.split_rows, got.slots, 2, 2, 8, 64) == 0);
+                }
+            }
+    // The GPU suite's parts_split_in_dx case: fc1's merged gradient (M 512, N 512) over 16384 rows
+    // of one expert, in dx's 4 MiB: 3 slots of 1 MiB, segments of 8256 rows (not 4096 and 8).
+    const MnSplit in_dx = mn_split_within(16384, 512, 512, E, std::size_t{4} << 20);
+    BOOST_TEST(mn_split(16384, 512, 512).slots == 8);
+    BOOST_TEST(in_dx.split_rows == 8256);
+    BOOST_TEST(in_dx.slots == 3);
+    BOOST_TEST(mn_split_within(16384, 512, 512, E, std::size_t{2} << 20).split_rows == 0);  // 1 slot: none
+}
+
 // The rule: no split when one expert's output tiles fill the GPU, or when no expert can exceed
 // the segment (S small); segments >= 4096 rows, multiples of 64; the workspace holds the bound.
 BOOST_AUTO_TEST_CASE(mn_split_rule) {

@@ -356,20 +356,24 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                 BOOST_TEST(L.xs.offset == 0u);
                 check_regions({{"offsets", L.offsets, (E + 1) * 4},
                                {"scatter_index", L.scatter_index, S * 4},
-                               {"row_token", L.row_token, gathered ? S * 4 : 0},
                                {"w_s", L.w_s, S * 4},
                                {"gate_up", L.gate_up, S * 2 * I * el}},
                               L.saved_bytes, "saved");
                 // Forward and backward scratch may overlap each other (one call uses one set),
-                // never within a set; xs belongs to both.
+                // never within a set; xs belongs to both. row_token is the gathering forward's
+                // (0.13: not saved). Scattered x: fc2 writes y over xs, which fc1 has read by then.
                 // Gathered: forward never writes xs (backward's scratch may overlap its regions).
                 const moejit::Region none{};
-                check_regions({{"xs", gathered ? none : L.xs, gathered ? 0 : scattered},
+                check_regions({{"xs = y", gathered ? none : L.xs, gathered ? 0 : scattered},
                                {"counts", L.counts, E * 4},
                                {"routing", L.routing, 0},
-                               {"y", L.y, S * H * el},
+                               {"row_token", L.row_token, gathered ? S * 4 : 0},
+                               {"y", gathered ? L.y : none, gathered ? S * H * el : 0},
                                {"aw", L.aw, S * I * el}},
                               L.workspace_bytes, "forward workspace");
+                BOOST_TEST(L.y.bytes == S * H * el);
+                if (!gathered) BOOST_TEST(L.y.offset == L.xs.offset);
+                if (gathered) BOOST_TEST(L.row_token.bytes == S * 4);
                 // Backward: one [S,H] region serves dy's rows, then x's, then dxs in turn.
                 BOOST_TEST(L.dy.offset == L.xs.offset);
                 BOOST_TEST(L.dxs.offset == L.xs.offset);
@@ -427,6 +431,42 @@ BOOST_AUTO_TEST_CASE(consuming_layout_drops_d_gate_up_only) {
     BOOST_TEST(keep.workspace_bytes - spend.workspace_bytes >= keep.d_gate_up.bytes / 2);
 }
 
+// The backward's parts (moejit_plan_backward_part, consuming layouts only): DOWN's regions are
+// the consuming backward's fc2 side within its size; UP's are the [S,H] region (x's rows, then
+// dxs) and, with biases, db_gate_up's partials, nothing else (its split scratch is the caller's
+// dx).
+BOOST_AUTO_TEST_CASE(backward_parts_layout) {
+    for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED})
+        for (bool bias : {false, true})
+            for (std::int64_t T : {0, 1, 3, 1000, 16384})
+                for (bool gathered : {true, false}) {
+                    if (bias && layout == MOEJIT_FC1_SPLIT) continue;  // biases need fc1 merged
+                    moejit_plan_desc_t d = layer_desc(2048, 768, 128, 8, layout);
+                    d.has_bias = bias;
+                    const moejit::PlanDesc pd = moejit::to_internal(d);
+                    const moejit::PlanLayout keep(pd, T, gathered), L(pd, T, gathered, "num_tokens", true);
+                    const std::size_t S = static_cast<std::size_t>(T * 8), H = 2048, I = 768, el = 2;
+                    BOOST_TEST_CONTEXT("T=" << T << " gathered=" << gathered << " layout=" << layout
+                                            << " bias=" << bias) {
+                        BOOST_TEST(keep.down_workspace_bytes == 0u);
+                        BOOST_TEST(keep.up_workspace_bytes == 0u);
+                        BOOST_TEST(L.down_workspace_bytes <= L.workspace_bytes);
+                        check_regions({{"dy", L.dy, S * H * el},
+                                       {"daw", L.daw, S * I * el},
+                                       {"d_w_s", L.d_w_s, S * 4},
+                                       {"wgrad_split", L.wgrad_split, moejit::wgrad_split_workspace_bytes(pd, L.rows)},
+                                       {"bias_partial", L.bias_partial, 0}},
+                                      L.down_workspace_bytes, "DOWN workspace");
+                        check_regions({{"xs = dxs", L.xs, S * H * el},
+                                       {"up_bias_partial", L.up_bias_partial,
+                                        bias ? moejit::bias_grad_workspace_bytes(L.rows, 128, 2 * I) : 0}},
+                                      L.up_workspace_bytes, "UP workspace");
+                        BOOST_TEST(L.xs.offset == 0u);
+                        if (!bias) BOOST_TEST(L.up_workspace_bytes == S * H * el);
+                    }
+                }
+}
+
 BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
     for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED}) {
         moejit_plan_desc_t d = small_desc(layout);
@@ -449,7 +489,7 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
         // Large T: linear, dominated by the row tensors (g|u in saved; a·w is recomputed and
         // x's rows re-read by the backward, neither saved).
         const moejit::PlanLayout a(moejit::to_internal(d), 1000, true), b(moejit::to_internal(d), 2000, true);
-        const std::size_t per_row_saved = 4 + 4 + 4 + 2 * d.intermediate_size * 2;
+        const std::size_t per_row_saved = 4 + 4 + 2 * d.intermediate_size * 2;  // scatter_index, w_s, g|u
         const double growth = static_cast<double>(b.saved_bytes - a.saved_bytes) / (1000.0 * d.top_k);
         // Alignment padding between regions changes by less than 256 bytes per region.
         BOOST_TEST(growth >= static_cast<double>(per_row_saved) - 1.0);

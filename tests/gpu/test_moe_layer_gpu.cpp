@@ -406,6 +406,22 @@ moejit_status_t forward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layou
 // Set by the consuming-backward case: backward() passes consume_saved = 1 with only
 // moejit_plan_consuming_workspace_size bytes of workspace.
 bool g_consume_saved = false;
+// Set by the parts case: backward() runs moejit_plan_backward_part's DOWN then UP, each on
+// exactly its own workspace size, each without the pointers the other part owns.
+bool g_backward_parts = false;
+
+moejit_status_t backward_in_parts(moejit_plan_t plan, std::int64_t T, const moejit_backward_args_t &a) {
+    moejit_backward_args_t down = a, up = a;
+    down.consume_saved = up.consume_saved = 1;
+    MOEJIT_TEST_OK(moejit_plan_backward_part_workspace_size(plan, T, MOEJIT_BACKWARD_PART_DOWN, &down.workspace_size));
+    MOEJIT_TEST_OK(moejit_plan_backward_part_workspace_size(plan, T, MOEJIT_BACKWARD_PART_UP, &up.workspace_size));
+    down.x = nullptr, down.dx = nullptr, down.w_gate = down.w_up = down.w_gate_up = nullptr;
+    down.dw_gate = down.dw_up = down.dw_gate_up = nullptr, down.db_gate_up = nullptr;
+    up.dout = nullptr, up.routing_weights = nullptr, up.d_routing_weights = nullptr, up.w_down = nullptr;
+    up.dw_down = nullptr, up.b_down = nullptr, up.db_down = nullptr;
+    const moejit_status_t s = moejit_plan_backward_part(plan, MOEJIT_BACKWARD_PART_DOWN, &down);
+    return s != MOEJIT_SUCCESS ? s : moejit_plan_backward_part(plan, MOEJIT_BACKWARD_PART_UP, &up);
+}
 
 // The forward's inputs, saved and workspace (layer_args.h), and the gradients' buffers.
 moejit_status_t backward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layout_t layout, DeviceInputs &in,
@@ -426,7 +442,7 @@ moejit_status_t backward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layo
         a.dw_gate = o.dw_gate.get(), a.dw_up = o.dw_up.get();
     }
     a.dw_down = o.dw_down.get();
-    return moejit_plan_backward(plan, &a);
+    return g_backward_parts ? backward_in_parts(plan, c.T, a) : moejit_plan_backward(plan, &a);
 }
 
 // ---------------------------------------------------------------- results
@@ -886,6 +902,36 @@ void run_consuming_case(const LayerCase &c) {
     });
 }
 
+// The backward in two parts (moejit_plan_backward_part, DOWN then UP, each on exactly its
+// workspace size) against the consuming whole backward on the same inputs: checked against
+// the float64 reference, then the same bits in every output and gradient (UP's weight
+// gradients split their reductions in dx: these cases have no expert past the split's rows, so
+// the same order) and the same d_gate_up over saved.
+void run_parts_case(const LayerCase &c) {
+    gpu_context();
+    const HostLayer h = make_host_layer(c, test_seed());
+    const MoeRefResult ref = reference_of(c, h);
+    DeviceInputs in;
+    in.upload(c, h);
+    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
+        g_consume_saved = true;
+        const LayerResult whole = run_layer(c, layout, plan, in, o, h);
+        g_consume_saved = false;
+        g_backward_parts = true;
+        const LayerResult parts = run_layer(c, layout, plan, in, o, h);
+        g_backward_parts = false;
+        const Report checked = check_layer(c, layout, h, ref, parts);
+        checked.print();
+        checked.expect_ok();
+        Report r;
+        r.title = c.name + " parts-vs-whole " + layout_name(layout) + " " + shape_of(c);
+        compare_outputs_bitwise(r, parts, whole);
+        check_bytes(r, "saved_after_backward", parts.saved, whole.saved);
+        r.print();
+        r.expect_ok();
+    });
+}
+
 // A case of shape (T, E, H, I, k); everything else at LayerCase's defaults.
 LayerCase layer_case(std::string name, std::int64_t T, std::int32_t E, std::int64_t H, std::int64_t I,
                      std::int32_t k) {
@@ -1037,6 +1083,52 @@ BOOST_AUTO_TEST_CASE(single_token) {
 
 // moejit_backward_args_t.consume_saved (since 0.12): duplicate routes, every route to expert 0,
 // a single token and empty experts accumulating.
+// moejit_plan_backward_part (since 0.13): duplicate routes with a limit, every route to expert 0,
+// T = 1, empty experts accumulating, T = 0 (weight gradients still written), and a case whose
+// one expert owns more rows than UP's split scratch in dx holds unsplit (checked against the
+// reference only: UP may split it in longer segments than the whole backward).
+BOOST_AUTO_TEST_CASE(backward_parts_match_the_whole_backward) {
+    LayerCase c = mid_case("parts_duplicates");
+    c.routing = Routing::uniform;
+    c.limit = 10.0f;
+    c.fc1_scale = 10.0;
+    run_parts_case(c);
+    run_parts_case(seed_case(128));
+    c = mid_case("parts_T1");
+    c.T = 1;
+    c.routing = Routing::uniform;
+    c.active = {3, 11};
+    run_parts_case(c);
+    c = mid_case("parts_empty_experts_accumulate");
+    c.active = {1, 2, 5, 8, 9, 13};
+    c.accumulate = true;
+    run_parts_case(c);
+    c = mid_case("parts_T0");
+    c.T = 0;
+    run_parts_case(c);
+}
+
+BOOST_AUTO_TEST_CASE(backward_parts_split_in_dx) {
+    // 4096 tokens, k = 4, every route to expert 0: 16384 rows of one expert, past the split's
+    // 4096-row minimum; dx holds T·H = 4096·512 bf16 elements = 4 MiB, fewer than the whole
+    // backward's split scratch for fc1 (M = 2I or I, N = 512).
+    LayerCase c = layer_case("parts_split_in_dx", 4096, 16, 512, 256, 4);
+    c.routing = Routing::all_to_expert0;
+    gpu_context();
+    const HostLayer h = make_host_layer(c, test_seed());
+    const MoeRefResult ref = reference_of(c, h);
+    DeviceInputs in;
+    in.upload(c, h);
+    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
+        g_backward_parts = true;
+        const LayerResult parts = run_layer(c, layout, plan, in, o, h);
+        g_backward_parts = false;
+        const Report checked = check_layer(c, layout, h, ref, parts);
+        checked.print();
+        checked.expect_ok();
+    });
+}
+
 BOOST_AUTO_TEST_CASE(consuming_backward_matches_the_keeping_one) {
     LayerCase c = mid_case("consume_duplicates");
     c.routing = Routing::uniform;

@@ -429,6 +429,24 @@ def test_consuming_workspace_is_smaller_by_d_gate_up():
     assert spend < keep and keep - spend <= T * K * 2 * I * 2 + 256
 
 
+def test_step_peak_is_saved_plus_one_scattered_tensor():
+    """The backward in two parts (moejit_plan_backward_part, 0.13): DOWN's workspace, d(a·w)
+    [S,I] among it, is freed before dx and fc1's weight gradients are allocated, and UP's
+    split scratch is dx itself, so the step's peak beyond its inputs and the gradients it
+    returns (the benchmark's measure) is saved + one [S,H] region + out. The whole backward's
+    workspace (one call) held [S,H] + [S,I] + the split scratch: 6 MiB over the bound here."""
+    from moejit_bench.layer import step_memory
+    tokens = 2048
+    x, sel, rw, weights, dout = layer_inputs(tokens, True, seed=23)
+    leaves = [t.clone().requires_grad_() for t in (x, rw) + tuple(weights)]
+    memory = step_memory(lambda: mt.fused_moe_merged(leaves[0], sel, leaves[1], *leaves[2:]),
+                         leaves, dout)
+    S = tokens * K
+    bound = memory["saved_mb"] + (S * H * 2 + tokens * H * 2) / 2**20 + 0.5
+    assert memory["peak_mb"] <= bound, memory
+    assert memory["saved_mb"] < (S * 2 * I * 2 + S * 8) / 2**20 + 0.1, memory  # g|u, index, w_s
+
+
 def test_saved_bound_covers_the_library_for_many_token_counts():
     for merged in (False, True):
         for tokens in (0, 1, 3, 255, 257, 4096):
