@@ -4,6 +4,7 @@
 # carried). A call carries at most 64 MiB, so a set of two pieces takes two calls straight
 # after each other (the machine keeps /tmp while it stays warm):
 #   bash dev/gpu/peers.sh stash SET                 # keep the carried pieces in /tmp
+#   bash dev/gpu/peers.sh unpack SET                # join, check and unpack only (once per machine)
 #   bash dev/gpu/peers.sh bench SET [bench args]    # join, check, unpack, build, benchmark
 # bench runs `python3 -m moejit_bench [bench args] --json $OUT/bench_SET[_TAG].json` with the
 # set's site-packages on PYTHONPATH (TAG=... names the file when one set runs twice). The set
@@ -20,8 +21,9 @@ if [ "$mode" = stash ]; then
   cp .peers/"$set_name".sha256 "$stash.sha256" 2>/dev/null || true  # so a later call may carry no piece
   exit 0
 fi
-[ "$mode" = bench ] || { echo "unknown mode '$mode' (stash | bench)" >&2; exit 2; }
-final=${OUT:-$PWD/out}; out=/tmp/moejit-peers-$set_name; rm -rf "$out"; mkdir -p "$out" "$final"
+[ "$mode" = bench ] || [ "$mode" = unpack ] || { echo "unknown mode '$mode' (stash | unpack | bench)" >&2; exit 2; }
+# Each TAG its own log folder: processes of one set may run side by side (the phase-1 warm-up).
+final=${OUT:-$PWD/out}; out=/tmp/moejit-peers-$set_name${TAG:+-$TAG}; rm -rf "$out"; mkdir -p "$out" "$final"
 root=/tmp/moejit-peers/$set_name
 if [ ! -f "$root/site-packages/moejit-peer-set-$set_name.txt" ]; then  # once per warm machine
   pieces=$( (ls "$stash"/ 2>/dev/null; for f in $carried; do basename "$f"; done) | sort -u)
@@ -36,6 +38,7 @@ if [ ! -f "$root/site-packages/moejit-peer-set-$set_name.txt" ]; then  # once pe
   rm -rf "$stash" "$stash.sha256" "$archive"
 fi
 site=$root/site-packages
+[ "$mode" = unpack ] && { echo "peer set $set_name unpacked in $root"; exit 0; }
 dsl=$(ls -d "$site"/nvidia_cutlass_dsl/python_packages "$site"/nvidia_cutlass_dsl/dsl_packages 2>/dev/null | tr '\n' ':')
 . dev/gpu/common.sh
 export PYTHONPATH=$PYTHONPATH:$site:${dsl%:}

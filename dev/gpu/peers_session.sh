@@ -48,21 +48,30 @@ case $phase in
 1)
   bash dev/gpu/peers.sh stash sonic || exit 1
   out=/tmp/moejit-session; mkdir -p $out; . dev/gpu/common.sh; say built
+  bash dev/gpu/peers.sh unpack sonic || exit 1  # once, before the parallel warm-up processes
   rm -rf $warm /tmp/moejit-sonic-timed && mkdir -p $warm/tree/.peers &&
     cp -r dev python bench capi scripts meson.build $warm/tree/ && cp .peers/sonic.sha256 $warm/tree/.peers/ ||
     { echo "could not copy the tree for the warm-up" >&2; exit 1; }
   # The warm-up's logs and JSON are tagged warm_* so the timed runs never overwrite them; DONE
-  # holds the two benches' exit codes.
+  # holds the benches' exit codes. One process per group of shapes (WARM_GROUPS, space-separated,
+  # shapes of a group comma-separated), all at once: one process for every shape compiled four
+  # of eight shapes in 580 s (0.12 session), the DSL's compiles being single-threaded. Then the
+  # duplicate-route shapes and SonicMoE as shipped (tuned, TUNED_SHAPES) on the same terms. The
+  # stress suite runs in phase 2 instead: its device-memory check cannot share the device with
+  # processes that allocate.
+  groups=${WARM_GROUPS:-qwen3-30b-a3b mixtral-8x7b gpt-oss-120b small-expert-7b mid-expert-30b qwen3-30b-a3b-4k deepseek-v3,deepseek-v3-4k}
+  tuned=${TUNED_SHAPES:-qwen3-30b-a3b,small-expert-7b}
   ( cd $warm/tree && setsid nohup bash -c "
       for fd in /proc/self/fd/*; do n=\${fd##*/}; [ \$n -gt 2 ] && eval \"exec \$n>&-\"; done
       export REUSE_BUILD=1 OUT=$warm BENCH_TIMEOUT=1500
-      TAG=warm_topk bash dev/gpu/peers.sh bench sonic --warmup 1 --reps 1 --no-eager --impls sonicmoe $shapes_arg
-      a=\$?
-      TAG=warm_dup bash dev/gpu/peers.sh bench sonic --warmup 1 --reps 1 --no-eager --impls sonicmoe --routing expert0 --shapes $dup_shapes
-      echo \"topk rc=\$a dup rc=\$?\" >$warm/DONE" >$warm/driver.log 2>&1 </dev/null & )
+      warm() { local tag=\$1; shift; TAG=\$tag bash dev/gpu/peers.sh bench sonic --warmup 1 --reps 1 --no-eager \"\$@\" >$warm/\$tag.driver.log 2>&1; echo \"\$tag rc=\$?\" >>$warm/RCS; }
+      i=0; for g in $groups; do i=\$((i + 1)); warm warm_topk\$i --impls sonicmoe --shapes \$g & done
+      warm warm_dup --impls sonicmoe --routing expert0 --shapes $dup_shapes &
+      [ -n \"$tuned\" ] && warm warm_tuned --impls sonicmoe-tuned --shapes $tuned &
+      wait; cp $warm/RCS $warm/DONE" >$warm/driver.log 2>&1 </dev/null & )
   say "SonicMoE warm-up started"
-  REUSE_BUILD=1 SKIP_BENCH=1 bash dev/gpu/release_suites.sh
-  say "suites done"
+  REUSE_BUILD=1 SKIP_BENCH=1 SKIP_SUITES=stress bash dev/gpu/release_suites.sh
+  say "suites done (stress: phase 2)"
   # A warm-up that already ended failed (it compiles for minutes): say so now, not in phase 2.
   if [ -f $warm/DONE ]; then say "SonicMoE warm-up ended early: $(cat $warm/DONE)"; tail -5 $warm/driver.log; fi
   ;;
@@ -70,9 +79,15 @@ case $phase in
   ls .peers/quack.tar.xz.part-* >/dev/null 2>&1 && bash dev/gpu/peers.sh stash quack
   [ -f /tmp/moejit-sonic-timed ] && { say "SonicMoE already timed on this machine"; exit 0; }
   while [ ! -f $warm/DONE ] && [ "$(elapsed)" -lt "${WAIT:-240}" ]; do sleep 5; done
-  grep -E '^\[' /tmp/moejit-peers-sonic/bench.log 2>/dev/null | grep -v ': {' | tail -2
+  say "warm-up processes ended: $(tr '\n' ' ' <$warm/RCS 2>/dev/null)"
   [ -f $warm/DONE ] || { say "warm-up not done: call phase 2 again"; exit 0; }
-  say "warm-up done: $(cat $warm/DONE)"; cp $warm/*warm*.log "${OUT:-out}"/ 2>/dev/null
+  say "warm-up done: $(tr '\n' ' ' <$warm/DONE)"; tar czf "${OUT:-out}/warm_logs.tgz" -C $warm --exclude tree . 2>/dev/null
+  # The stress suite, left out of phase 1 (device-memory check), now that nothing else allocates.
+  if [ ! -f /tmp/moejit-stress-done ]; then
+    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null
+      timeout 150 $b/tests/test_gpu_stress --report_level=short >"${OUT:-out}/gpu_stress.log" 2>&1; echo "stress rc=$?" )
+    touch /tmp/moejit-stress-done; grep -E "error|failure|test cases|assertions|\*\*\*|mismatch|plans" "${OUT:-out}/gpu_stress.log" | head -6
+  fi
   timed_bench sonic sonicmoe topk "$([ -n "${FP8_SHAPES:-}" ] && echo 230 || echo 0)" $shapes_arg; say "sonicmoe top-k"
   touch /tmp/moejit-sonic-timed
   # FP8_SHAPES=...: the FP8 table's run (issue 31), SonicMoE beside moejit's bf16 and FP8 layers
@@ -82,10 +97,15 @@ case $phase in
     say "FP8 with SonicMoE"
   fi
   dup_bench sonic sonicmoe 120
+  # SonicMoE as shipped (tuned=True: its autotuned configs, compiled in the warm-up) on TUNED_SHAPES.
+  tuned=${TUNED_SHAPES:-qwen3-30b-a3b,small-expert-7b}
+  if [ -n "$tuned" ] && [ "$(left)" -gt 100 ]; then
+    timed_bench sonic sonicmoe-tuned tuned 0 --shapes "$tuned"; say "sonicmoe-tuned"
+  else say "sonicmoe-tuned skipped"; fi
   # PROFILE=1: the bf16 step's kernels (dev/gpu/step_profile.py) when the call has time left.
   if [ -n "${PROFILE:-}" ] && [ "$(left)" -gt 60 ]; then
     ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; timeout $(( $(left) - 20 )) python3 dev/gpu/step_profile.py --impl moejit \
-        qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3.txt" 2>&1 ); say "profile rc=$?"
+        --host qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3.txt" 2>&1 ); say "profile rc=$?"
     tail -3 "${OUT:-out}/profile_bf16_qwen3.txt"
   fi
   ;;
