@@ -712,16 +712,8 @@ struct Regions {
     }
 };
 
-// Rows of a [T,H] tensor in scattered order (xs from x, dy from dout).
-std::vector<float> scattered(const std::vector<float> &tokens, const MoeRefResult &ref, const LayerCase &c) {
-    std::vector<float> v(std::size_t(c.S()) * c.H);
-    for (std::int64_t s = 0; s < c.S(); ++s)
-        std::copy_n(tokens.begin() + (ref.route_of_row[s] / c.k) * c.H, c.H, v.begin() + s * c.H);
-    return v;
-}
-
 // What the plan keeps between and inside its calls, stage by stage.
-void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layout, const HostLayer &h,
+void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layout, const HostLayer &,
                          const MoeRefResult &ref, const LayerResult &res) {
     const Regions R(c, layout, res.gathered);
     const double tol = c.tol();
@@ -733,13 +725,14 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     check_exact(r, "scatter_index", R.words<std::int32_t>(res.saved_after_forward, R.L.scatter_index, S), index_ref);
     check_exact(r, "w_s", R.words<float>(res.saved_after_forward, R.L.w_s, S), ref.w_s);
     if (R.L.gathered) {
-        // The token of each scattered row, by which fc1 reads x's rows (no forward scatter).
+        // The token of each scattered row, by which fc1 reads x's rows (no forward scatter; in
+        // the forward's workspace since 0.13).
         std::vector<float> token_ref(S);
         for (std::size_t s = 0; s < S; ++s) token_ref[s] = static_cast<float>(ref.route_of_row[s] / c.k);
-        check_exact(r, "row_token", R.words<std::int32_t>(res.saved_after_forward, R.L.row_token, S), token_ref);
-    } else {
-        check_exact(r, "xs", R.halves(res.workspace_after_forward, R.L.xs, 0, S * H), scattered(h.x.values, ref, c));
+        check_exact(r, "row_token", R.words<std::int32_t>(res.workspace_after_forward, R.L.row_token, S), token_ref);
     }
+    // x's scatter (not gathered) is checked through g and u, fc1's outputs: fc2 writes y over it
+    // (0.13), checked below from the same region.
     std::vector<float> g, u;
     R.pair(res.saved_after_forward, R.L.gate_up, layout, g, u);
     check_close(r, "g", g, ref.g, tol);
@@ -771,10 +764,10 @@ std::string shape_of(const LayerCase &c) {
     return buf;
 }
 
-// Every output, gradient and intermediate of one run against the reference. The hook test
-// uses exactly this.
-Report check_layer(const LayerCase &c, moejit_fc1_layout_t layout, const HostLayer &h, const MoeRefResult &ref,
-                   const LayerResult &res) {
+// Every output and gradient of one run against the reference (any backward: whole, consuming,
+// in parts).
+Report check_outputs(const LayerCase &c, moejit_fc1_layout_t layout, const HostLayer &h, const MoeRefResult &ref,
+                     const LayerResult &res) {
     Report r;
     r.title = c.name + " " + layout_name(layout) + " " + shape_of(c);
     const double tol = c.tol();
@@ -784,6 +777,14 @@ Report check_layer(const LayerCase &c, moejit_fc1_layout_t layout, const HostLay
     check_wgrad(r, c, "dW_gate", res.dw_gate, ref.dw_gate, h.prefill_gate, ref.counts);
     check_wgrad(r, c, "dW_up", res.dw_up, ref.dw_up, h.prefill_up, ref.counts);
     check_wgrad(r, c, "dW_down", res.dw_down, ref.dw_down, h.prefill_down, ref.counts);
+    return r;
+}
+
+// Every output, gradient and intermediate of one run (a keeping backward) against the
+// reference. The hook test uses exactly this.
+Report check_layer(const LayerCase &c, moejit_fc1_layout_t layout, const HostLayer &h, const MoeRefResult &ref,
+                   const LayerResult &res) {
+    Report r = check_outputs(c, layout, h, ref, res);
     check_intermediates(r, c, layout, h, ref, res);
     return r;
 }
@@ -903,10 +904,11 @@ void run_consuming_case(const LayerCase &c) {
 }
 
 // The backward in two parts (moejit_plan_backward_part, DOWN then UP, each on exactly its
-// workspace size) against the consuming whole backward on the same inputs: checked against
-// the float64 reference, then the same bits in every output and gradient (UP's weight
-// gradients split their reductions in dx: these cases have no expert past the split's rows, so
-// the same order) and the same d_gate_up over saved.
+// workspace size) against the keeping whole backward on the same inputs, itself checked against
+// the float64 reference with every intermediate: the same bits in every output and gradient
+// (UP's weight gradients split their reductions in dx: these cases have no expert past the
+// split's rows, so the same order), d_gate_up over the saved g and u (bitwise the keeping call's
+// workspace region), the rest of saved as the forward left it.
 void run_parts_case(const LayerCase &c) {
     gpu_context();
     const HostLayer h = make_host_layer(c, test_seed());
@@ -914,19 +916,26 @@ void run_parts_case(const LayerCase &c) {
     DeviceInputs in;
     in.upload(c, h);
     for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
-        g_consume_saved = true;
-        const LayerResult whole = run_layer(c, layout, plan, in, o, h);
-        g_consume_saved = false;
+        const LayerResult keep = run_layer(c, layout, plan, in, o, h);
+        const Report checked = check_layer(c, layout, h, ref, keep);
+        checked.print();
+        checked.expect_ok();
         g_backward_parts = true;
         const LayerResult parts = run_layer(c, layout, plan, in, o, h);
         g_backward_parts = false;
-        const Report checked = check_layer(c, layout, h, ref, parts);
-        checked.print();
-        checked.expect_ok();
         Report r;
-        r.title = c.name + " parts-vs-whole " + layout_name(layout) + " " + shape_of(c);
-        compare_outputs_bitwise(r, parts, whole);
-        check_bytes(r, "saved_after_backward", parts.saved, whole.saved);
+        r.title = c.name + " parts-vs-keeping " + layout_name(layout) + " " + shape_of(c);
+        compare_outputs_bitwise(r, parts, keep);
+        check_bytes(r, "saved_after_forward", parts.saved_after_forward, keep.saved_after_forward);
+        const Regions R(c, layout, keep.gathered);
+        const auto bytes_of = [](const std::vector<std::uint8_t> &buf, const moejit::Region &reg) {
+            return std::vector<std::uint8_t>(buf.begin() + reg.offset, buf.begin() + reg.offset + reg.bytes);
+        };
+        check_bytes(r, "d_gate_up_over_saved", bytes_of(parts.saved, R.L.gate_up),
+                    bytes_of(keep.workspace, R.L.d_gate_up));
+        const std::vector<std::uint8_t> head_after(parts.saved.begin(), parts.saved.begin() + R.L.gate_up.offset),
+            head_forward(parts.saved_after_forward.begin(), parts.saved_after_forward.begin() + R.L.gate_up.offset);
+        check_bytes(r, "saved_before_gate_up_unchanged", head_after, head_forward);
         r.print();
         r.expect_ok();
     });
@@ -1123,7 +1132,7 @@ BOOST_AUTO_TEST_CASE(backward_parts_split_in_dx) {
         g_backward_parts = true;
         const LayerResult parts = run_layer(c, layout, plan, in, o, h);
         g_backward_parts = false;
-        const Report checked = check_layer(c, layout, h, ref, parts);
+        const Report checked = check_outputs(c, layout, h, ref, parts);
         checked.print();
         checked.expect_ok();
     });
