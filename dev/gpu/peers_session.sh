@@ -49,6 +49,12 @@ case $phase in
   bash dev/gpu/peers.sh stash sonic || exit 1
   out=/tmp/moejit-session; mkdir -p $out; . dev/gpu/common.sh; say built
   bash dev/gpu/peers.sh unpack sonic || exit 1  # once, before the parallel warm-up processes
+  # STRESS_FIRST=1: the stress suite now, before anything else allocates device memory (else
+  # phase 2 runs it).
+  if [ -n "${STRESS_FIRST:-}" ]; then
+    timeout 150 $b/tests/test_gpu_stress --report_level=short >"${OUT:-out}/gpu_stress.log" 2>&1; say "stress rc=$?"
+    touch /tmp/moejit-stress-done; grep -E "error|failure|test cases|assertions|\*\*\*|mismatch|plans" "${OUT:-out}/gpu_stress.log" | head -6
+  fi
   rm -rf $warm /tmp/moejit-sonic-timed && mkdir -p $warm/tree/.peers &&
     cp -r dev python bench capi scripts meson.build $warm/tree/ && cp .peers/sonic.sha256 $warm/tree/.peers/ ||
     { echo "could not copy the tree for the warm-up" >&2; exit 1; }
@@ -60,7 +66,7 @@ case $phase in
   # stress suite runs in phase 2 instead: its device-memory check cannot share the device with
   # processes that allocate.
   groups=${WARM_GROUPS:-qwen3-30b-a3b mixtral-8x7b gpt-oss-120b small-expert-7b mid-expert-30b qwen3-30b-a3b-4k deepseek-v3,deepseek-v3-4k}
-  tuned=${TUNED_SHAPES:-qwen3-30b-a3b,small-expert-7b}
+  tuned=${TUNED_SHAPES-qwen3-30b-a3b,small-expert-7b}
   ( cd $warm/tree && setsid nohup bash -c "
       for fd in /proc/self/fd/*; do n=\${fd##*/}; [ \$n -gt 2 ] && eval \"exec \$n>&-\"; done
       export REUSE_BUILD=1 OUT=$warm BENCH_TIMEOUT=1500
@@ -70,10 +76,19 @@ case $phase in
       [ -n \"$tuned\" ] && warm warm_tuned --impls sonicmoe-tuned --shapes $tuned &
       wait; cp $warm/RCS $warm/DONE" >$warm/driver.log 2>&1 </dev/null & )
   say "SonicMoE warm-up started"
-  REUSE_BUILD=1 SKIP_BENCH=1 SKIP_SUITES=stress bash dev/gpu/release_suites.sh
+  REUSE_BUILD=1 SKIP_BENCH=1 SKIP_SUITES=stress bash dev/gpu/release_suites.sh  # ONLY_SUITES, SKIP_PYTEST: see there
   say "suites done (stress: phase 2)"
-  # A warm-up that already ended failed (it compiles for minutes): say so now, not in phase 2.
-  if [ -f $warm/DONE ]; then say "SonicMoE warm-up ended early: $(cat $warm/DONE)"; tail -5 $warm/driver.log; fi
+  # PEAKS=1: moejit alone on every shape, for its memory (its times are not a result: the
+  # warm-up shares the machine).
+  if [ -n "${PEAKS:-}" ]; then
+    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null
+      timeout 200 python3 -m moejit_bench --warmup 1 --reps 2 --no-eager --impls moejit $shapes_arg \
+        --json "${OUT:-out}/peaks_moejit.json" >"${OUT:-out}/peaks_moejit.log" 2>&1; echo "peaks rc=$?" )
+    grep -v '^\[' "${OUT:-out}/peaks_moejit.log" | tail -12
+  fi
+  # WAIT_WARM=S: wait for the warm-up up to S seconds into the call.
+  while [ -n "${WAIT_WARM:-}" ] && [ ! -f $warm/DONE ] && [ "$(elapsed)" -lt "$WAIT_WARM" ]; do sleep 5; done
+  say "warm-up processes ended: $(tr '\n' ' ' <$warm/RCS 2>/dev/null)"
   ;;
 2)
   ls .peers/quack.tar.xz.part-* >/dev/null 2>&1 && bash dev/gpu/peers.sh stash quack
@@ -98,7 +113,7 @@ case $phase in
   fi
   dup_bench sonic sonicmoe 120
   # SonicMoE as shipped (tuned=True: its autotuned configs, compiled in the warm-up) on TUNED_SHAPES.
-  tuned=${TUNED_SHAPES:-qwen3-30b-a3b,small-expert-7b}
+  tuned=${TUNED_SHAPES-qwen3-30b-a3b,small-expert-7b}
   if [ -n "$tuned" ] && [ "$(left)" -gt 100 ]; then
     timed_bench sonic sonicmoe-tuned tuned 0 --shapes "$tuned"; say "sonicmoe-tuned"
   else say "sonicmoe-tuned skipped"; fi
