@@ -863,11 +863,17 @@ void run_case(const LayerCase &c) {
 
 // ---------------------------------------------------------------- the cases
 
-// A consuming backward (consume_saved = 1) against the keeping one on the same inputs: the same
-// bits in every output and gradient, its d_gate_up written over the saved g and u (bitwise the
-// keeping call's workspace region), the rest of saved as the forward left it. The keeping run
-// is checked against the float64 reference first.
-void run_consuming_case(const LayerCase &c) {
+// A backward that spends saved against the keeping one on the same inputs, itself checked
+// against the float64 reference with every intermediate: the same bits in every output and
+// gradient, d_gate_up written over the saved g and u (bitwise the keeping call's workspace
+// region), the rest of saved as the forward left it. Spending: the consuming whole backward
+// (consume_saved = 1, both calls on exactly moejit_plan_consuming_workspace_size bytes), or the
+// backward in two parts (moejit_plan_backward_part, DOWN then UP, each on exactly its own
+// workspace size; UP's weight gradients split their reductions in dx: these cases have no
+// expert past the split's rows, so the same order).
+enum class Spending { consuming, parts };
+
+void run_spending_case(const LayerCase &c, Spending how) {
     gpu_context();
     const HostLayer h = make_host_layer(c, test_seed());
     const MoeRefResult ref = reference_of(c, h);
@@ -878,15 +884,18 @@ void run_consuming_case(const LayerCase &c) {
         const Report checked = check_layer(c, layout, h, ref, keep);
         checked.print();
         checked.expect_ok();
-        // Both calls of the consuming run get exactly the consuming size: nothing past it.
-        std::size_t consuming = 0;
-        MOEJIT_TEST_OK(moejit_plan_consuming_workspace_size(plan, c.T, &consuming));
-        o.workspace = DeviceBuffer(consuming);
-        g_consume_saved = true;
+        bool &mode = how == Spending::consuming ? g_consume_saved : g_backward_parts;
+        if (how == Spending::consuming) {
+            std::size_t consuming = 0;
+            MOEJIT_TEST_OK(moejit_plan_consuming_workspace_size(plan, c.T, &consuming));
+            o.workspace = DeviceBuffer(consuming);
+        }
+        mode = true;
         const LayerResult spend = run_layer(c, layout, plan, in, o, h);
-        g_consume_saved = false;
+        mode = false;
         Report r;
-        r.title = c.name + " consuming-vs-keeping " + layout_name(layout) + " " + shape_of(c);
+        r.title = c.name + (how == Spending::consuming ? " consuming" : " parts") + "-vs-keeping " +
+                  layout_name(layout) + " " + shape_of(c);
         compare_outputs_bitwise(r, spend, keep);
         check_bytes(r, "saved_after_forward", spend.saved_after_forward, keep.saved_after_forward);
         const Regions R(c, layout, keep.gathered);
@@ -897,44 +906,6 @@ void run_consuming_case(const LayerCase &c) {
                     bytes_of(keep.workspace, R.L.d_gate_up));
         const std::vector<std::uint8_t> head_after(spend.saved.begin(), spend.saved.begin() + R.L.gate_up.offset),
             head_forward(spend.saved_after_forward.begin(), spend.saved_after_forward.begin() + R.L.gate_up.offset);
-        check_bytes(r, "saved_before_gate_up_unchanged", head_after, head_forward);
-        r.print();
-        r.expect_ok();
-    });
-}
-
-// The backward in two parts (moejit_plan_backward_part, DOWN then UP, each on exactly its
-// workspace size) against the keeping whole backward on the same inputs, itself checked against
-// the float64 reference with every intermediate: the same bits in every output and gradient
-// (UP's weight gradients split their reductions in dx: these cases have no expert past the
-// split's rows, so the same order), d_gate_up over the saved g and u (bitwise the keeping call's
-// workspace region), the rest of saved as the forward left it.
-void run_parts_case(const LayerCase &c) {
-    gpu_context();
-    const HostLayer h = make_host_layer(c, test_seed());
-    const MoeRefResult ref = reference_of(c, h);
-    DeviceInputs in;
-    in.upload(c, h);
-    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
-        const LayerResult keep = run_layer(c, layout, plan, in, o, h);
-        const Report checked = check_layer(c, layout, h, ref, keep);
-        checked.print();
-        checked.expect_ok();
-        g_backward_parts = true;
-        const LayerResult parts = run_layer(c, layout, plan, in, o, h);
-        g_backward_parts = false;
-        Report r;
-        r.title = c.name + " parts-vs-keeping " + layout_name(layout) + " " + shape_of(c);
-        compare_outputs_bitwise(r, parts, keep);
-        check_bytes(r, "saved_after_forward", parts.saved_after_forward, keep.saved_after_forward);
-        const Regions R(c, layout, keep.gathered);
-        const auto bytes_of = [](const std::vector<std::uint8_t> &buf, const moejit::Region &reg) {
-            return std::vector<std::uint8_t>(buf.begin() + reg.offset, buf.begin() + reg.offset + reg.bytes);
-        };
-        check_bytes(r, "d_gate_up_over_saved", bytes_of(parts.saved, R.L.gate_up),
-                    bytes_of(keep.workspace, R.L.d_gate_up));
-        const std::vector<std::uint8_t> head_after(parts.saved.begin(), parts.saved.begin() + R.L.gate_up.offset),
-            head_forward(parts.saved_after_forward.begin(), parts.saved_after_forward.begin() + R.L.gate_up.offset);
         check_bytes(r, "saved_before_gate_up_unchanged", head_after, head_forward);
         r.print();
         r.expect_ok();
@@ -1101,20 +1072,20 @@ BOOST_AUTO_TEST_CASE(backward_parts_match_the_whole_backward) {
     c.routing = Routing::uniform;
     c.limit = 10.0f;
     c.fc1_scale = 10.0;
-    run_parts_case(c);
-    run_parts_case(seed_case(128));
+    run_spending_case(c, Spending::parts);
+    run_spending_case(seed_case(128), Spending::parts);
     c = mid_case("parts_T1");
     c.T = 1;
     c.routing = Routing::uniform;
     c.active = {3, 11};
-    run_parts_case(c);
+    run_spending_case(c, Spending::parts);
     c = mid_case("parts_empty_experts_accumulate");
     c.active = {1, 2, 5, 8, 9, 13};
     c.accumulate = true;
-    run_parts_case(c);
+    run_spending_case(c, Spending::parts);
     c = mid_case("parts_T0");
     c.T = 0;
-    run_parts_case(c);
+    run_spending_case(c, Spending::parts);
 }
 
 BOOST_AUTO_TEST_CASE(backward_parts_split_in_dx) {
@@ -1143,17 +1114,17 @@ BOOST_AUTO_TEST_CASE(consuming_backward_matches_the_keeping_one) {
     c.routing = Routing::uniform;
     c.limit = 10.0f;
     c.fc1_scale = 10.0;
-    run_consuming_case(c);
-    run_consuming_case(seed_case(128));
+    run_spending_case(c, Spending::consuming);
+    run_spending_case(seed_case(128), Spending::consuming);
     c = mid_case("consume_T1");
     c.T = 1;
     c.routing = Routing::uniform;
     c.active = {3, 11};
-    run_consuming_case(c);
+    run_spending_case(c, Spending::consuming);
     c = mid_case("consume_empty_experts_accumulate");
     c.active = {1, 2, 5, 8, 9, 13};
     c.accumulate = true;
-    run_consuming_case(c);
+    run_spending_case(c, Spending::consuming);
 }
 
 BOOST_AUTO_TEST_CASE(zero_tokens) {
