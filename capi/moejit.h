@@ -613,11 +613,13 @@ MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan,
  *         gradients are not read (may be NULL).
  *   UP:   fc1's side, after DOWN on the same saved (stream order): reads x, fc1's weights and
  *         the SwiGLU gradient in saved; writes dx, dw_gate/dw_up or dw_gate_up, db_gate_up.
- *         dout, w_down, d_routing_weights, dw_down and db_down are not read (may be NULL).
- *         Until its last kernel (the gather into dx) UP uses dx's T*H elements as scratch for
- *         its weight gradients' split reductions (DESIGN.md "deterministic split").
- * The results are moejit_plan_backward's (with consume_saved 1), bitwise except that UP's
- * split reductions may use longer segments (same rule, fixed order, deterministic per call).
+ *         dout, routing_weights, w_down, b_down, d_routing_weights, dw_down and db_down are
+ *         not read (may be NULL). Until its last kernel (the gather into dx) UP uses dx's T*H
+ *         elements as scratch for its weight gradients' split reductions (an expert with very
+ *         many rows reduced in segments; docs/DESIGN.md 3.3).
+ * The results are moejit_plan_backward's (with consume_saved 1), bitwise except where UP's
+ * scratch is too small for the split the whole backward takes: its reductions then use longer
+ * segments, or none (the same fixed order; deterministic for a given T).
  * An UP call without its DOWN reads g and u as if they were their gradient: garbage, not an
  * error (the library cannot see that on the host). Each part's workspace:
  * moejit_plan_backward_part_workspace_size. */

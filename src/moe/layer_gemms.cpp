@@ -102,7 +102,7 @@ LayerGemms::LayerGemms(Context &ctx, const PlanDesc &desc, const LayerSpecs &spe
       row_token_(row_token), stream_(stream), split_workspace_(split_workspace),
       split_workspace_bytes_(split_workspace_bytes) {}
 
-std::size_t wgrad_split_workspace_bytes(const PlanDesc &d, std::int64_t rows) {
+std::size_t wgrad_split_workspace_bytes(const PlanDesc &d, std::int64_t rows, bool fc2_only) {
     const std::int64_t H = d.hidden_size, I = d.intermediate_size;
     const std::int64_t fc1_n = d.fc1_layout != Fc1Layout::split ? 2 * I : I;
     // (M, N) of each weight gradient as layer_specs sets them.
@@ -110,7 +110,7 @@ std::size_t wgrad_split_workspace_bytes(const PlanDesc &d, std::int64_t rows) {
         if (d.weights_transposed) std::swap(m, n);
         return mn_split_workspace_bytes(mn_split(rows, m, n), d.num_experts, m, n);
     };
-    return std::max(bytes(H, I), bytes(fc1_n, H));
+    return fc2_only ? bytes(H, I) : std::max(bytes(H, I), bytes(fc1_n, H));
 }
 
 GemmOperands LayerGemms::operands(const void *a, const void *b, void *c) const {

@@ -51,7 +51,8 @@ std::vector<KernelSource> layer_gemm_sources(const PlanDesc &desc, const LayerSp
 
 // Scratch the weight gradients need to split long reductions (gemm/tile_schedule.hpp,
 // mn_split) for S = rows; arch-independent so the plan's size queries need no device.
-std::size_t wgrad_split_workspace_bytes(const PlanDesc &desc, std::int64_t rows);
+// fc2_only: fc2's alone (the backward's DOWN part), else the larger of fc2's and fc1's.
+std::size_t wgrad_split_workspace_bytes(const PlanDesc &desc, std::int64_t rows, bool fc2_only = false);
 
 class LayerGemms {
 public:

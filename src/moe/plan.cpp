@@ -490,7 +490,7 @@ void Plan::backward_part(BackwardPart part, const BackwardArgs &a) {
         rows.daw = L.daw.in<char>(a.workspace);
         rows.d_w_s = d_w_s;
         rows.wgrad_split = L.wgrad_split.in<char>(a.workspace);
-        rows.wgrad_split_bytes = L.wgrad_split.bytes;
+        rows.wgrad_split_bytes = L.down_split_bytes;  // fc2's split: DOWN's workspace ends there
         rows.bias_partial = L.bias_partial.in<char>(a.workspace);
         rows.bias_partial_bytes = L.bias_partial.bytes;
         run_backward_down(rows, w, g);

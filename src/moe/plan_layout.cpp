@@ -45,8 +45,9 @@ void take_backward_tail(Layout &l, const RegionAllocator &fwd, RegionAllocator &
     l.daw = bwd.take(bytes({rows, I, el}));
     if (!d_gate_up_in_saved) l.d_gate_up = bwd.take(bytes({rows, 2, I, el}));
     l.d_w_s = bwd.take(bytes({rows, 4}));
-    l.wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
     if (desc.has_bias) l.bias_partial = bwd.take(bias_grad_workspace_bytes(rows, desc.num_experts, std::max(2 * I, H)));
+    // Last, so that a prefix of it (fc2's split alone) ends the backward's DOWN part.
+    l.wgrad_split = bwd.take(wgrad_split_workspace_bytes(desc, rows));
     l.workspace_bytes = std::max(fwd.end, bwd.end);
 }
 
@@ -95,12 +96,13 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     take_backward_tail(*this, fwd, bwd, bytes, desc, S, consume_saved);
 
     // The backward in two parts (moejit_plan_backward_part, consuming only): DOWN uses the
-    // consuming backward's regions up to fc2's side (dy, daw, d_w_s, the split scratch, the bias
-    // partials); UP only the [S,H] region (x's rows, then dxs) and its own bias partials. UP's
+    // consuming backward's regions (dy, daw, d_w_s, the bias partials) and of the split scratch
+    // fc2's part; UP only the [S,H] region (x's rows, then dxs) and its own bias partials. UP's
     // weight gradients split their reductions in the caller's dx, unwritten until UP's last
     // kernel (DESIGN.md §2.7).
     if (consume_saved) {
-        down_workspace_bytes = bwd.end;
+        down_split_bytes = wgrad_split_workspace_bytes(desc, S, true);
+        down_workspace_bytes = wgrad_split.bytes ? wgrad_split.offset + down_split_bytes : bwd.end;
         RegionAllocator up{arg};
         up.take(bytes({S, H, el}));  // = xs
         if (desc.has_bias) up_bias_partial = up.take(bias_grad_workspace_bytes(S, E, 2 * I));
@@ -143,7 +145,7 @@ Region RegionAllocator::take_over(std::size_t at, std::size_t bytes) {
 
 SizeTerms saved_size_terms(const PlanDesc &desc) {
     if (desc.recipe == Recipe::fp8_block) return size_terms(Fp8Layout(desc, 0), Fp8Layout(desc, 1));
-    // Gathered plans keep row_token too: the bound covers every plan of `desc`.
+    // Gathered or not, the same saved layout (row_token is the forward's workspace since 0.13).
     return size_terms(PlanLayout(desc, 0, true), PlanLayout(desc, 1, true));
 }
 

@@ -78,9 +78,10 @@ struct PlanLayout {
     Region bias_partial;   // has_bias: the bias gradients' partial sums (ops/expert_bias.hpp)
     std::size_t workspace_bytes = 0;
     // consumes_saved only: the workspaces of the backward's two parts (moejit_plan_backward_part):
-    // DOWN's regions are the ones above up to bias_partial (no dxs use); UP's are xs (x's rows,
-    // then dxs) and up_bias_partial (has_bias: db_gate_up's partial sums).
-    std::size_t down_workspace_bytes = 0, up_workspace_bytes = 0;
+    // DOWN's regions are dy, daw, d_w_s, bias_partial and the first down_split_bytes of
+    // wgrad_split (fc2's split alone); UP's are xs (x's rows, then dxs) and up_bias_partial
+    // (has_bias: db_gate_up's partial sums).
+    std::size_t down_workspace_bytes = 0, up_workspace_bytes = 0, down_split_bytes = 0;
     Region up_bias_partial;
 };
 

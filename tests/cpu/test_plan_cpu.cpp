@@ -451,10 +451,14 @@ BOOST_AUTO_TEST_CASE(backward_parts_layout) {
                         BOOST_TEST(keep.down_workspace_bytes == 0u);
                         BOOST_TEST(keep.up_workspace_bytes == 0u);
                         BOOST_TEST(L.down_workspace_bytes <= L.workspace_bytes);
+                        // DOWN's split scratch is fc2's alone, a prefix of wgrad_split.
+                        const std::size_t fc2_split = moejit::wgrad_split_workspace_bytes(pd, L.rows, true);
+                        BOOST_TEST(L.down_split_bytes == fc2_split);
+                        BOOST_TEST(fc2_split <= L.wgrad_split.bytes);
                         check_regions({{"dy", L.dy, S * H * el},
                                        {"daw", L.daw, S * I * el},
                                        {"d_w_s", L.d_w_s, S * 4},
-                                       {"wgrad_split", L.wgrad_split, moejit::wgrad_split_workspace_bytes(pd, L.rows)},
+                                       {"fc2 split", moejit::Region{L.wgrad_split.offset, fc2_split}, fc2_split},
                                        {"bias_partial", L.bias_partial, 0}},
                                       L.down_workspace_bytes, "DOWN workspace");
                         check_regions({{"xs = dxs", L.xs, S * H * el},

@@ -406,8 +406,10 @@ moejit_status_t forward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layou
 // Set by the consuming-backward case: backward() passes consume_saved = 1 with only
 // moejit_plan_consuming_workspace_size bytes of workspace.
 bool g_consume_saved = false;
-// Set by the parts case: backward() runs moejit_plan_backward_part's DOWN then UP, each on
-// exactly its own workspace size, each without the pointers the other part owns.
+// Set by the parts case: backward() runs moejit_plan_backward_part's DOWN then UP, each in a
+// buffer of exactly its own workspace size (compute-sanitizer sees a write past it), each
+// without the pointers the other part owns. dx is still the NaN prepare() left when UP starts
+// (its scratch), so the check of dx proves UP's gather wrote all of it.
 bool g_backward_parts = false;
 
 moejit_status_t backward_in_parts(moejit_plan_t plan, std::int64_t T, const moejit_backward_args_t &a) {
@@ -415,12 +417,16 @@ moejit_status_t backward_in_parts(moejit_plan_t plan, std::int64_t T, const moej
     down.consume_saved = up.consume_saved = 1;
     MOEJIT_TEST_OK(moejit_plan_backward_part_workspace_size(plan, T, MOEJIT_BACKWARD_PART_DOWN, &down.workspace_size));
     MOEJIT_TEST_OK(moejit_plan_backward_part_workspace_size(plan, T, MOEJIT_BACKWARD_PART_UP, &up.workspace_size));
+    const DeviceBuffer down_ws(down.workspace_size), up_ws(up.workspace_size);
+    down.workspace = down_ws.get(), up.workspace = up_ws.get();
     down.x = nullptr, down.dx = nullptr, down.w_gate = down.w_up = down.w_gate_up = nullptr;
     down.dw_gate = down.dw_up = down.dw_gate_up = nullptr, down.db_gate_up = nullptr;
     up.dout = nullptr, up.routing_weights = nullptr, up.d_routing_weights = nullptr, up.w_down = nullptr;
     up.dw_down = nullptr, up.b_down = nullptr, up.db_down = nullptr;
-    const moejit_status_t s = moejit_plan_backward_part(plan, MOEJIT_BACKWARD_PART_DOWN, &down);
-    return s != MOEJIT_SUCCESS ? s : moejit_plan_backward_part(plan, MOEJIT_BACKWARD_PART_UP, &up);
+    moejit_status_t s = moejit_plan_backward_part(plan, MOEJIT_BACKWARD_PART_DOWN, &down);
+    if (s == MOEJIT_SUCCESS) s = moejit_plan_backward_part(plan, MOEJIT_BACKWARD_PART_UP, &up);
+    synchronize();  // the workspaces outlive the parts' kernels
+    return s;
 }
 
 // The forward's inputs, saved and workspace (layer_args.h), and the gradients' buffers.
