@@ -395,6 +395,17 @@ def _launch(fn, handle, cls, buffers: dict, **values) -> None:
     _capi.check(fn(handle, byref(args)))
 
 
+# moejit_backward_args_t's device pointers, as Plan.backward and Plan.backward_part name them.
+_BACKWARD_BUFFERS = ("x", "dout", "routing_weights", "w_gate", "w_up", "w_gate_up", "w_down",
+                     "saved", "dx", "d_routing_weights", "dw_gate", "dw_up", "dw_gate_up",
+                     "dw_down", "workspace", "b_down", "db_gate_up", "db_down", "weight_cache")
+
+
+def _backward_buffers(arguments: dict) -> dict:
+    """The device-pointer arguments of a backward call among its keyword `arguments`."""
+    return {name: arguments[name] for name in _BACKWARD_BUFFERS if name in arguments}
+
+
 class Plan(_OwnedHandle):
     """A compiled MoE layer for one shape (keyword arguments as for plan_desc()). forward()
     and backward() take device pointers (ints) or tensors with data_ptr()."""
@@ -489,14 +500,8 @@ class Plan(_OwnedHandle):
         db_down [E,H] in the weight-gradient dtype. consume_saved (since 0.12): the call may
         write over saved, spent afterwards, and needs consuming_workspace_size bytes."""
         _launch(_capi.lib().moejit_plan_backward, self.handle, _capi.BackwardArgs,
-                dict(x=x, dout=dout, routing_weights=routing_weights, w_gate=w_gate, w_up=w_up,
-                     w_gate_up=w_gate_up, w_down=w_down, saved=saved, dx=dx,
-                     d_routing_weights=d_routing_weights, dw_gate=dw_gate, dw_up=dw_up,
-                     dw_gate_up=dw_gate_up, dw_down=dw_down, workspace=workspace,
-                     b_down=b_down, db_gate_up=db_gate_up, db_down=db_down,
-                     weight_cache=weight_cache),
-                num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
-                weight_cache_size=weight_cache_size,
+                _backward_buffers(locals()), num_tokens=num_tokens, saved_size=saved_size,
+                workspace_size=workspace_size, weight_cache_size=weight_cache_size,
                 weight_cache_mode=weight_cache_mode_code(weight_cache_mode),
                 consume_saved=int(bool(consume_saved)), stream=stream)
 
@@ -513,13 +518,7 @@ class Plan(_OwnedHandle):
         kernel). Each needs backward_part_workspace_size(num_tokens, part) bytes."""
         _launch(lambda handle, args: _capi.lib().moejit_plan_backward_part(
                     handle, backward_part_code(part), args),
-                self.handle, _capi.BackwardArgs,
-                dict(x=x, dout=dout, routing_weights=routing_weights, w_gate=w_gate, w_up=w_up,
-                     w_gate_up=w_gate_up, w_down=w_down, saved=saved, dx=dx,
-                     d_routing_weights=d_routing_weights, dw_gate=dw_gate, dw_up=dw_up,
-                     dw_gate_up=dw_gate_up, dw_down=dw_down, workspace=workspace,
-                     b_down=b_down, db_gate_up=db_gate_up, db_down=db_down),
-                num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
+                self.handle, _capi.BackwardArgs, _backward_buffers(locals()), num_tokens=num_tokens, saved_size=saved_size, workspace_size=workspace_size,
                 consume_saved=1, stream=stream)
 
     # ---- the pre-dispatched experts (since 0.6): rows already grouped by expert

@@ -240,7 +240,7 @@ void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
     LayerGemms gemms(ctx_, d, gemm_specs_, &kernels_.gemms, S, r.offsets, r.row_token, r.stream);
     char *gate_up = r.gate_up;
     void *g = gate_up;
-    void *u = gate_up + S * I * el;
+    void *u = gate_up + split_half_bytes(d, S);
     if (gemm_specs_.fused_swiglu) {
         // g, u (saved for the backward) and aw from fc1's epilogue.
         if (fc1_merged(d))
@@ -318,12 +318,10 @@ void Plan::run_backward_up(const BackwardRows &r, const ExpertWeights &w, const 
         gemms.fc1_wgrad_merged(r.d_gate_up, xs, g.dw_gate_up);
         gemms.fc1_dgrad_merged(r.d_gate_up, w.w_gate_up, r.dxs);
     } else {
-        // d_gate and d_up, the halves of the split layout's d_gate_up, where the SwiGLU backward put them.
-        const SwigluBackwardArgs act =
-            plan_swiglu_backward_args(d, S, r.gate_up, r.w_s, r.daw, r.d_gate_up, r.d_w_s, r.stream);
-        gemms.fc1_wgrad_split(act.d_gate, xs, g.dw_gate);
-        gemms.fc1_wgrad_split(act.d_up, xs, g.dw_up);
-        gemms.fc1_dgrad_split(act.d_gate, w.w_gate, act.d_up, w.w_up, r.dxs);
+        const char *d_gate = r.d_gate_up, *d_up = r.d_gate_up + split_half_bytes(d, S);
+        gemms.fc1_wgrad_split(d_gate, xs, g.dw_gate);
+        gemms.fc1_wgrad_split(d_up, xs, g.dw_up);
+        gemms.fc1_dgrad_split(d_gate, w.w_gate, d_up, w.w_up, r.dxs);
     }
 }
 

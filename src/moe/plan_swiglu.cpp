@@ -5,14 +5,14 @@
 #include "base/dtype.hpp"
 
 namespace moejit {
-namespace {
 
-constexpr float kGptOssAlpha = 1.702f;  // desc->activation_alpha 0
-
-// g's or d_gate's [S,I] bytes: where u or d_up starts in the split layout.
 std::size_t split_half_bytes(const PlanDesc &d, std::int64_t rows) {
     return static_cast<std::size_t>(rows * d.intermediate_size) * dtype_size(d.dtype);
 }
+
+namespace {
+
+constexpr float kGptOssAlpha = 1.702f;  // desc->activation_alpha 0
 
 // The fields both directions take.
 template <class Args> Args swiglu_args(const PlanDesc &d, std::int64_t rows, const char *gate_up, const float *w_s,

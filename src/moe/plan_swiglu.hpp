@@ -3,12 +3,16 @@
 // layout's pointers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "moe/plan_desc.hpp"
 #include "ops/swiglu.hpp"
 
 namespace moejit {
+
+// g's or d_gate's [S,I] bytes: where u or d_up starts in the split layout's gate_up.
+std::size_t split_half_bytes(const PlanDesc &desc, std::int64_t rows);
 
 // aw = a·w_s from gate_up (the forward); the caller adds fc1's bias, if any.
 SwigluForwardArgs plan_swiglu_forward_args(const PlanDesc &desc, std::int64_t rows, const char *gate_up,

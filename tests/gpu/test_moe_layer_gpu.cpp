@@ -841,6 +841,19 @@ template <class Body> void for_each_layout(const LayerCase &c, Body body) {
     }
 }
 
+// for_each_layout on one draw of c's inputs: body(layout, plan, outputs, host, reference,
+// device inputs).
+template <class Body> void for_each_layout_on_inputs(const LayerCase &c, Body body) {
+    gpu_context();
+    const HostLayer h = make_host_layer(c, test_seed());
+    const MoeRefResult ref = reference_of(c, h);
+    DeviceInputs in;
+    in.upload(c, h);
+    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
+        body(layout, plan, o, h, ref, in);
+    });
+}
+
 // Runs one case: reference, split and merged plans, every check; prints a line per layout.
 void run_case(const LayerCase &c) {
     gpu_context();  // makes the device current for the buffers
@@ -880,12 +893,8 @@ void run_case(const LayerCase &c) {
 enum class Spending { consuming, parts };
 
 void run_spending_case(const LayerCase &c, Spending how) {
-    gpu_context();
-    const HostLayer h = make_host_layer(c, test_seed());
-    const MoeRefResult ref = reference_of(c, h);
-    DeviceInputs in;
-    in.upload(c, h);
-    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
+    for_each_layout_on_inputs(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o,
+                                     const HostLayer &h, const MoeRefResult &ref, DeviceInputs &in) {
         const LayerResult keep = run_layer(c, layout, plan, in, o, h);
         const Report checked = check_layer(c, layout, h, ref, keep);
         checked.print();
@@ -1067,32 +1076,34 @@ BOOST_AUTO_TEST_CASE(single_token) {
     run_case(c);
 }
 
-// moejit_backward_args_t.consume_saved (since 0.12): duplicate routes, every route to expert 0,
-// a single token and empty experts accumulating.
-// moejit_plan_backward_part (since 0.13): duplicate routes with a limit, every route to expert 0,
-// T = 1, empty experts accumulating, T = 0 (weight gradients still written), and a case whose
-// one expert owns more rows than UP's split scratch in dx holds unsplit (checked against the
-// reference only: UP may split it in longer segments than the whole backward).
-BOOST_AUTO_TEST_CASE(backward_parts_match_the_whole_backward) {
-    LayerCase c = mid_case("parts_duplicates");
+// The cases a backward that spends saved runs against the keeping one (run_spending_case):
+// duplicate routes with a limit, every route to expert 0, T = 1, empty experts accumulating,
+// T = 0 (weight gradients still written). Names start with `prefix`.
+void run_spending_cases(Spending how, const std::string &prefix) {
+    LayerCase c = mid_case(prefix + "_duplicates");
     c.routing = Routing::uniform;
     c.limit = 10.0f;
     c.fc1_scale = 10.0;
-    run_spending_case(c, Spending::parts);
-    run_spending_case(seed_case(128), Spending::parts);
-    c = mid_case("parts_T1");
+    run_spending_case(c, how);
+    run_spending_case(seed_case(128), how);
+    c = mid_case(prefix + "_T1");
     c.T = 1;
     c.routing = Routing::uniform;
     c.active = {3, 11};
-    run_spending_case(c, Spending::parts);
-    c = mid_case("parts_empty_experts_accumulate");
+    run_spending_case(c, how);
+    c = mid_case(prefix + "_empty_experts_accumulate");
     c.active = {1, 2, 5, 8, 9, 13};
     c.accumulate = true;
-    run_spending_case(c, Spending::parts);
-    c = mid_case("parts_T0");
+    run_spending_case(c, how);
+    c = mid_case(prefix + "_T0");
     c.T = 0;
-    run_spending_case(c, Spending::parts);
+    run_spending_case(c, how);
 }
+
+// moejit_plan_backward_part (since 0.13), on run_spending_cases; the next case: one expert that
+// owns more rows than UP's split scratch in dx holds unsplit (checked against the reference
+// only: UP may split it in longer segments than the whole backward).
+BOOST_AUTO_TEST_CASE(backward_parts_match_the_whole_backward) { run_spending_cases(Spending::parts, "parts"); }
 
 BOOST_AUTO_TEST_CASE(backward_parts_split_in_dx) {
     // 4096 tokens, k = 4, every route to expert 0: 16384 rows of one expert, past the split's
@@ -1100,12 +1111,8 @@ BOOST_AUTO_TEST_CASE(backward_parts_split_in_dx) {
     // backward's split scratch for fc1 (M = 2I or I, N = 512).
     LayerCase c = layer_case("parts_split_in_dx", 4096, 16, 512, 256, 4);
     c.routing = Routing::all_to_expert0;
-    gpu_context();
-    const HostLayer h = make_host_layer(c, test_seed());
-    const MoeRefResult ref = reference_of(c, h);
-    DeviceInputs in;
-    in.upload(c, h);
-    for_each_layout(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o) {
+    for_each_layout_on_inputs(c, [&](moejit_fc1_layout_t layout, moejit_plan_t plan, DeviceOutputs &o,
+                                     const HostLayer &h, const MoeRefResult &ref, DeviceInputs &in) {
         g_backward_parts = true;
         const LayerResult parts = run_layer(c, layout, plan, in, o, h);
         g_backward_parts = false;
@@ -1115,23 +1122,8 @@ BOOST_AUTO_TEST_CASE(backward_parts_split_in_dx) {
     });
 }
 
-BOOST_AUTO_TEST_CASE(consuming_backward_matches_the_keeping_one) {
-    LayerCase c = mid_case("consume_duplicates");
-    c.routing = Routing::uniform;
-    c.limit = 10.0f;
-    c.fc1_scale = 10.0;
-    run_spending_case(c, Spending::consuming);
-    run_spending_case(seed_case(128), Spending::consuming);
-    c = mid_case("consume_T1");
-    c.T = 1;
-    c.routing = Routing::uniform;
-    c.active = {3, 11};
-    run_spending_case(c, Spending::consuming);
-    c = mid_case("consume_empty_experts_accumulate");
-    c.active = {1, 2, 5, 8, 9, 13};
-    c.accumulate = true;
-    run_spending_case(c, Spending::consuming);
-}
+// moejit_backward_args_t.consume_saved (since 0.12), on run_spending_cases.
+BOOST_AUTO_TEST_CASE(consuming_backward_matches_the_keeping_one) { run_spending_cases(Spending::consuming, "consume"); }
 
 BOOST_AUTO_TEST_CASE(zero_tokens) {
     LayerCase c = mid_case("T0");
