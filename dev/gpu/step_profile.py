@@ -1,6 +1,7 @@
 """Per-kernel time of one moejit layer step (forward+backward) on the GPU, from torch.profiler.
 
-Usage: PYTHONPATH=python:bench MOEJIT_LIBRARY=... python3 dev/gpu/step_profile.py [--impl IMPL] [shape ...]
+Usage: PYTHONPATH=python:bench MOEJIT_LIBRARY=... python3 dev/gpu/step_profile.py [--impl IMPL]
+       [--host] [--timeline] [shape ...]
 IMPL is moejit (default), moejit-fp8 or moejit-fp8-cached (the FP8 layer inside one
 fp8_weight_cache() block: the weights quantized once, before the profiled steps).
 (Not named profile.py: run as a script, that name would hide the standard library's profile
@@ -28,7 +29,7 @@ def short(name: str) -> str:
     return name if len(name) <= 72 else name[:69] + "..."
 
 
-def profile_shape(name: str, impl: str, host: bool) -> None:
+def profile_shape(name: str, impl: str, host: bool, timeline: bool = False) -> None:
     T, E, H, I, k = SHAPES[name]
     layer = LAYERS[impl]
     x, sel, rw, weights, dout = make_inputs(T, E, H, I, k, torch.bfloat16, "topk", False, 0)
@@ -74,6 +75,62 @@ def profile_shape(name: str, impl: str, host: bool) -> None:
     print(f"  kernels {total / 1e3:.3f} ms, idle between them {idle_total / 1e3:.3f} ms, of {wall_ms:.3f} ms")
     if host:
         host_time(step, layer, (x, sel, rw), weights, inputs, dout, _weight_cache_block(impl))
+    if timeline:
+        launch_timeline(step)
+
+
+# The library's C calls as the Python binding makes them, marked in the timeline by name.
+_MARKED_CALLS = ("forward", "backward", "backward_part")
+
+
+def launch_timeline(step) -> None:
+    """One step's host calls and GPU kernels in time order (µs from the step's first host event):
+    each moejit C call (the binding's Plan methods, wrapped in record_function here only), each
+    driver or runtime call the profiler records (launches, allocations, syncs) and each kernel's
+    start and end on the GPU. A GPU idle gap shows the host call it waited for."""
+    from moejit import core
+    originals = {n: getattr(core.Plan, n) for n in _MARKED_CALLS}
+
+    def marked(name, fn):
+        def call(self, *args, **kwargs):
+            label = f"moejit.{name}" + (f"({args[0]})" if name == "backward_part" else "")
+            with torch.profiler.record_function(label):
+                return fn(self, *args, **kwargs)
+        return call
+
+    for n, fn in originals.items():
+        setattr(core.Plan, n, marked(n, fn))
+    try:
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+    finally:
+        for n, fn in originals.items():
+            setattr(core.Plan, n, fn)
+    rows = []
+    for e in prof.events():
+        start, end = e.time_range.start, e.time_range.end
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            rows.append((start, "gpu", f"{end - start:8.1f}  {short(e.name)}"))
+        elif (e.name.startswith(("cu", "moejit.", "aten::empty", "autograd::engine"))
+              or "Backward" in e.name):
+            rows.append((start, "cpu", f"{end - start:8.1f}  {short(e.name)}"))
+    if not rows:
+        print("  timeline: the profiler recorded nothing")
+        return
+    t0 = min(r[0] for r in rows)
+    last_gpu_end = None
+    print("  timeline (µs from the step's first event; gpu rows: idle before the kernel)")
+    for start, side, text in sorted(rows, key=lambda r: r[0]):
+        idle = ""
+        if side == "gpu":
+            if last_gpu_end is not None:
+                idle = f"idle {start - last_gpu_end:7.1f}"
+            last_gpu_end = start + float(text.split()[0])
+        print(f"  {start - t0:9.1f}  {side}  {idle:>12}  {text}")
 
 
 def host_time(step, layer, args, weights, inputs, dout, cache) -> None:  # cache: a new block
@@ -106,10 +163,12 @@ def main() -> None:
                         choices=("moejit", "moejit-fp8", "moejit-fp8-cached"))
     parser.add_argument("--host", action="store_true",
                         help="also the host's time per call and its CPU profile (where a gap comes from)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="also one step's host calls and kernels in time order (which call a gap waits for)")
     parser.add_argument("shapes", nargs="*", default=["small-expert-7b", "mid-expert-30b"])
     args = parser.parse_args()
     for name in args.shapes:
-        profile_shape(name, args.impl, args.host)
+        profile_shape(name, args.impl, args.host, args.timeline)
         torch.cuda.empty_cache()
 
 
