@@ -84,7 +84,7 @@ _MARKED_CALLS = ("forward", "backward", "backward_part")
 
 
 def launch_timeline(step) -> None:
-    """One step's host calls and GPU kernels in time order (µs from the step's first host event):
+    """Two steps' host calls and GPU kernels in time order (µs from the step's first host event):
     each moejit C call (the binding's Plan methods, wrapped in record_function here only), each
     driver or runtime call the profiler records (launches, allocations, syncs) and each kernel's
     start and end on the GPU. A GPU idle gap shows the host call it waited for."""
@@ -104,7 +104,10 @@ def launch_timeline(step) -> None:
         for _ in range(2):
             step()
         torch.cuda.synchronize()
+        # Two steps back to back, as the kernel list's (and a training loop's): a gap that
+        # only the second step shows comes from the first step's tail, not from the host.
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step()
             step()
             torch.cuda.synchronize()
     finally:
@@ -164,7 +167,7 @@ def main() -> None:
     parser.add_argument("--host", action="store_true",
                         help="also the host's time per call and its CPU profile (where a gap comes from)")
     parser.add_argument("--timeline", action="store_true",
-                        help="also one step's host calls and kernels in time order (which call a gap waits for)")
+                        help="also two steps' host calls and kernels in time order (which call a gap waits for)")
     parser.add_argument("shapes", nargs="*", default=["small-expert-7b", "mid-expert-30b"])
     args = parser.parse_args()
     for name in args.shapes:
