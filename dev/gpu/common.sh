@@ -11,6 +11,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 [ -f $b/build.ninja ] || meson setup $b --buildtype=release >"$out/setup.log" 2>&1 || { tail -20 "$out/setup.log"; exit 1; }
 # REUSE_BUILD=1: a later call of the same session keeps the library built by an earlier one
 # (the tree copied afresh may look newer to ninja than it is).
+# The library's ninja target carries its version (capi/libmoejit.so.X.Y.Z; the unversioned name
+# is a link made with it): a pass may name it capi/libmoejit.so.
+if [ -n "${build_targets:-}" ]; then
+  lib_target=$(ninja -C $b -t targets all | grep -o '^capi/libmoejit\.so\.[0-9]*\.[0-9]*\.[0-9]*' | head -1)
+  build_targets=$(echo " $build_targets " | sed "s# capi/libmoejit\.so # $lib_target #")
+fi
 if [ -n "${build_targets:-}" ] || [ -z "${REUSE_BUILD:-}" ] || [ ! -f $b/capi/libmoejit.so ]; then
   # shellcheck disable=SC2086  # build_targets is a list of targets
   ninja -C $b ${build_targets:-} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
