@@ -223,9 +223,16 @@ double check_d_w_s(const std::vector<float> &out, const SwigluRefBackward &ref,
         for (std::size_t s = 0; s < values.size(); ++s)
             if (std::abs(values[s] - ref.d_w_s[s]) > factor * ref.d_w_s_magnitude[s]) ++bad;
         BOOST_TEST(bad == 0u, bad << " rows out of the fp32 summation bound");
-        const double rel = relative_error(values, ref.d_w_s);
-        BOOST_TEST(rel <= 1e-5);
-        return rel;
+        // Norm-wise, against the terms' magnitudes too: a row's sum may cancel to far below its
+        // terms (one row at S = 1 drew rel 1.4e-4 against a 1e-5 bound on the result alone),
+        // where the fp32 sum is only as exact as the terms it adds.
+        double err2 = 0, mag2 = 0;
+        for (std::size_t s = 0; s < values.size(); ++s) {
+            err2 += (values[s] - ref.d_w_s[s]) * (values[s] - ref.d_w_s[s]);
+            mag2 += ref.d_w_s_magnitude[s] * ref.d_w_s_magnitude[s];
+        }
+        BOOST_TEST(std::sqrt(err2) <= factor * std::sqrt(mag2));
+        return relative_error(values, ref.d_w_s);
     }
     return 1.0;
 }
