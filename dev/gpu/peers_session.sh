@@ -14,9 +14,9 @@
 #   phase 3  QuACK (compiled in its own process, before timing) and moejit timed.
 # JSON and logs land in $OUT: bench_{sonic,quack}_{topk,dup}.json for bench/peer_targets.py.
 # In the 0.10.0 run the phase-1 call stayed open until its 600 s limit although the script was
-# done at 271 s: the background warm-up held a descriptor the device call waits on. It now
-# closes every inherited descriptor above 2 first; a later call that left such a child (sleep
-# 200) returned at once (0.10.0 session, device call 8). In the 0.11 fifth session the warm-up
+# done at 271 s: the background warm-up held a descriptor the device call waits on. It closes
+# every inherited descriptor above 2 first, but the subshell that forked it still held stdout
+# until the eighth session (see the warm-up's start below). In the 0.11 fifth session the warm-up
 # ended at once with rc 127 (its copy of the tree lacked dev/, python/ and bench/ since dev/gpu
 # moved), so phase 2 compiled SonicMoE inside its timed runs and ran out of time; the copy now
 # takes them, and phase 1 reports a warm-up that already ended (not yet run on a device).
@@ -67,14 +67,19 @@ case $phase in
   # processes that allocate.
   groups=${WARM_GROUPS:-qwen3-30b-a3b mixtral-8x7b gpt-oss-120b small-expert-7b mid-expert-30b qwen3-30b-a3b-4k deepseek-v3,deepseek-v3-4k}
   tuned=${TUNED_SHAPES-qwen3-30b-a3b,small-expert-7b}
-  ( cd $warm/tree && setsid nohup bash -c "
+  # The subshell execs the warm-up: a subshell that forked it instead would wait for it holding
+  # this script's stdout, and the device call (or a pipe such as `| tail`) waits for that to
+  # close: 0.13's phase-1 call ended 220 s after its script, and a `| tail -60` call of the
+  # eighth session ran into its 600 s limit and lost all its output (checked here with a sleep
+  # in place of the warm-up: 6.0 s before, 0.005 s after).
+  ( cd $warm/tree || exit 1; exec setsid nohup bash -c "
       for fd in /proc/self/fd/*; do n=\${fd##*/}; [ \$n -gt 2 ] && eval \"exec \$n>&-\"; done
       export REUSE_BUILD=1 OUT=$warm BENCH_TIMEOUT=1500
       warm() { local tag=\$1; shift; TAG=\$tag bash dev/gpu/peers.sh bench sonic --warmup 1 --reps 1 --no-eager \"\$@\" >$warm/\$tag.driver.log 2>&1; echo \"\$tag rc=\$?\" >>$warm/RCS; }
       i=0; for g in $groups; do i=\$((i + 1)); warm warm_topk\$i --impls sonicmoe --shapes \$g & done
       warm warm_dup --impls sonicmoe --routing expert0 --shapes $dup_shapes &
       [ -n \"$tuned\" ] && warm warm_tuned --impls sonicmoe-tuned --shapes $tuned &
-      wait; cp $warm/RCS $warm/DONE" >$warm/driver.log 2>&1 </dev/null & )
+      wait; cp $warm/RCS $warm/DONE" >$warm/driver.log 2>&1 </dev/null ) >/dev/null 2>&1 </dev/null &
   say "SonicMoE warm-up started"
   REUSE_BUILD=1 SKIP_BENCH=1 SKIP_SUITES=stress bash dev/gpu/release_suites.sh  # ONLY_SUITES, SKIP_PYTEST: see there
   say "suites done (stress: phase 2)"
