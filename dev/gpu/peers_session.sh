@@ -94,6 +94,8 @@ case $phase in
   # WAIT_WARM=S: wait for the warm-up up to S seconds into the call.
   while [ -n "${WAIT_WARM:-}" ] && [ ! -f $warm/DONE ] && [ "$(elapsed)" -lt "$WAIT_WARM" ]; do sleep 5; done
   say "warm-up processes ended: $(tr '\n' ' ' <$warm/RCS 2>/dev/null)"
+  # The warm-up's logs so far, in case this machine is gone before phase 2 (its stdout is not the call's).
+  tar czf "${OUT:-out}/warm_logs_phase1.tgz" -C $warm --exclude tree . 2>/dev/null
   ;;
 2)
   ls .peers/quack.tar.xz.part-* >/dev/null 2>&1 && bash dev/gpu/peers.sh stash quack
