@@ -254,6 +254,31 @@ GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
     return s;
 }
 
+namespace {
+
+template <class Spec> Spec ring_of(Spec s, std::int32_t num_experts, int cc) {
+    GemmTileConfig t = s.tile;
+    if (t.engine != GemmEngine::wgmma || !t.tma_store || t.pingpong || t.store_ring) return s;
+    t.store_ring = true;
+    const GemmProblem p = problem_of(s, 0, num_experts);
+    const int at_least = t.stages;  // never shallower than the staged-tile ring
+    for (int stages = 6; stages >= at_least; --stages) {
+        t.stages = stages;
+        try {
+            validate_tile_config(t, p, cc);
+            s.tile = t;
+            return s;
+        } catch (const Error &) {
+        }
+    }
+    return s;
+}
+
+}  // namespace
+
+GemmNkSpec with_store_ring(GemmNkSpec s, std::int32_t num_experts, int cc) { return ring_of(s, num_experts, cc); }
+GemmMnSpec with_store_ring(GemmMnSpec s, std::int32_t num_experts, int cc) { return ring_of(s, num_experts, cc); }
+
 void validate_nk_spec(const GemmNkSpec &spec, std::int32_t num_experts, int cc) {
     validate_shape(spec, "");
     check_experts(num_experts, "");

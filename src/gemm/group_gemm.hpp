@@ -82,6 +82,12 @@ GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
                         std::int32_t num_experts, int compute_capability,
                         const ForcedTile *forced = nullptr);
 
+// `spec` with the store ring (GemmTileConfig::store_ring) on a cooperative TMA-store wgmma tile
+// and the deepest operand ring that then fits; any other tile, or one the ring would not make
+// valid, unchanged (MOEJIT_STORE_RING, layer_specs).
+GemmNkSpec with_store_ring(GemmNkSpec spec, std::int32_t num_experts, int compute_capability);
+GemmMnSpec with_store_ring(GemmMnSpec spec, std::int32_t num_experts, int compute_capability);
+
 // Throws Status::invalid_argument (bad dtype, size) or Status::unsupported (tile
 // config not runnable on the arch, sizes too large), naming the field.
 void validate_nk_spec(const GemmNkSpec &spec, std::int32_t num_experts, int compute_capability);

@@ -55,10 +55,11 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     u.title = ", sm_90a wgmma/TMA";
     u.template_name = "sm90/kernels.cuh";
     u.ns = "moejit::sm90";
-    // The ping-pong flag is rendered only when set, so cooperative kernels keep their source.
+    // The ping-pong and store-ring flags are rendered only when set, so other kernels keep their
+    // source.
     u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}{}>", dtype_cuda_type(dtype),
                         dtype_cuda_type(c_dtype), t.block_n, t.stages, t.group_m, bool_text(t.tma_store),
-                        t.pingpong == 1 ? ", true" : t.pingpong == 2 ? ", 2" : "");
+                        t.store_ring ? ", 0, true" : t.pingpong == 1 ? ", true" : t.pingpong == 2 ? ", 2" : "");
     u.bounds = std::to_string(t.threads());
     return u;
 }
@@ -136,6 +137,7 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
     GemmNkSpec spec = requested;
     spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16) && (!spec.swiglu.on || aligned(ops.glu.up, 16));
+    spec.tile.store_ring = spec.tile.store_ring && spec.tile.tma_store;
     const Kernel &kernel = bound && spec.tile.tma_store == requested.tile.tma_store
                                ? *bound->main
                                : ctx.kernel(render_group_gemm_nk_sm90(spec));
@@ -189,6 +191,7 @@ void launch_group_gemm_mn_sm90(Context &ctx, const GemmMnSpec &requested, const 
     require_wgmma(ctx, requested.tile, "launch_group_gemm_mn_sm90");
     GemmMnSpec spec = requested;
     spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16);
+    spec.tile.store_ring = spec.tile.store_ring && spec.tile.tma_store;
     // The split reduction does not depend on tma_store: a bound one serves either variant.
     const bool variant_bound = bound && spec.tile.tma_store == requested.tile.tma_store;
     const Kernel &kernel = variant_bound ? *bound->main : ctx.kernel(render_group_gemm_mn_sm90(spec));

@@ -12,8 +12,9 @@ namespace moejit {
 
 std::string to_string(const GemmTileConfig &c) {
     if (c.engine == GemmEngine::wgmma)
-        return fmt::format("wgmma_{}x{}x{}_s{}_g{}{}{}", c.block_m, c.block_n, c.block_k, c.stages,
-                           c.group_m, c.tma_store ? "_e1" : "", c.pingpong ? fmt::format("_p{}", c.pingpong) : "");
+        return fmt::format("wgmma_{}x{}x{}_s{}_g{}{}{}{}", c.block_m, c.block_n, c.block_k, c.stages,
+                           c.group_m, c.tma_store ? "_e1" : "", c.pingpong ? fmt::format("_p{}", c.pingpong) : "",
+                           c.store_ring ? "_r1" : "");
     return fmt::format("{}x{}x{}_s{}_w{}x{}_g{}_o{}", c.block_m, c.block_n, c.block_k, c.stages,
                        c.warps_m, c.warps_n, c.group_m, c.min_blocks_per_sm);
 }
@@ -41,7 +42,7 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
     auto bad = [&]() -> GemmTileConfig {
         fail(Status::invalid_argument,
              "{}: cannot parse tile config '{}' (expected [wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN]"
-             "[_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
+             "[_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2][_r0|_r1], e.g. 128x128x32_s4_w2x4 or wgmma_128x256x64_s3_e1)",
              what, original);
     };
     GemmTileConfig c;
@@ -73,6 +74,12 @@ GemmTileConfig parse_tile_config(std::string_view text, const char *what) {
             ok = parse_int(text, c.pingpong) && c.pingpong >= 0 && c.pingpong <= 2;
             break;
         }
+        case 'r': {
+            int ring = 0;
+            ok = parse_int(text, ring) && (ring == 0 || ring == 1);
+            c.store_ring = ring == 1;
+            break;
+        }
         default: break;
         }
         if (!ok) return bad();
@@ -99,9 +106,12 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t
     std::size_t bytes = stage * stages;
     if (c.engine == GemmEngine::wgmma) {  // host mirror of templates/sm90/pipeline.cuh's layout
         bytes += 1024 + stages * 16 + 16 * sizeof(int);
-        // C staging: 64 x BN per cooperative consumer, 128 x BN per ping-pong consumer, which
-        // also keep two turn mbarriers.
-        if (c.tma_store) bytes += static_cast<std::size_t>(c.block_m) * c.block_n * 2 * (c.pingpong ? 2 : 1);
+        // C staging: 64 x BN per cooperative consumer (with the store ring: min(2, BN / 64) chunks
+        // of 64 x 64), 128 x BN per ping-pong consumer, which also keep two turn mbarriers.
+        if (c.tma_store && c.store_ring)
+            bytes += static_cast<std::size_t>(c.block_m / 64) * std::min(2, c.block_n / 64) * 64 * 64 * 2;
+        else if (c.tma_store)
+            bytes += static_cast<std::size_t>(c.block_m) * c.block_n * 2 * (c.pingpong ? 2 : 1);
         if (c.pingpong) bytes += 16;
         // same_mn: cum_items[E+1] and cum_slots[E+1] of the split schedule
         if (kind == GemmKind::same_mn)
@@ -143,6 +153,8 @@ void validate_wgmma_config(const GemmTileConfig &c, const GemmProblem &p, int cc
     if (c.pingpong && c.block_n > 128)
         unsupported("ping-pong consumers (_p1/_p2) hold a whole 128 x block_n tile each: block_n must be 64 or 128");
     if (c.pingpong && p.swiglu) unsupported("the SwiGLU epilogue runs on cooperative consumers (_p0)");
+    if (c.store_ring && (!c.tma_store || c.pingpong))
+        unsupported("the store ring (_r1) is the cooperative TMA-store epilogue's: it needs _e1 and _p0");
     if (c.tma_store && p.swiglu && c.block_n < 128)
         unsupported("the SwiGLU epilogue's TMA stores (_e1) need block_n >= 128 (whole 64-column chunks of g and u)");
     if (p.kind == GemmKind::same_nk && (p.num_experts < 1 || p.num_experts > 65536))
@@ -193,6 +205,7 @@ void validate_tile_config(const GemmTileConfig &c, const GemmProblem &p, int cc)
     if (c.min_blocks_per_sm < 1 || c.min_blocks_per_sm > 4)
         unsupported("min_blocks_per_sm must be in [1, 4]");
     if (c.tma_store) unsupported("the TMA-store epilogue (_e1) belongs to the wgmma engine");
+    if (c.store_ring) unsupported("the store ring (_r1) belongs to the wgmma engine");
     if (c.pingpong) unsupported("ping-pong consumers (_p1/_p2) belong to the wgmma engine");
     const int threads = c.threads();
     // Every thread issues the same number of 16-byte copies per operand tile.

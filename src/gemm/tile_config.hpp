@@ -37,17 +37,22 @@ struct GemmTileConfig {
                                 // the two take turns (block_n <= 128); "_p1" in the name (1: the
                                 // two row blocks' wgmmas interleaved per k16 step; 2: one row
                                 // block's k-slice, then the other's)
+    bool store_ring = false;    // wgmma, cooperative, with tma_store: C leaves in 64 x 64 chunks
+                                // through two staging slots per consumer instead of its whole
+                                // 64 x BN row block (32 KiB of staging where 128 x 256 needs 64 KiB,
+                                // so that tile keeps a fourth stage); "_r1" in the name. Opt-in
+                                // (a forced tile) until measured: docs/DECISIONS.md
 
     int threads() const { return engine == GemmEngine::wgmma ? 384 : 32 * warps_m * warps_n; }
     bool operator==(const GemmTileConfig &) const = default;
 };
 
 // "128x128x32_s4_w2x4_g8_o2", or "wgmma_128x256x64_s3_g8_e1" ("_p1" appended for ping-pong
-// consumers): readable and file-name safe; used in kernel names.
+// consumers, "_r1" for the store ring): readable and file-name safe; used in kernel names.
 std::string to_string(const GemmTileConfig &config);
-// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2]" (omitted
-// fields keep defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w and _o;
-// _e1 is its TMA-store epilogue, _p1 its ping-pong consumers); throws
+// Parses "[wgmma_]BMxBNxBK[_sSTAGES][_wWMxWN][_gGROUP][_oMINBLOCKS][_e0|_e1][_p0|_p1|_p2][_r0|_r1]"
+// (omitted fields keep defaults; the wgmma_ prefix selects the sm_90a engine, which ignores _w and
+// _o; _e1 is its TMA-store epilogue, _p1 its ping-pong consumers, _r1 the store ring); throws
 // Status::invalid_argument naming `what` on malformed text.
 GemmTileConfig parse_tile_config(std::string_view text, const char *what);
 

@@ -103,6 +103,7 @@ EnvironmentConfig read_environment() {
     c.tune = env_flag("MOEJIT_TUNE");
     c.gather = env_flag("MOEJIT_GATHER");
     c.fuse_swiglu = env_flag("MOEJIT_FUSE_SWIGLU");
+    c.store_ring = env_flag("MOEJIT_STORE_RING");
     c.gemm_tile = env_gemm_tile();
     return c;
 }
@@ -132,6 +133,7 @@ Config resolve_config(const ConfigOptions &o) {
     if (gather) c.gather = {*gather, ConfigSource::option};
     else if (env.gather) c.gather = {*env.gather, ConfigSource::environment};
     resolve(c.fuse_swiglu, fuse, env.fuse_swiglu);
+    resolve(c.store_ring, std::nullopt, env.store_ring);
     if (tile) c.gemm_tile = {*tile, ConfigSource::option};
     else if (env.gemm_tile) c.gemm_tile = {ForcedTileText{*env.gemm_tile, kTileVariable}, ConfigSource::environment};
     return c;

@@ -66,15 +66,55 @@ __device__ __forceinline__ void stage_row_block(const float (&acc)[Cfg::ACC], un
     }
 }
 
+// Chunk j (columns 64 j ..) of one m64 row block's accumulators -> a swizzled 64 x 64 slot,
+// laid out as stage_row_block lays out that chunk.
+template <class Cfg>
+__device__ __forceinline__ void stage_chunk(const float (&acc)[Cfg::ACC], unsigned slot, int j, int warp_in_group,
+                                            int lane) {
+    using CT = typename Cfg::CT;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = warp_in_group * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const int g = 8 * j + q;  // accumulator group: columns 8 g ..
+            const unsigned addr = slot + r * 128 + ((q ^ (r % 8)) << 4) + (lane & 3) * 4;
+            const unsigned bits = pack2(static_cast<CT *>(nullptr), acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
+        }
+    }
+}
+
 // The TMA-store epilogue of consumer `consumer`'s 64 x BN rows: registers -> its 128-byte
 // swizzled staging tile (64-column chunks, as the C map's 64 x 64 box expects), then one thread
 // stores the chunks with `store_chunk(j, src)` and commits; the previous tile's stores must
 // have finished reading the buffer first. Conflict-free: the swizzle spreads a warp's 8 rows
-// over all banks.
+// over all banks. With the store ring (Cfg::RING_SLOTS > 0) chunk j goes through slot
+// j % RING_SLOTS, one commit group per chunk: before a slot is rewritten, every group but the
+// newest RING_SLOTS - 1 has read its slot (BN / 64 is a multiple of RING_SLOTS, so chunk 0 of
+// the next tile finds slot 0 last used RING_SLOTS chunks before).
 template <class Cfg, class StoreChunk>
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], const Smem<Cfg> &m, int consumer,
                                                int warp_in_group, int lane, StoreChunk store_chunk) {
     const bool leader = warp_in_group == 0 && lane == 0;
+    if constexpr (Cfg::RING_SLOTS > 0) {
+        static_assert((Cfg::BN / 64) % Cfg::RING_SLOTS == 0, "whole rounds of the ring per tile");
+        const unsigned slots = m.cstage + consumer * Cfg::RING_SLOTS * (64 * 128);
+#pragma unroll
+        for (int j = 0; j < Cfg::BN / 64; ++j) {
+            const unsigned slot = slots + (j % Cfg::RING_SLOTS) * (64 * 128);
+            if (leader) bulk_wait_read_all_but<Cfg::RING_SLOTS - 1>();
+            warpgroup_sync(consumer);
+            stage_chunk<Cfg>(acc, slot, j, warp_in_group, lane);
+            fence_proxy_async_smem();
+            warpgroup_sync(consumer);
+            if (leader) {
+                store_chunk(j, slot);
+                bulk_commit();
+            }
+        }
+        return;
+    }
     const unsigned tile = m.cstage + consumer * Cfg::BN * 128;
     if (leader) bulk_wait_read();
     warpgroup_sync(consumer);

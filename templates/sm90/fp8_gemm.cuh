@@ -51,6 +51,7 @@ struct Config {
     static constexpr bool EPI_TMA = EPI_TMA_, PROMOTE = PROMOTE_, OVERLAP = OVERLAP_, PINGPONG = false,
                           BLOCKED_ISSUE = false;
     static constexpr int C_STAGE_BYTES = EPI_TMA ? BM * BN * 2 : 0;
+    static constexpr int RING_SLOTS = 0;  // the whole row block staged (sm90/pipeline.cuh's EPI_RING)
     static constexpr int CONSUMERS = 2, ROW_BLOCKS = 1, RELEASERS = 128 * CONSUMERS, TURN_BYTES = 0;
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     static constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;

@@ -21,15 +21,21 @@ constexpr int kGatherThreads = 128;  // the producer warpgroup copies gathered r
 // the two taking turns at the tensor cores: one warpgroup's epilogue runs under the other's
 // mainloop (docs/DESIGN.md §3.5). Otherwise (cooperative) both share every tile, 64 rows each.
 // PINGPONG_ 2 issues one row block's k-slice, then the other's (1 interleaves them per k16).
-template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false, int PINGPONG_ = 0>
+// EPI_RING (cooperative EPI_TMA): a consumer's 64 x BN rows leave in 64 x 64 chunks through
+// RING_SLOTS staging slots of its own, one TMA store group per chunk, the chunk before last still
+// storing while the next is staged: the staging holds RING_SLOTS chunks instead of the row block.
+template <class T_, class CT_, int BN_, int STAGES_, int GROUP_M_, bool EPI_TMA_ = false, int PINGPONG_ = 0,
+          bool EPI_RING_ = false>
 struct Config {
     using T = T_;
     using CT = CT_;
     static constexpr int BM = 128, BK = 64, BN = BN_, STAGES = STAGES_, GROUP_M = GROUP_M_;
     static constexpr bool EPI_TMA = EPI_TMA_, PINGPONG = PINGPONG_ != 0, BLOCKED_ISSUE = PINGPONG_ == 2;
-    // Staging for every consumer's share of its tile: 64 x BN each (cooperative), 128 x BN each
-    // (ping-pong).
-    static constexpr int C_STAGE_BYTES = EPI_TMA ? BM * BN * 2 * (PINGPONG ? 2 : 1) : 0;
+    static constexpr int RING_SLOTS = EPI_RING_ ? (BN / 64 < 2 ? BN / 64 : 2) : 0;
+    // Staging for every consumer's share of its tile: 64 x BN each (cooperative), RING_SLOTS
+    // 64 x 64 chunks each (the store ring), 128 x BN each (ping-pong).
+    static constexpr int C_STAGE_BYTES =
+        !EPI_TMA ? 0 : RING_SLOTS > 0 ? 2 * RING_SLOTS * 64 * 128 : BM * BN * 2 * (PINGPONG ? 2 : 1);
     static constexpr int CONSUMERS = 2;
     // m64 row blocks one consumer computes per tile, and the threads that release a stage.
     static constexpr int ROW_BLOCKS = PINGPONG ? 2 : 1;
@@ -51,6 +57,7 @@ struct Config {
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
     static_assert(!EPI_TMA || sizeof(CT) == 2, "the TMA-store epilogue stages 16-bit C");
     static_assert(!PINGPONG || BN <= 128, "a ping-pong consumer holds 128 x BN accumulators: BN <= 128");
+    static_assert(!EPI_RING_ || (EPI_TMA && !PINGPONG), "the store ring is the cooperative TMA-store epilogue's");
 };
 
 // Shared memory: 1 KiB alignment slack, STAGES x (A, B), (EPI_TMA) the C staging tiles, a
@@ -59,7 +66,8 @@ struct Config {
 template <class Cfg> struct Smem {
     unsigned base;   // shared address of stage 0 (1024-byte aligned)
     unsigned cstage; // C staging: 64 x BN row block b at cstage + b * BN * 128 (cooperative: b =
-                     // consumer; ping-pong: b = 2 consumer + row block)
+                     // consumer; ping-pong: b = 2 consumer + row block); the store ring: consumer
+                     // c's slot i at cstage + (c * RING_SLOTS + i) * 64 * 128
     unsigned full0;  // full[s] = full0 + 8 s: TMA completed the stage's bytes
     unsigned empty0; // empty[s]: every releasing consumer thread released the stage
     unsigned done0;  // PINGPONG: done[c] = done0 + 8 c: consumer c issued a tile's last k-slice

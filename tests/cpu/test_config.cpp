@@ -45,7 +45,7 @@ moejit_plan_desc_t small_desc() {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(flags_accept_exactly_the_documented_spellings) {
-    for (const char *var : {"MOEJIT_COMPILE", "MOEJIT_TUNE", "MOEJIT_GATHER", "MOEJIT_FUSE_SWIGLU"}) {
+    for (const char *var : {"MOEJIT_COMPILE", "MOEJIT_TUNE", "MOEJIT_GATHER", "MOEJIT_FUSE_SWIGLU", "MOEJIT_STORE_RING"}) {
         for (const char *good : {"1", "0", "on", "OFF", "True", "false", "yes", "No", ""}) {
             EnvVar v(var, good);
             BOOST_TEST(create_context() == MOEJIT_SUCCESS, var << "=\"" << good << "\": " << moejit_last_error());

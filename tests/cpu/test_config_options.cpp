@@ -26,7 +26,8 @@ namespace {
 
 struct Clean {
     Clean() {
-        for (const char *v : {"MOEJIT_COMPILE", "MOEJIT_TUNE", "MOEJIT_GATHER", "MOEJIT_FUSE_SWIGLU", "MOEJIT_GEMM_TILE"})
+        for (const char *v : {"MOEJIT_COMPILE", "MOEJIT_TUNE", "MOEJIT_GATHER", "MOEJIT_FUSE_SWIGLU", "MOEJIT_GEMM_TILE",
+                              "MOEJIT_STORE_RING"})
             ::unsetenv(v);
     }
 };
@@ -91,8 +92,9 @@ bool last_error_has(const std::string &s) { return std::string(moejit_last_error
 BOOST_AUTO_TEST_CASE(defaults_without_options_or_environment) {
     const Description d = describe(options());
     BOOST_TEST(d.at("arch") == "sm_90a");
-    for (const char *key : {"jit", "tune", "gather", "fuse_swiglu", "gemm_tile"})
+    for (const char *key : {"jit", "tune", "gather", "fuse_swiglu", "gemm_tile", "store_ring"})
         BOOST_TEST(d.at(std::string(key) + "_from") == "default", key);
+    BOOST_TEST(d.at("store_ring") == "off");
     BOOST_TEST(d.at("jit") == "on");
     BOOST_TEST(d.at("tune") == "off");
     BOOST_TEST(d.at("gather") == "on", "the rule: I <= 2048 on the wgmma engine");
@@ -192,6 +194,30 @@ BOOST_AUTO_TEST_CASE(description_says_what_the_plan_does) {
     Description oss = describe(o, d);
     BOOST_TEST(oss.at("fuse_swiglu") == "off");
     BOOST_TEST(oss.at("fuse_swiglu_from") == "option");
+}
+
+// MOEJIT_STORE_RING (environment only): the layer's cooperative TMA-store tiles take the store
+// ring and the deeper operand ring it leaves room for (a 128 x 256 tile: four stages, not
+// three); a forced tile wins over it.
+BOOST_AUTO_TEST_CASE(store_ring_from_the_environment) {
+    moejit_plan_desc_t d;
+    layer_desc_init(&d, 2048, 768, 128, 8);
+    const Description plain = describe(options(), d);
+    BOOST_TEST(plain.at("tile_fc2") == "wgmma_128x256x64_s3_g8_e1");
+    EnvVar ring("MOEJIT_STORE_RING", "1");
+    const Description with = describe(options(), d);
+    BOOST_TEST(with.at("store_ring") == "on");
+    BOOST_TEST(with.at("store_ring_from") == "environment");
+    BOOST_TEST(with.at("tile_fc2") == "wgmma_128x256x64_s4_g8_e1_r1");
+    for (const char *role : {"fc1", "fc2", "fc2_dgrad", "fc1_dgrad", "fc2_wgrad", "fc1_wgrad"}) {
+        const std::string tile = with.at(std::string("tile_") + role);
+        BOOST_TEST((tile.find("_e1") == std::string::npos || tile.find("_r1") != std::string::npos), role << ": " << tile);
+    }
+    moejit_context_options_t forced = options();
+    forced.gemm_tile = "wgmma_128x128x64_s4_g8";
+    const Description f = describe(forced, d);
+    BOOST_TEST(f.at("store_ring") == "off");
+    BOOST_TEST(f.at("tile_fc2") == "wgmma_128x128x64_s4_g8");
 }
 
 BOOST_AUTO_TEST_CASE(bad_option_values_name_the_field) {

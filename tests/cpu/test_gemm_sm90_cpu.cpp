@@ -412,3 +412,83 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     ops.glu.limit = 7.0f;
     expect_error([&] { launch_group_gemm_nk(sm90a.impl(), split, ops); }, INVALID, {"compile-only"});
 }
+
+// The store ring (_r1, opt-in): the name round-trips, the staging shrinks to two 64 x 64 slots
+// per consumer so 128 x 256 keeps a fourth stage, validation names the rule, and the ring
+// kernels (plain, gathered with the SwiGLU epilogue, weight gradient) compile for sm_90a with
+// one store group per chunk and a wait that leaves the newest group storing.
+BOOST_AUTO_TEST_CASE(store_ring_names_staging_validation_and_ptx) {
+    const GemmTileConfig ring = parse_tile_config("wgmma_128x256x64_s4_g8_e1_r1", "t");
+    BOOST_TEST(ring.store_ring);
+    BOOST_TEST(to_string(ring) == "wgmma_128x256x64_s4_g8_e1_r1");
+    BOOST_TEST(!parse_tile_config("wgmma_128x256x64_s4_g8_e1_r0", "t").store_ring);
+    BOOST_CHECK_THROW(parse_tile_config("wgmma_128x256x64_r2", "t"), Error);
+    GemmTileConfig whole = ring;
+    whole.store_ring = false;
+    for (std::int32_t experts : {1, 128, 256}) {
+        BOOST_TEST(gemm_smem_bytes(ring, GemmKind::same_nk, experts) <= std::size_t{227 * 1024});
+        BOOST_TEST(gemm_smem_bytes(whole, GemmKind::same_nk, experts) > std::size_t{227 * 1024}, "the point");
+    }
+    // same_mn's split schedule keeps 2 (E + 1) ints more: four stages fit up to 128 experts.
+    BOOST_TEST(gemm_smem_bytes(ring, GemmKind::same_mn, 128) <= std::size_t{227 * 1024});
+    BOOST_TEST(gemm_smem_bytes(ring, GemmKind::same_mn, 256) > std::size_t{227 * 1024});
+    // Two slots of 8 KiB per consumer at BN 128 and 256 (BN 128: the whole row block's size);
+    // one at BN 64.
+    auto staging = [](const char *text) {
+        GemmTileConfig t = parse_tile_config(text, "t");
+        GemmTileConfig none = t;
+        none.tma_store = false;
+        none.store_ring = false;
+        return gemm_smem_bytes(t, GemmKind::same_nk, 8) - gemm_smem_bytes(none, GemmKind::same_nk, 8);
+    };
+    BOOST_TEST(staging("wgmma_128x256x64_s4_e1_r1") == std::size_t{32 * 1024});
+    BOOST_TEST(staging("wgmma_128x256x64_s3_e1") == std::size_t{64 * 1024});
+    BOOST_TEST(staging("wgmma_128x128x64_s4_e1_r1") == std::size_t{32 * 1024});
+    BOOST_TEST(staging("wgmma_128x64x64_s4_e1_r1") == std::size_t{16 * 1024});
+
+    GemmNkSpec nk = wgmma_spec(DType::bf16, DType::bf16, 2048, 768, false, 128);
+    nk.tile = ring;
+    BOOST_CHECK_NO_THROW(validate_nk_spec(nk, 128, kHopper));
+    const KernelSource ring_source = render_group_gemm_nk(nk);
+    BOOST_TEST(contains(ring_source.source, "Config<__nv_bfloat16, __nv_bfloat16, 256, 4, 8, true, 0, true>"));
+    GemmNkSpec nk_whole = nk;
+    nk_whole.tile = whole;
+    nk_whole.tile.stages = 3;
+    BOOST_TEST(render_group_gemm_nk(nk_whole).name != ring_source.name);
+    const auto UNSUPPORTED = Status::unsupported;
+    GemmNkSpec no_tma = nk;
+    no_tma.tile.tma_store = false;
+    expect_error([&] { validate_nk_spec(no_tma, 128, kHopper); }, UNSUPPORTED, {"store ring (_r1)", "_e1"});
+    GemmNkSpec pingpong = nk;
+    pingpong.tile.block_n = 128;
+    pingpong.tile.pingpong = 1;
+    expect_error([&] { validate_nk_spec(pingpong, 128, kHopper); }, UNSUPPORTED, {"store ring (_r1)", "_p0"});
+    GemmTileConfig sync = parse_tile_config("128x128x64_s3_r1", "t");
+    GemmProblem problem;
+    expect_error([&] { validate_tile_config(sync, problem, 80); }, UNSUPPORTED, {"_r1", "wgmma engine"});
+
+    // fc1 with the SwiGLU epilogue over gathered rows, on the ring.
+    PlanDesc d{};
+    d.hidden_size = 2048;
+    d.intermediate_size = 768;
+    d.num_experts = 128;
+    d.top_k = 8;
+    Config config;
+    config.fuse_swiglu = {true, ConfigSource::option};
+    GemmNkSpec glu = layer_specs(d, config, kHopper).fc1;
+    BOOST_TEST(glu.swiglu.on);
+    glu.gather_a = true;
+    glu.tile = ring;
+    BOOST_CHECK_NO_THROW(validate_nk_spec(glu, 128, kHopper));
+    GemmMnSpec mn = make_mn_spec(DType::bf16, DType::bf16, 2048, 768, false, 0, 128, kHopper);
+    mn.tile = ring;
+    BOOST_CHECK_NO_THROW(validate_mn_spec(mn, 128, kHopper));
+    for (const KernelSource &ks : {ring_source, render_group_gemm_nk(glu), render_group_gemm_mn(mn)}) {
+        BOOST_TEST_CONTEXT(ks.name) {
+            const std::string ptx = ptx_for_sm90a(ks);
+            BOOST_TEST(contains(ptx, "cp.async.bulk.wait_group.read 1;"), "the ring's wait");
+            BOOST_TEST(contains(ptx, "cp.async.bulk.commit_group"));
+            BOOST_TEST(contains(ptx, "fence.proxy.async.shared::cta"));
+        }
+    }
+}

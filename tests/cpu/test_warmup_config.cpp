@@ -155,7 +155,8 @@ long disk_hits(const std::string &out) {
 
 // Unsets the configuration variables for one test (and restores nothing: tests set their own).
 void clear_environment() {
-    for (const char *v : {"MOEJIT_GATHER", "MOEJIT_FUSE_SWIGLU", "MOEJIT_GEMM_TILE", "MOEJIT_TUNE", "MOEJIT_COMPILE"})
+    for (const char *v : {"MOEJIT_GATHER", "MOEJIT_FUSE_SWIGLU", "MOEJIT_GEMM_TILE", "MOEJIT_TUNE", "MOEJIT_COMPILE",
+                          "MOEJIT_STORE_RING"})
         ::unsetenv(v);
 }
 

@@ -50,6 +50,7 @@ struct Case {
     bool gather = false;  // A's rows gathered from a [T,K] source by a random row_token (duplicates)
     std::int64_t k_split = 0;  // > 0: A and B handed over as two operand pairs split at this k
     int pingpong = 0;          // ping-pong consumers, tile suffix _p1/_p2 (BLOCK_N 128 unless set)
+    bool store_ring = false;   // the TMA-store epilogue through the store ring (_r1), deepest ring
 };
 
 // BLOCK_N = block_n with the deepest ring that fits.
@@ -67,6 +68,11 @@ GemmNkSpec wgmma_spec(const Case &tc, int experts) {
     BOOST_REQUIRE_MESSAGE(spec.tile.engine == GemmEngine::wgmma, "the heuristic picks wgmma on sm_90a");
     spec.tile.pingpong = tc.pingpong;
     if (tc.block_n || tc.pingpong) set_block_n(spec, tc.block_n ? tc.block_n : 128, experts);
+    if (tc.store_ring) {
+        BOOST_REQUIRE_MESSAGE(spec.tile.tma_store, "the store ring needs the TMA-store epilogue: " << to_string(spec.tile));
+        spec.tile.store_ring = true;
+        set_block_n(spec, spec.tile.block_n, experts);
+    }
     if (tc.stages) spec.tile.stages = tc.stages;
     return spec;
 }
@@ -214,6 +220,7 @@ struct GluCase {
     bool gather = false;
     int block_n = 0;  // 0: the heuristic
     bool registers = false;  // g and u stored from registers (no TMA store) even where TMA could
+    bool store_ring = false;  // g and u through the store ring (_r1)
 };
 
 void run_glu(const GluCase &tc) {
@@ -232,6 +239,10 @@ void run_glu(const GluCase &tc) {
     if (tc.block_n) {
         spec.tile.tma_store = tc.block_n >= 128;  // the epilogue's TMA stores need whole 64-column chunks
         set_block_n(spec, tc.block_n, E);
+    }
+    if (tc.store_ring) {
+        spec.tile.store_ring = spec.tile.tma_store;
+        set_block_n(spec, spec.tile.block_n, E);
     }
     if (tc.registers) spec.tile.tma_store = false;
     BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
@@ -527,6 +538,38 @@ BOOST_AUTO_TEST_CASE(pingpong_consumers) {
     run({.name = "pp2_random", .counts = counts, .n = 264, .k = 520, .pingpong = 2});
     run({.name = "pp2_bn_gather", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .gather = true,
          .pingpong = 2});
+}
+
+// The store ring (_r1): C leaves in 64 x 64 chunks through two slots per consumer, one store
+// group per chunk; many short-K tiles per CTA wrap the ring across tiles. Every BLOCK_N, ragged N
+// and tails (the register path for partial row blocks), gathered rows, two operand pairs, fp16,
+// every route to one expert, empty experts, T = 1, and the SwiGLU epilogue's g and u.
+BOOST_AUTO_TEST_CASE(store_ring) {
+    if (!hopper()) return;
+    std::mt19937_64 rng = case_rng("store_ring");
+    const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
+    for (int bn : {64, 128, 256})
+        run({.name = "ring_random", .counts = counts, .n = 264, .k = 520, .block_n = bn, .store_ring = true});
+    const std::vector<int> many = random_counts(1024, 8, 32, rng);
+    run({.name = "ring_k64_many_tiles", .counts = many, .n = 1024, .k = 64, .store_ring = true});
+    run({.name = "ring_all_to_last", .counts = all_to_expert(8000, 8, 7), .n = 512, .k = 512, .store_ring = true});
+    run({.name = "ring_empty", .counts = {0, 0, 77, 0, 129, 0, 0}, .n = 256, .k = 192, .store_ring = true});
+    run({.name = "ring_t1_dup", .counts = {0, 0, 2, 0}, .store_ring = true});
+    run({.name = "ring_tails", .counts = {1, 129, 63, 191, 64, 256 + 64, 0, 37, 65, 128 + 65}, .n = 264, .k = 320,
+         .store_ring = true});
+    run({.name = "ring_bn", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .store_ring = true});
+    run({.name = "ring_gather", .counts = counts, .n = 768, .k = 512, .gather = true, .store_ring = true});
+    run({.name = "ring_pairs", .counts = counts, .n = 264, .k = 512, .b_transposed = false, .k_split = 256,
+         .store_ring = true});
+    run({.name = "ring_fp16", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16,
+         .c_dtype = MOEJIT_DTYPE_FP16, .store_ring = true});
+    for (int bn : {128, 256})
+        run_glu({.name = "ring_glu_bn" + std::to_string(bn), .counts = counts, .I = 200, .K = 320, .block_n = bn,
+                 .store_ring = true});
+    run_glu({.name = "ring_glu_merged_gather", .counts = counts, .I = 768, .K = 256, .merged = true, .gather = true,
+             .store_ring = true});
+    run_glu({.name = "ring_glu_all_to_one", .counts = all_to_expert(3000, 8, 5), .I = 256, .K = 256, .gather = true,
+             .store_ring = true});
 }
 
 // fc1 with the SwiGLU epilogue: split and merged weights, with and without a limit, gathered

@@ -166,7 +166,8 @@ std::vector<GemmTileConfig> tile_zoo() {
         for (const char *w : {"wgmma_128x64x64_s6", "wgmma_128x128x64_s4_g4", "wgmma_128x256x64_s2",
                               "wgmma_128x256x64_s4_g16", "wgmma_128x128x64_s4_g4_e1", "wgmma_128x256x64_s3_e1",
                               "wgmma_128x64x64_s5_e1", "wgmma_128x128x64_s4_g4_p1", "wgmma_128x128x64_s4_e1_p1",
-                              "wgmma_128x64x64_s2_e1_p1", "wgmma_128x128x64_s2_g1_p1", "wgmma_128x128x64_s4_e1_p2"})
+                              "wgmma_128x64x64_s2_e1_p1", "wgmma_128x128x64_s2_g1_p1", "wgmma_128x128x64_s4_e1_p2",
+                              "wgmma_128x256x64_s4_e1_r1", "wgmma_128x128x64_s6_g4_e1_r1", "wgmma_128x64x64_s6_e1_r1"})
             zoo.push_back(parse_tile_config(w, "tile_zoo"));
     return zoo;
 }

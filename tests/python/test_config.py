@@ -11,7 +11,7 @@ from moejit import _capi
 
 SMALL = dict(dtype="bfloat16", hidden_size=256, intermediate_size=128, num_experts=4, top_k=2)
 VARIABLES = ("MOEJIT_TUNE", "MOEJIT_GATHER", "MOEJIT_FUSE_SWIGLU", "MOEJIT_GEMM_TILE",
-             "MOEJIT_COMPILE")
+             "MOEJIT_COMPILE", "MOEJIT_STORE_RING")
 
 
 @pytest.fixture(autouse=True)
