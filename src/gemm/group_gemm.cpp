@@ -256,17 +256,19 @@ GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
 
 namespace {
 
+// Only where the ring buys a deeper operand ring (BN 256: at BN 128 and 64 the whole row block
+// is no larger than the slots), and not tuned away: the tuner's candidates have no ring.
 template <class Spec> Spec ring_of(Spec s, std::int32_t num_experts, int cc) {
     GemmTileConfig t = s.tile;
     if (t.engine != GemmEngine::wgmma || !t.tma_store || t.pingpong || t.store_ring) return s;
     t.store_ring = true;
     const GemmProblem p = problem_of(s, 0, num_experts);
-    const int at_least = t.stages;  // never shallower than the staged-tile ring
-    for (int stages = 6; stages >= at_least; --stages) {
+    for (int stages = 6; stages > s.tile.stages; --stages) {
         t.stages = stages;
         try {
             validate_tile_config(t, p, cc);
             s.tile = t;
+            s.tunable = false;
             return s;
         } catch (const Error &) {
         }

@@ -83,8 +83,8 @@ GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
                         const ForcedTile *forced = nullptr);
 
 // `spec` with the store ring (GemmTileConfig::store_ring) on a cooperative TMA-store wgmma tile
-// and the deepest operand ring that then fits; any other tile, or one the ring would not make
-// valid, unchanged (MOEJIT_STORE_RING, layer_specs).
+// and the deepest operand ring that then fits, where that is deeper than the tile's own (not
+// tunable then); any other tile unchanged (MOEJIT_STORE_RING, layer_specs).
 GemmNkSpec with_store_ring(GemmNkSpec spec, std::int32_t num_experts, int compute_capability);
 GemmMnSpec with_store_ring(GemmMnSpec spec, std::int32_t num_experts, int compute_capability);
 

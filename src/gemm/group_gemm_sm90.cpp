@@ -59,7 +59,10 @@ GemmUnit wgmma_unit(const char *kind, std::string name, const GemmTileConfig &t,
     // source.
     u.cfg = fmt::format("moejit::sm90::Config<{}, {}, {}, {}, {}, {}{}>", dtype_cuda_type(dtype),
                         dtype_cuda_type(c_dtype), t.block_n, t.stages, t.group_m, bool_text(t.tma_store),
-                        t.store_ring ? ", 0, true" : t.pingpong == 1 ? ", true" : t.pingpong == 2 ? ", 2" : "");
+                        t.store_ring                ? fmt::format(", {}, true", t.pingpong)
+                        : t.pingpong == 1 ? std::string(", true")
+                        : t.pingpong == 2 ? std::string(", 2")
+                                          : std::string());
     u.bounds = std::to_string(t.threads());
     return u;
 }

@@ -23,7 +23,10 @@ std::string describe_plan(const Config &c, const std::string &arch, const PlanDe
     setting(out, "gather", on_off(s.gathered), c.gather);
     setting(out, "fuse_swiglu", on_off(s.fused_swiglu), c.fuse_swiglu);
     setting(out, "gemm_tile", c.gemm_tile.value ? to_string(forced_tile(c)->tile) : "heuristic", c.gemm_tile);
-    setting(out, "store_ring", on_off(c.store_ring.value && !c.gemm_tile.value), c.store_ring);
+    // What the plan does: on where some role's tile took the ring.
+    const bool ring = s.fc1.tile.store_ring || s.fc2.tile.store_ring || s.fc2_dgrad.tile.store_ring ||
+                      s.fc1_dgrad.tile.store_ring || s.fc2_wgrad.tile.store_ring || s.fc1_wgrad.tile.store_ring;
+    setting(out, "store_ring", on_off(ring), c.store_ring);
     auto tile = [&](const char *role, const GemmTileConfig &t) { out += fmt::format("tile_{}={}\n", role, to_string(t)); };
     tile("fc1", s.fc1.tile);
     tile("fc2", s.fc2.tile);

@@ -85,6 +85,7 @@ void run(const Case &tc) {
     spec.gather_a = tc.gather;
     spec.k_split = tc.k_split;
     BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
+        BOOST_TEST(spec.tile.store_ring == tc.store_ring, "the ring variant is the one run");
         std::mt19937_64 rng = case_rng(tc.name + std::to_string(spec.tile.block_n));
         const std::vector<std::int32_t> offsets = offsets_from_counts(tc.counts);
         const std::int64_t S = offsets[E], N = tc.n, K = tc.k;
@@ -241,7 +242,8 @@ void run_glu(const GluCase &tc) {
         set_block_n(spec, tc.block_n, E);
     }
     if (tc.store_ring) {
-        spec.tile.store_ring = spec.tile.tma_store;
+        BOOST_REQUIRE_MESSAGE(spec.tile.tma_store, "the store ring needs the TMA-store epilogue: " << to_string(spec.tile));
+        spec.tile.store_ring = true;
         set_block_n(spec, spec.tile.block_n, E);
     }
     if (tc.registers) spec.tile.tma_store = false;

@@ -492,6 +492,14 @@ BOOST_AUTO_TEST_CASE(mn_split_long_reductions) {
         run_mn({.name = "pp_skewed", .counts = skewed, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16, .tile = t,
                 .split = true, .split_rows = 64});
     }
+    // The store ring on the split: partial tiles from registers between ring-stored tiles.
+    for (const char *ring : {"wgmma_128x256x64_s4_e1_r1", "wgmma_128x128x64_s6_e1_r1"}) {
+        const GemmTileConfig t = parse_tile_config(ring, "split");
+        run_mn({.name = "ring_all_to_one", .counts = all_to_expert0(1500, 2, 4), .m = 264, .n = 200,
+                .c_dtype = MOEJIT_DTYPE_BF16, .tile = t, .split = true, .split_rows = 192});
+        run_mn({.name = "ring_skewed", .counts = skewed, .m = 392, .n = 328, .c_dtype = MOEJIT_DTYPE_BF16, .tile = t,
+                .split = true, .split_rows = 64});
+    }
     // Accumulating ping-pong weight gradients without the split, with empty experts (their
     // tiles take a turn with no k-slice).
     run_mn({.name = "pp_empty_acc", .counts = {0, 300, 0, 0, 77, 0}, .m = 392, .n = 328, .accumulate = true,
