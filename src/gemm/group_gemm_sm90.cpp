@@ -140,8 +140,11 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
     GemmNkSpec spec = requested;
     spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16) && (!spec.swiglu.on || aligned(ops.glu.up, 16));
-    spec.tile.store_ring = spec.tile.store_ring && spec.tile.tma_store;
-    const Kernel &kernel = bound && spec.tile.tma_store == requested.tile.tma_store
+    // The ring stores the SwiGLU epilogue's aw by TMA too (at BN 256): a 16-byte aligned aw.
+    spec.tile.store_ring =
+        spec.tile.store_ring && spec.tile.tma_store && (!spec.swiglu.on || aligned(ops.glu.aw, 16));
+    const Kernel &kernel = bound && spec.tile.tma_store == requested.tile.tma_store &&
+                                   spec.tile.store_ring == requested.tile.store_ring
                                ? *bound->main
                                : ctx.kernel(render_group_gemm_nk_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
@@ -166,7 +169,12 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     const kargs::TmaDesc tma_b = b_map(ops.b, k1);
     // A gathered A has no map, nor has a missing second pair (B's stands in, never read).
     const kargs::TmaDesc tma_a = gather_a ? tma_b : a_map(ops.a, k1);
-    const kargs::TmaDesc tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1) : tma_b;
+    // tma_a2: the second pair's A, or (the SwiGLU epilogue with the store ring) aw [S, I], whose
+    // chunks the ring stores where the kernel's aw_through_ring holds (BN 256); unread otherwise.
+    const kargs::TmaDesc tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1)
+                                  : glu && spec.tile.store_ring
+                                      ? encode_map(spec.c_dtype, ops.glu.aw, {spec.n / 2, ops.rows}, {kChunk, kChunk})
+                                      : tma_b;
     const kargs::TmaDesc tma_b2 = spec.k_split > 0              ? b_map(ops.b2, spec.k - k1)
                                : glu && !spec.swiglu.merged ? b_map(ops.b2, spec.k)
                                                             : tma_b;

@@ -178,6 +178,60 @@ template <bool LIMIT_, int LD_, int UP_ROW_> struct SwigluGlu {
     static constexpr int LD = LD_, UP_ROW = UP_ROW_;
 };
 
+// The store ring carries aw too (a third output after g and u, as SonicMoE's and CUTLASS's
+// subtiled epilogues do) where a tile's chunks (BN / 64 of g and u, BN / 128 of aw) make whole
+// rounds of the ring, so the next tile starts at slot 0: BN 256.
+template <class Cfg> constexpr bool aw_through_ring() {
+    return Cfg::RING_SLOTS > 0 && (Cfg::BN / 64 + Cfg::BN / 128) % Cfg::RING_SLOTS == 0;
+}
+
+// After store_tile_tma's g and u chunks: aw = silu(g')·u'·w_s of consumer `consumer`'s 64 full
+// rows (row0: the tile's first row in S, r_base: this thread's first row), from the rounded g
+// and u as store_swiglu_tile computes it, in 64 x 64 chunks through the same ring (chunk j after
+// the BN / 64 of g and u), each stored with `store_chunk(j, src)`.
+template <class Cfg, class Glu, class StoreChunk>
+__device__ __forceinline__ void store_swiglu_aw_ring(const float (&acc)[Cfg::ACC], const Smem<Cfg> &m, int consumer,
+                                                     int warp_in_group, int lane, const kargs::GluArgs &glu, int row0,
+                                                     StoreChunk store_chunk) {
+    static_assert(aw_through_ring<Cfg>(), "aw's chunks complete the ring's rounds");
+    using CT = typename Cfg::CT;
+    constexpr int UP_J = Cfg::BN / 16, GU_CHUNKS = Cfg::BN / 64;
+    const bool leader = warp_in_group == 0 && lane == 0;
+    const unsigned slots = m.cstage + consumer * Cfg::RING_SLOTS * (64 * 128);
+    float w[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w[h] = glu.w_s[row0 + consumer * 64 + warp_in_group * 16 + (lane >> 2) + 8 * h];
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 128; ++j) {
+        const unsigned slot = slots + ((GU_CHUNKS + j) % Cfg::RING_SLOTS) * (64 * 128);
+        if (leader) bulk_wait_read_all_but<Cfg::RING_SLOTS - 1>();
+        warpgroup_sync(consumer);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = warp_in_group * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const int gate = 8 * j + q, up = gate + UP_J;  // accumulator groups of the same columns
+                const float g0 = to_float(from_float<CT>(acc[4 * gate + 2 * h]));
+                const float g1 = to_float(from_float<CT>(acc[4 * gate + 2 * h + 1]));
+                const float u0 = to_float(from_float<CT>(acc[4 * up + 2 * h]));
+                const float u1 = to_float(from_float<CT>(acc[4 * up + 2 * h + 1]));
+                const float a0 = swiglu_detail::swiglu_value<Glu::LIMIT>(g0, u0, glu.limit);
+                const float a1 = swiglu_detail::swiglu_value<Glu::LIMIT>(g1, u1, glu.limit);
+                const unsigned addr = slot + r * 128 + ((q ^ (r % 8)) << 4) + (lane & 3) * 4;
+                const unsigned bits = pack2(static_cast<CT *>(nullptr), a0 * w[h], a1 * w[h]);
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
+            }
+        }
+        fence_proxy_async_smem();
+        warpgroup_sync(consumer);
+        if (leader) {
+            store_chunk(j, slot);
+            bulk_commit();
+        }
+    }
+}
+
 // Registers -> (STORE_GU) g (C) and u, and aw, for this thread's two rows of the tile, columns
 // clipped to the I - j0 left; row0: the tile's first row in S.
 template <class Cfg, class Glu, int I, bool STORE_GU>

@@ -52,7 +52,9 @@ namespace sm90 {
 // C = [A | A2] · [B ; B2] in one fp32 accumulation, e.g. dxs = dg·W_gate + du·W_up of split fc1.
 // K_SPLIT is a multiple of BK, so no k-slice straddles the pairs.
 // Glu: NoGlu, or SwigluGlu (fc1 with the SwiGLU epilogue, see GluArgs; B_TRANSPOSED, tma_b's
-// box BN/2 rows, g and u through TMA stores (EPI_TMA) or from registers, aw from registers).
+// box BN/2 rows, g and u through TMA stores (EPI_TMA) or from registers, aw from registers, or
+// with the store ring at BN 256 (aw_through_ring) through it by tma_a2: a 2D map over aw,
+// dims {I, S}, box {64, 64}).
 template <class Cfg, int N, int K, int K_SPLIT, bool B_TRANSPOSED, bool ACCUMULATE, bool GATHER_A, class Glu>
 __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const TmaDesc &tma_b,
                                                    const TmaDesc &tma_c, const TmaDesc &tma_a2,
@@ -199,7 +201,14 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
                         else
                             tma_store_2d(&tma_c2, src, n0 / 2 + 64 * (j - GATE_CHUNKS), row0 + cw * 64);
                     });
-                    store_swiglu_tile<Cfg, Glu, N / 2, false>(acc, c, glu, row0, r_base, rows_valid, n0 / 2, lane);
+                    if constexpr (aw_through_ring<Cfg>())
+                        // aw through the ring too, by its map in tma_a2's place (no second operand
+                        // pair beside the SwiGLU epilogue).
+                        store_swiglu_aw_ring<Cfg, Glu>(acc, m, cw, warp & 3, lane, glu, row0, [&](int j, unsigned src) {
+                            tma_store_2d(&tma_a2, src, n0 / 2 + 64 * j, row0 + cw * 64);
+                        });
+                    else
+                        store_swiglu_tile<Cfg, Glu, N / 2, false>(acc, c, glu, row0, r_base, rows_valid, n0 / 2, lane);
                 } else {
                     store_swiglu_tile<Cfg, Glu, N / 2, true>(acc, c, glu, row0, r_base, rows_valid, n0 / 2, lane);
                 }

@@ -483,12 +483,21 @@ BOOST_AUTO_TEST_CASE(store_ring_names_staging_validation_and_ptx) {
     GemmMnSpec mn = make_mn_spec(DType::bf16, DType::bf16, 2048, 768, false, 0, 128, kHopper);
     mn.tile = ring;
     BOOST_CHECK_NO_THROW(validate_mn_spec(mn, 128, kHopper));
+    auto count = [](const std::string &text, const std::string &part) {
+        std::size_t n = 0;
+        for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+        return n;
+    };
+    std::map<std::string, std::size_t> waits;
     for (const KernelSource &ks : {ring_source, render_group_gemm_nk(glu), render_group_gemm_mn(mn)}) {
         BOOST_TEST_CONTEXT(ks.name) {
             const std::string ptx = ptx_for_sm90a(ks);
             BOOST_TEST(contains(ptx, "cp.async.bulk.wait_group.read 1;"), "the ring's wait");
             BOOST_TEST(contains(ptx, "cp.async.bulk.commit_group"));
             BOOST_TEST(contains(ptx, "fence.proxy.async.shared::cta"));
+            waits[ks.name] = count(ptx, "cp.async.bulk.wait_group.read 1;");
         }
     }
+    // The SwiGLU epilogue's aw goes through the ring at BN 256: two more chunks than g and u's four.
+    BOOST_TEST(waits[render_group_gemm_nk(glu).name] == waits[ring_source.name] + 2);
 }
