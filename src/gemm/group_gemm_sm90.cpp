@@ -134,17 +134,29 @@ KernelSource render_split_reduce_sm90(const GemmMnSpec &s) {
                      bool_text(s.accumulate))});
 }
 
+namespace {
+
+// Whether the kernel stores the SwiGLU epilogue's aw through the store ring: the host mirror of
+// templates/sm90/epilogue.cuh's aw_through_ring (a whole number of ring rounds per tile: BN 256).
+bool aw_through_ring(const GemmNkSpec &s) {
+    return s.swiglu.on && s.tile.tma_store && s.tile.store_ring && s.tile.block_n == 256;
+}
+
+}  // namespace
+
 void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const GemmOperands &ops,
                                std::int64_t tiles, std::int64_t m_tile_bound, const GemmKernels *bound) {
     require_wgmma(ctx, requested.tile, "launch_group_gemm_nk_sm90");
-    // TMA stores need a 16-byte aligned C; otherwise the register epilogue (another kernel).
+    // TMA stores need a 16-byte aligned C (and g, u, and aw where the ring stores it); otherwise
+    // the register epilogue (another kernel), ring and staging both dropped: the tile's stages
+    // then fit without staging (dropping the ring alone could leave a ring tile's deeper stages
+    // next to the whole-tile staging, more shared memory than the SM has).
     GemmNkSpec spec = requested;
-    spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16) && (!spec.swiglu.on || aligned(ops.glu.up, 16));
-    // The ring stores the SwiGLU epilogue's aw by TMA too (at BN 256): a 16-byte aligned aw.
-    spec.tile.store_ring =
-        spec.tile.store_ring && spec.tile.tma_store && (!spec.swiglu.on || aligned(ops.glu.aw, 16));
-    const Kernel &kernel = bound && spec.tile.tma_store == requested.tile.tma_store &&
-                                   spec.tile.store_ring == requested.tile.store_ring
+    const bool aw_by_tma = aw_through_ring(spec);
+    spec.tile.tma_store = spec.tile.tma_store && aligned(ops.c, 16) &&
+                          (!spec.swiglu.on || aligned(ops.glu.up, 16)) && (!aw_by_tma || aligned(ops.glu.aw, 16));
+    spec.tile.store_ring = spec.tile.store_ring && spec.tile.tma_store;
+    const Kernel &kernel = bound && spec.tile.tma_store == requested.tile.tma_store
                                ? *bound->main
                                : ctx.kernel(render_group_gemm_nk_sm90(spec));
     const auto bk = static_cast<cuuint32_t>(spec.tile.block_k);
@@ -172,7 +184,7 @@ void launch_group_gemm_nk_sm90(Context &ctx, const GemmNkSpec &requested, const 
     // tma_a2: the second pair's A, or (the SwiGLU epilogue with the store ring) aw [S, I], whose
     // chunks the ring stores where the kernel's aw_through_ring holds (BN 256); unread otherwise.
     const kargs::TmaDesc tma_a2 = spec.k_split > 0 ? a_map(ops.a2, spec.k - k1)
-                                  : glu && spec.tile.store_ring
+                                  : aw_through_ring(spec)
                                       ? encode_map(spec.c_dtype, ops.glu.aw, {spec.n / 2, ops.rows}, {kChunk, kChunk})
                                       : tma_b;
     const kargs::TmaDesc tma_b2 = spec.k_split > 0              ? b_map(ops.b2, spec.k - k1)

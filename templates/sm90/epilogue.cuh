@@ -91,8 +91,9 @@ __device__ __forceinline__ void stage_chunk(const float (&acc)[Cfg::ACC], unsign
 // have finished reading the buffer first. Conflict-free: the swizzle spreads a warp's 8 rows
 // over all banks. With the store ring (Cfg::RING_SLOTS > 0) chunk j goes through slot
 // j % RING_SLOTS, one commit group per chunk: before a slot is rewritten, every group but the
-// newest RING_SLOTS - 1 has read its slot (BN / 64 is a multiple of RING_SLOTS, so chunk 0 of
-// the next tile finds slot 0 last used RING_SLOTS chunks before).
+// newest RING_SLOTS - 1 has read its slot (a tile's chunks, BN / 64 here plus aw's when
+// store_swiglu_aw_ring follows, are a multiple of RING_SLOTS, so chunk 0 of the next tile
+// finds slot 0 last used RING_SLOTS chunks before).
 template <class Cfg, class StoreChunk>
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], const Smem<Cfg> &m, int consumer,
                                                int warp_in_group, int lane, StoreChunk store_chunk) {
@@ -179,10 +180,11 @@ template <bool LIMIT_, int LD_, int UP_ROW_> struct SwigluGlu {
 };
 
 // The store ring carries aw too (a third output after g and u, as SonicMoE's and CUTLASS's
-// subtiled epilogues do) where a tile's chunks (BN / 64 of g and u, BN / 128 of aw) make whole
-// rounds of the ring, so the next tile starts at slot 0: BN 256.
+// subtiled epilogues do) where a tile's chunks (BN / 64 of g and u, BN / 128 >= 1 of aw) make
+// whole rounds of the ring, so the next tile starts at slot 0: BN 256. Host mirror:
+// aw_through_ring in src/gemm/group_gemm_sm90.cpp (it encodes aw's map for these kernels only).
 template <class Cfg> constexpr bool aw_through_ring() {
-    return Cfg::RING_SLOTS > 0 && (Cfg::BN / 64 + Cfg::BN / 128) % Cfg::RING_SLOTS == 0;
+    return Cfg::RING_SLOTS > 0 && Cfg::BN >= 128 && (Cfg::BN / 64 + Cfg::BN / 128) % Cfg::RING_SLOTS == 0;
 }
 
 // After store_tile_tma's g and u chunks: aw = silu(g')·u'·w_s of consumer `consumer`'s 64 full

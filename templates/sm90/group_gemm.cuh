@@ -81,7 +81,7 @@ __device__ __forceinline__ void group_gemm_nk_sm90(const TmaDesc &tma_a, const T
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (tid == 0) {
         init_ring<Cfg, GATHER_A>(m, tma_a, tma_b);
-        if constexpr (K_SPLIT > 0) tma_prefetch(&tma_a2);
+        if constexpr (K_SPLIT > 0 || (Glu::ON && aw_through_ring<Cfg>())) tma_prefetch(&tma_a2);
         if constexpr (K_SPLIT > 0 || Glu::ON) tma_prefetch(&tma_b2);
     }
 

@@ -221,7 +221,7 @@ struct GluCase {
     bool gather = false;
     int block_n = 0;  // 0: the heuristic
     bool registers = false;  // g and u stored from registers (no TMA store) even where TMA could
-    bool store_ring = false;  // g and u through the store ring (_r1)
+    bool store_ring = false;  // g and u (and aw at BN 256) through the store ring (_r1)
 };
 
 void run_glu(const GluCase &tc) {
@@ -245,6 +245,7 @@ void run_glu(const GluCase &tc) {
         BOOST_REQUIRE_MESSAGE(spec.tile.tma_store, "the store ring needs the TMA-store epilogue: " << to_string(spec.tile));
         spec.tile.store_ring = true;
         set_block_n(spec, spec.tile.block_n, E);
+        BOOST_TEST(render_group_gemm_nk(spec).name.find("_r1") != std::string::npos, "the ring variant is the one run");
     }
     if (tc.registers) spec.tile.tma_store = false;
     BOOST_TEST_CONTEXT("case " << tc.name << " kernel " << render_group_gemm_nk(spec).name) {
@@ -571,6 +572,8 @@ BOOST_AUTO_TEST_CASE(store_ring) {
     run_glu({.name = "ring_glu_merged_gather", .counts = counts, .I = 768, .K = 256, .merged = true, .gather = true,
              .store_ring = true});
     run_glu({.name = "ring_glu_all_to_one", .counts = all_to_expert(3000, 8, 5), .I = 256, .K = 256, .gather = true,
+             .store_ring = true});
+    run_glu({.name = "ring_glu_limit_bn256", .counts = counts, .I = 264, .K = 512, .limit = 1.5f, .block_n = 256,
              .store_ring = true});
 }
 
