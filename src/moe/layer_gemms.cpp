@@ -69,8 +69,10 @@ LayerSpecs layer_specs(const PlanDesc &d, const Config &config, int cc) {
     if (config.store_ring.value && !forced) {
         // The store ring (an experiment until measured): every cooperative TMA-store tile of the
         // layer stores C in 64 x 64 chunks and takes the deeper ring that leaves room for.
-        for (GemmNkSpec *nk : {&s.fc1, &s.fc2, &s.fc2_dgrad, &s.fc1_dgrad, &s.fc1_dgrad_acc}) *nk = with_store_ring(*nk, static_cast<std::int32_t>(E), cc);
-        for (GemmMnSpec *mn : {&s.fc2_wgrad, &s.fc1_wgrad}) *mn = with_store_ring(*mn, static_cast<std::int32_t>(E), cc);
+        const auto experts = static_cast<std::int32_t>(E);
+        for (GemmNkSpec *nk : {&s.fc1, &s.fc2, &s.fc2_dgrad, &s.fc1_dgrad, &s.fc1_dgrad_acc})
+            *nk = with_store_ring(*nk, experts, cc);
+        for (GemmMnSpec *mn : {&s.fc2_wgrad, &s.fc1_wgrad}) *mn = with_store_ring(*mn, experts, cc);
     }
     return s;
 }

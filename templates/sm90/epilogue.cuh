@@ -49,39 +49,55 @@ __device__ __forceinline__ void store_tile(const float (&acc)[Cfg::ACC], CT *c_t
     }
 }
 
-// One m64 row block's accumulators -> its swizzled 64 x BN staging tile at `tile`.
-template <class Cfg>
-__device__ __forceinline__ void stage_row_block(const float (&acc)[Cfg::ACC], unsigned tile, int warp_in_group,
-                                                int lane) {
-    using CT = typename Cfg::CT;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = warp_in_group * 16 + (lane >> 2) + 8 * h;
-#pragma unroll
-        for (int j = 0; j < Cfg::BN / 8; ++j) {
-            const unsigned addr = tile + (j / 8) * (64 * 128) + r * 128 + (((j % 8) ^ (r % 8)) << 4) + (lane & 3) * 4;
-            const unsigned bits = pack2(static_cast<CT *>(nullptr), acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
-        }
-    }
+// Two values rounded to CT -> row r of a swizzled 64 x 64 chunk at `chunk` (rows 128 B apart;
+// 16-byte unit q of row r at q ^ (r % 8)), this thread's 4 bytes of the unit.
+template <class CT>
+__device__ __forceinline__ void stage_pair(unsigned chunk, int r, int q, int lane, float a, float b) {
+    const unsigned addr = chunk + r * 128 + ((q ^ (r % 8)) << 4) + (lane & 3) * 4;
+    const unsigned bits = pack2(static_cast<CT *>(nullptr), a, b);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
 }
 
-// Chunk j (columns 64 j ..) of one m64 row block's accumulators -> a swizzled 64 x 64 slot,
-// laid out as stage_row_block lays out that chunk.
+// Chunk j (columns 64 j ..) of one m64 row block's accumulators -> a swizzled 64 x 64 chunk.
 template <class Cfg>
-__device__ __forceinline__ void stage_chunk(const float (&acc)[Cfg::ACC], unsigned slot, int j, int warp_in_group,
+__device__ __forceinline__ void stage_chunk(const float (&acc)[Cfg::ACC], unsigned chunk, int j, int warp_in_group,
                                             int lane) {
-    using CT = typename Cfg::CT;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = warp_in_group * 16 + (lane >> 2) + 8 * h;
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
             const int g = 8 * j + q;  // accumulator group: columns 8 g ..
-            const unsigned addr = slot + r * 128 + ((q ^ (r % 8)) << 4) + (lane & 3) * 4;
-            const unsigned bits = pack2(static_cast<CT *>(nullptr), acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
+            stage_pair<typename Cfg::CT>(chunk, r, q, lane, acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
         }
+    }
+}
+
+// One m64 row block's accumulators -> its swizzled 64 x BN staging tile at `tile` (BN / 64
+// chunks, 64 x 128 B apart).
+template <class Cfg>
+__device__ __forceinline__ void stage_row_block(const float (&acc)[Cfg::ACC], unsigned tile, int warp_in_group,
+                                                int lane) {
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 64; ++j) stage_chunk<Cfg>(acc, tile + j * (64 * 128), j, warp_in_group, lane);
+}
+
+// The store ring's step for the ring's chunk n of a tile (Cfg::RING_SLOTS > 0): its slot is
+// n % RING_SLOTS; before it is rewritten every store group but the newest RING_SLOTS - 1 has
+// read its slot (the leader waits, the consumer's barrier holds the others); `stage(slot)`
+// fills it, then the leader stores it with `store(slot)` as one commit group.
+template <class Cfg, class Stage, class Store>
+__device__ __forceinline__ void ring_step(const Smem<Cfg> &m, int consumer, int n, bool leader, Stage stage,
+                                          Store store) {
+    const unsigned slot = m.cstage + (consumer * Cfg::RING_SLOTS + n % Cfg::RING_SLOTS) * (64 * 128);
+    if (leader) bulk_wait_read_all_but<Cfg::RING_SLOTS - 1>();
+    warpgroup_sync(consumer);
+    stage(slot);
+    fence_proxy_async_smem();
+    warpgroup_sync(consumer);
+    if (leader) {
+        store(slot);
+        bulk_commit();
     }
 }
 
@@ -100,20 +116,11 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Cfg::ACC], con
     const bool leader = warp_in_group == 0 && lane == 0;
     if constexpr (Cfg::RING_SLOTS > 0) {
         static_assert((Cfg::BN / 64) % Cfg::RING_SLOTS == 0, "whole rounds of the ring per tile");
-        const unsigned slots = m.cstage + consumer * Cfg::RING_SLOTS * (64 * 128);
 #pragma unroll
-        for (int j = 0; j < Cfg::BN / 64; ++j) {
-            const unsigned slot = slots + (j % Cfg::RING_SLOTS) * (64 * 128);
-            if (leader) bulk_wait_read_all_but<Cfg::RING_SLOTS - 1>();
-            warpgroup_sync(consumer);
-            stage_chunk<Cfg>(acc, slot, j, warp_in_group, lane);
-            fence_proxy_async_smem();
-            warpgroup_sync(consumer);
-            if (leader) {
-                store_chunk(j, slot);
-                bulk_commit();
-            }
-        }
+        for (int j = 0; j < Cfg::BN / 64; ++j)
+            ring_step<Cfg>(
+                m, consumer, j, leader, [&](unsigned slot) { stage_chunk<Cfg>(acc, slot, j, warp_in_group, lane); },
+                [&](unsigned slot) { store_chunk(j, slot); });
         return;
     }
     const unsigned tile = m.cstage + consumer * Cfg::BN * 128;
@@ -199,15 +206,10 @@ __device__ __forceinline__ void store_swiglu_aw_ring(const float (&acc)[Cfg::ACC
     using CT = typename Cfg::CT;
     constexpr int UP_J = Cfg::BN / 16, GU_CHUNKS = Cfg::BN / 64;
     const bool leader = warp_in_group == 0 && lane == 0;
-    const unsigned slots = m.cstage + consumer * Cfg::RING_SLOTS * (64 * 128);
     float w[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) w[h] = glu.w_s[row0 + consumer * 64 + warp_in_group * 16 + (lane >> 2) + 8 * h];
-#pragma unroll
-    for (int j = 0; j < Cfg::BN / 128; ++j) {
-        const unsigned slot = slots + ((GU_CHUNKS + j) % Cfg::RING_SLOTS) * (64 * 128);
-        if (leader) bulk_wait_read_all_but<Cfg::RING_SLOTS - 1>();
-        warpgroup_sync(consumer);
+    auto stage_aw = [&](unsigned slot, int j) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = warp_in_group * 16 + (lane >> 2) + 8 * h;
@@ -218,20 +220,16 @@ __device__ __forceinline__ void store_swiglu_aw_ring(const float (&acc)[Cfg::ACC
                 const float g1 = to_float(from_float<CT>(acc[4 * gate + 2 * h + 1]));
                 const float u0 = to_float(from_float<CT>(acc[4 * up + 2 * h]));
                 const float u1 = to_float(from_float<CT>(acc[4 * up + 2 * h + 1]));
-                const float a0 = swiglu_detail::swiglu_value<Glu::LIMIT>(g0, u0, glu.limit);
-                const float a1 = swiglu_detail::swiglu_value<Glu::LIMIT>(g1, u1, glu.limit);
-                const unsigned addr = slot + r * 128 + ((q ^ (r % 8)) << 4) + (lane & 3) * 4;
-                const unsigned bits = pack2(static_cast<CT *>(nullptr), a0 * w[h], a1 * w[h]);
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits) : "memory");
+                stage_pair<CT>(slot, r, q, lane, swiglu_detail::swiglu_value<Glu::LIMIT>(g0, u0, glu.limit) * w[h],
+                               swiglu_detail::swiglu_value<Glu::LIMIT>(g1, u1, glu.limit) * w[h]);
             }
         }
-        fence_proxy_async_smem();
-        warpgroup_sync(consumer);
-        if (leader) {
-            store_chunk(j, slot);
-            bulk_commit();
-        }
-    }
+    };
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 128; ++j)
+        ring_step<Cfg>(
+            m, consumer, GU_CHUNKS + j, leader, [&](unsigned slot) { stage_aw(slot, j); },
+            [&](unsigned slot) { store_chunk(j, slot); });
 }
 
 // Registers -> (STORE_GU) g (C) and u, and aw, for this thread's two rows of the tile, columns
