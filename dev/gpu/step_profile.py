@@ -88,7 +88,7 @@ _MARKED_CALLS = ("forward", "backward", "backward_part")
 
 
 def launch_timeline(step) -> None:
-    """Two steps' host calls and GPU kernels in time order (µs from the step's first host event):
+    """Two steps' host calls and GPU kernels in time order (µs from the first host event):
     each moejit C call (the binding's Plan methods, wrapped in record_function here only), each
     driver or runtime call the profiler records (launches, allocations, syncs) and each kernel's
     start and end on the GPU. A GPU idle gap shows the host call it waited for."""
