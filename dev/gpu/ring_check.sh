@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The store ring's first run (docs/PERF_LOG.md, the eighth session's entry, item 5), one device
+# call: build; the layer bench, moejit alone, every reference shape and the duplicate-route rows,
+# with MOEJIT_STORE_RING off, on, and on with MOEJIT_FUSE_SWIGLU=1 (each its own process, the
+# switches being read once per process);
+# qwen3's kernel list with the ring off and on; then the suites that cover the ring
+# (gemm_sm90 and group_gemm as they are, moe_layer and swiglu with the ring on) side by side in
+# what is left of the call. Logs and JSON under $OUT; the table last.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/../.."
+t0=$(date +%s); elapsed() { echo $(( $(date +%s) - t0 )); }; say() { echo "[$(elapsed) s] $*"; }
+left() { echo $(( ${CALL_S:-590} - $(elapsed) )); }
+out=${OUT:-$PWD/out}; mkdir -p "$out"; logs=/tmp/moejit-ring; rm -rf $logs; mkdir -p $logs
+trap 'tar czf "$out/ring_logs.tgz" -C $logs . 2>/dev/null' EXIT
+. dev/gpu/common.sh; say built
+shapes=${SHAPES:-}  # default: every reference shape
+dup_shapes=${DUP_SHAPES:-qwen3-30b-a3b,small-expert-7b}
+bench() {  # TAG ENV...: both routings, moejit alone, in one process per routing
+  local tag=$1; shift
+  env "$@" timeout ${TOPK_S:-130} python3 -m moejit_bench --warmup 3 --reps 10 --no-eager --impls moejit \
+    ${shapes:+--shapes $shapes} --json "$out/ring_$tag.json" >$logs/bench_$tag.log 2>&1
+  echo "bench $tag rc=$?" | tee -a $logs/rcs
+  env "$@" timeout 60 python3 -m moejit_bench --warmup 3 --reps 10 --no-eager --impls moejit \
+    --routing expert0 --shapes "$dup_shapes" --json "$logs/ring_${tag}_dup.json" >$logs/bench_${tag}_dup.log 2>&1
+  echo "bench ${tag} expert0 rc=$?" | tee -a $logs/rcs
+  say "bench $tag"
+}
+bench off MOEJIT_STORE_RING=0
+bench ring MOEJIT_STORE_RING=1
+bench ringfused MOEJIT_STORE_RING=1 MOEJIT_FUSE_SWIGLU=1
+for r in 0 1; do
+  MOEJIT_STORE_RING=$r timeout 60 python3 dev/gpu/step_profile.py --impl moejit qwen3-30b-a3b >$logs/profile_ring$r.txt 2>&1
+  say "profile ring=$r rc=$?"
+done
+suite_s=$(( $(left) - 15 ))
+say "suites, ${suite_s} s each at most"
+( timeout $suite_s $b/tests/test_gpu_gemm_sm90 --report_level=short >$logs/gpu_gemm_sm90.log 2>&1; echo "gemm_sm90 rc=$?" >>$logs/rcs ) &
+( timeout $suite_s $b/tests/test_gpu_group_gemm --report_level=short >$logs/gpu_group_gemm.log 2>&1; echo "group_gemm rc=$?" >>$logs/rcs ) &
+( export MOEJIT_STORE_RING=1
+  timeout $suite_s $b/tests/test_gpu_swiglu --report_level=short >$logs/gpu_swiglu_ring.log 2>&1; echo "swiglu (ring on) rc=$?" >>$logs/rcs
+  timeout $(( $(left) - 10 )) $b/tests/test_gpu_moe_layer --report_level=short >$logs/gpu_moe_layer_ring.log 2>&1; echo "moe_layer (ring on) rc=$?" >>$logs/rcs ) &
+wait
+for f in $logs/gpu_*.log; do
+  echo "== $(basename $f .log)"; grep -E "error|failure|test cases|assertions|\*\*\*" "$f" | grep -v "caught:" | head -5
+done
+echo "== exit codes"; cat $logs/rcs
+for f in $logs/profile_ring*.txt; do echo "== $(basename $f)"; grep -E "fc1|fc2|dgrad|wgrad|SwiGLU|swiglu|gemm|total|step" "$f" | head -24; done
+echo "== forward / f+b TFLOP/s per configuration"
+python3 - "$out" "$logs" <<'EOF'
+import json, sys, glob, os
+out, logs = sys.argv[1], sys.argv[2]
+tags = ["off", "ring", "ringfused"]
+rows = {}
+for tag in tags:
+    for path in (f"{out}/ring_{tag}.json", f"{logs}/ring_{tag}_dup.json"):
+        if not os.path.exists(path):
+            continue
+        data = json.load(open(path))
+        for rec in data["results"]:
+            r = rec["impls"].get("moejit", {})
+            key = (rec["shape"], data["routing"])
+            rows.setdefault(key, {})[tag] = (r.get("fwd_tflops"), r.get("fwd_bwd_tflops"))
+fmt = lambda v: "—" if v is None else f"{v:6.1f}"
+print(f"{'shape':22s} {'routing':8s} " + " ".join(f"{t:>15s}" for t in tags) + "   ring/off fwd, f+b")
+for (shape, routing), per in rows.items():
+    cells = " ".join(f"{fmt(per.get(t, (None, None))[0])}/{fmt(per.get(t, (None, None))[1])}" for t in tags)
+    base = [v for v in (per.get("off"), per.get("off2")) if v]
+    ring = per.get("ring")
+    ratio = ""
+    if base and ring and all(ring) and all(all(b) for b in base):
+        bf = sum(b[0] for b in base) / len(base); bb = sum(b[1] for b in base) / len(base)
+        ratio = f"   {ring[0] / bf:.3f}, {ring[1] / bb:.3f}"
+    print(f"{shape:22s} {routing:8s} {cells}{ratio}")
+EOF
+say "end"
