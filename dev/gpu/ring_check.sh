@@ -3,9 +3,9 @@
 # call: build; the layer bench, moejit alone, every reference shape and the duplicate-route rows,
 # with MOEJIT_STORE_RING off, on, and on with MOEJIT_FUSE_SWIGLU=1 (each its own process, the
 # switches being read once per process);
-# qwen3's kernel list with the ring off and on; with SUITES=1, then the suites that cover the
-# ring (gemm_sm90 and group_gemm as they are, moe_layer and swiglu with the ring on) side by
-# side in what is left of the call. Logs and JSON under $OUT; the table last.
+# qwen3's kernel list with the ring off and on; then the suites that cover the ring (gemm_sm90
+# and group_gemm as they are, moe_layer and swiglu with the ring on) side by side in what is
+# left of the call (CALL_S, default 590 s). Logs and JSON under $OUT; the table last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
@@ -34,8 +34,8 @@ for r in 0 1; do
   say "profile ring=$r rc=$?"
 done
 suite_s=$(( $(left) - 15 ))
-# SUITES=1: the suites too (peers_session.sh's phase 1 runs them all, the ring's cases among them).
-if [ -n "${SUITES:-}" ]; then
+# In what is left, when 60 s or more (peers_session.sh's phase 1 runs them all as well).
+if [ "$suite_s" -ge 60 ]; then
 say "suites, ${suite_s} s each at most"
 ( timeout $suite_s $b/tests/test_gpu_gemm_sm90 --report_level=short >$logs/gpu_gemm_sm90.log 2>&1; echo "gemm_sm90 rc=$?" >>$logs/rcs ) &
 ( timeout $suite_s $b/tests/test_gpu_group_gemm --report_level=short >$logs/gpu_group_gemm.log 2>&1; echo "group_gemm rc=$?" >>$logs/rcs ) &
