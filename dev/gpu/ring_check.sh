@@ -75,5 +75,12 @@ for (shape, routing), per in rows.items():
         bf = sum(b[0] for b in base) / len(base); bb = sum(b[1] for b in base) / len(base)
         ratio = f"   {ring[0] / bf:.3f}, {ring[1] / bb:.3f}"
     print(f"{shape:22s} {routing:8s} {cells}{ratio}")
+import math
+for tag in ("ring", "ringfused"):
+    pairs = [(per[tag], per["off"]) for per in rows.values()
+             if per.get(tag) and per.get("off") and all(per[tag]) and all(per["off"])]
+    if pairs:
+        g = [math.exp(sum(math.log(a[i] / b[i]) for a, b in pairs) / len(pairs)) for i in (0, 1)]
+        print(f"geomean {tag}/off over {len(pairs)} rows: forward {g[0]:.3f}, f+b {g[1]:.3f}")
 EOF
 say "end"
