@@ -1,5 +1,9 @@
 #include "moe/plan_describe.hpp"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "gemm/tile_config.hpp"
@@ -23,19 +27,17 @@ std::string describe_plan(const Config &c, const std::string &arch, const PlanDe
     setting(out, "gather", on_off(s.gathered), c.gather);
     setting(out, "fuse_swiglu", on_off(s.fused_swiglu), c.fuse_swiglu);
     setting(out, "gemm_tile", c.gemm_tile.value ? to_string(forced_tile(c)->tile) : "heuristic", c.gemm_tile);
-    // What the plan does: on where some role's tile took the ring.
-    const bool ring = s.fc1.tile.store_ring || s.fc2.tile.store_ring || s.fc2_dgrad.tile.store_ring ||
-                      s.fc1_dgrad.tile.store_ring || s.fc2_wgrad.tile.store_ring || s.fc1_wgrad.tile.store_ring;
+    // The tile of each GEMM the plan launches; the accumulating second GEMM of fc1's dgrad
+    // runs only for split fc1 without k_split (as layer_gemm_roles).
+    std::vector<std::pair<const char *, const GemmTileConfig *>> tiles = {
+        {"fc1", &s.fc1.tile}, {"fc2", &s.fc2.tile}, {"fc2_dgrad", &s.fc2_dgrad.tile}, {"fc1_dgrad", &s.fc1_dgrad.tile}};
+    if (d.fc1_layout == Fc1Layout::split && s.fc1_dgrad.k_split == 0) tiles.push_back({"fc1_dgrad_acc", &s.fc1_dgrad_acc.tile});
+    tiles.push_back({"fc2_wgrad", &s.fc2_wgrad.tile});
+    tiles.push_back({"fc1_wgrad", &s.fc1_wgrad.tile});
+    // What the plan does: on where some GEMM's tile took the ring.
+    const bool ring = std::any_of(tiles.begin(), tiles.end(), [](const auto &t) { return t.second->store_ring; });
     setting(out, "store_ring", on_off(ring), c.store_ring);
-    auto tile = [&](const char *role, const GemmTileConfig &t) { out += fmt::format("tile_{}={}\n", role, to_string(t)); };
-    tile("fc1", s.fc1.tile);
-    tile("fc2", s.fc2.tile);
-    tile("fc2_dgrad", s.fc2_dgrad.tile);
-    tile("fc1_dgrad", s.fc1_dgrad.tile);
-    // As layer_gemm_roles: the accumulating second GEMM runs only for split fc1 without k_split.
-    if (d.fc1_layout == Fc1Layout::split && s.fc1_dgrad.k_split == 0) tile("fc1_dgrad_acc", s.fc1_dgrad_acc.tile);
-    tile("fc2_wgrad", s.fc2_wgrad.tile);
-    tile("fc1_wgrad", s.fc1_wgrad.tile);
+    for (const auto &[role, tile] : tiles) out += fmt::format("tile_{}={}\n", role, to_string(*tile));
     return out;
 }
 
