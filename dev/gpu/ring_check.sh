@@ -76,11 +76,24 @@ for (shape, routing), per in rows.items():
         ratio = f"   {ring[0] / bf:.3f}, {ring[1] / bb:.3f}"
     print(f"{shape:22s} {routing:8s} {cells}{ratio}")
 import math
-for tag in ("ring", "ringfused"):
-    pairs = [(per[tag], per["off"]) for per in rows.values()
-             if per.get(tag) and per.get("off") and all(per[tag]) and all(per["off"])]
-    if pairs:
-        g = [math.exp(sum(math.log(a[i] / b[i]) for a, b in pairs) / len(pairs)) for i in (0, 1)]
-        print(f"geomean {tag}/off over {len(pairs)} rows: forward {g[0]:.3f}, f+b {g[1]:.3f}")
+def geomean(tag, base):
+    pairs = [(per[tag], per[base]) for per in rows.values()
+             if per.get(tag) and per.get(base) and all(per[tag]) and all(per[base])]
+    if not pairs:
+        return None
+    g = [math.exp(sum(math.log(a[i] / b[i]) for a, b in pairs) / len(pairs)) for i in (0, 1)]
+    print(f"geomean {tag}/{base} over {len(pairs)} rows: forward {g[0]:.3f}, f+b {g[1]:.3f}")
+    return g
+ring, fused = geomean("ring", "off"), geomean("ringfused", "ring")
+# The configuration a later call of this hold (peers_session.sh) runs with: the ring unless it
+# lost; SwiGLU in fc1's epilogue where, with the ring, it wins the forward by 1 % or more and
+# keeps f+b.
+lines = []
+if ring and max(ring) < 0.995:
+    lines.append("export MOEJIT_STORE_RING=0")
+elif ring and fused and fused[0] >= 1.01 and fused[1] >= 0.995:
+    lines.append("export MOEJIT_FUSE_SWIGLU=1")
+open(f"{logs}/decision.env", "w").write("".join(l + "\n" for l in lines))
+print("decision for this hold:", "; ".join(lines) or "the default (the ring, SwiGLU pass apart)")
 EOF
 say "end"
