@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 out=${OUT:-$PWD/out}; mkdir -p "$out"
 build_targets=capi/libmoejit.so . dev/gpu/common.sh; say built
-shapes=${SHAPES:-deepseek-v3-4k deepseek-v3 gpt-oss-120b mid-expert-30b mixtral-8x7b}
+shapes=${SHAPES:-deepseek-v3-4k deepseek-v3 gpt-oss-120b}
 for r in 0 1; do
   # shellcheck disable=SC2086  # shapes is a list
   MOEJIT_STORE_RING=$r timeout ${PROFILE_S:-200} python3 dev/gpu/step_profile.py --impl moejit $shapes \
