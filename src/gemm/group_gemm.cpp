@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -257,10 +258,17 @@ GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
 namespace {
 
 // Only where the ring buys a deeper operand ring (BN 256: at BN 128 and 64 the whole row block
-// is no larger than the slots), and not tuned away: the tuner's candidates have no ring.
-template <class Spec> Spec ring_of(Spec s, std::int32_t num_experts, int cc) {
+// is no larger than the slots), and not tuned away: the tuner's candidates have no ring. Only
+// with enough rows per expert (measured on an H100, docs/PERF_LOG.md ninth session): with 128
+// per expert deepseek-v3's gathered fc1 (K = 7168) ran 1.4x slower with the ring and its fc2
+// dgrad 1.08x, and weight gradients of 256 rows per expert (their K) 1.03-1.07x slower, while
+// with 1024 every GEMM of qwen3-30b-a3b ran 1-5 % faster.
+template <class Spec> Spec ring_of(Spec s, std::int64_t rows_hint, std::int32_t num_experts, int cc) {
     GemmTileConfig t = s.tile;
     if (t.engine != GemmEngine::wgmma || !t.tma_store || t.pingpong || t.store_ring) return s;
+    constexpr bool weight_gradient = std::is_same_v<Spec, GemmMnSpec>;
+    const std::int64_t rows_per_expert = num_experts > 0 ? rows_hint / num_experts : 0;
+    if (rows_per_expert < (weight_gradient ? 1024 : 256)) return s;
     t.store_ring = true;
     const GemmProblem p = problem_of(s, 0, num_experts);
     for (int stages = 6; stages > s.tile.stages; --stages) {
@@ -278,8 +286,12 @@ template <class Spec> Spec ring_of(Spec s, std::int32_t num_experts, int cc) {
 
 }  // namespace
 
-GemmNkSpec with_store_ring(GemmNkSpec s, std::int32_t num_experts, int cc) { return ring_of(s, num_experts, cc); }
-GemmMnSpec with_store_ring(GemmMnSpec s, std::int32_t num_experts, int cc) { return ring_of(s, num_experts, cc); }
+GemmNkSpec with_store_ring(GemmNkSpec s, std::int64_t rows_hint, std::int32_t num_experts, int cc) {
+    return ring_of(s, rows_hint, num_experts, cc);
+}
+GemmMnSpec with_store_ring(GemmMnSpec s, std::int64_t rows_hint, std::int32_t num_experts, int cc) {
+    return ring_of(s, rows_hint, num_experts, cc);
+}
 
 void validate_nk_spec(const GemmNkSpec &spec, std::int32_t num_experts, int cc) {
     validate_shape(spec, "");

@@ -71,8 +71,8 @@ LayerSpecs layer_specs(const PlanDesc &d, const Config &config, int cc) {
         // layer stores C in 64 x 64 chunks and takes the deeper ring that leaves room for.
         const auto experts = static_cast<std::int32_t>(E);
         for (GemmNkSpec *nk : {&s.fc1, &s.fc2, &s.fc2_dgrad, &s.fc1_dgrad, &s.fc1_dgrad_acc})
-            *nk = with_store_ring(*nk, experts, cc);
-        for (GemmMnSpec *mn : {&s.fc2_wgrad, &s.fc1_wgrad}) *mn = with_store_ring(*mn, experts, cc);
+            *nk = with_store_ring(*nk, rows_hint, experts, cc);
+        for (GemmMnSpec *mn : {&s.fc2_wgrad, &s.fc1_wgrad}) *mn = with_store_ring(*mn, rows_hint, experts, cc);
     }
     return s;
 }
