@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(defaults_without_options_or_environment) {
     BOOST_TEST(d.at("arch") == "sm_90a");
     for (const char *key : {"jit", "tune", "gather", "fuse_swiglu", "gemm_tile", "store_ring"})
         BOOST_TEST(d.at(std::string(key) + "_from") == "default", key);
-    BOOST_TEST(d.at("store_ring") == "off");
+    BOOST_TEST(d.at("store_ring") == "on", "fc2's N = 256: a 128 x 256 tile, which the ring deepens");
     BOOST_TEST(d.at("jit") == "on");
     BOOST_TEST(d.at("tune") == "off");
     BOOST_TEST(d.at("gather") == "on", "the rule: I <= 2048 on the wgmma engine");
@@ -196,25 +196,44 @@ BOOST_AUTO_TEST_CASE(description_says_what_the_plan_does) {
     BOOST_TEST(oss.at("fuse_swiglu_from") == "option");
 }
 
-// MOEJIT_STORE_RING (environment only): the layer's cooperative TMA-store tiles take the store
-// ring and the deeper operand ring it leaves room for (a 128 x 256 tile: four stages, not
-// three); a forced tile wins over it.
-BOOST_AUTO_TEST_CASE(store_ring_from_the_environment) {
+// The store ring (on by default; MOEJIT_STORE_RING=0, environment only, turns it off): the
+// layer's cooperative TMA-store tiles take the store ring and the deeper operand ring it leaves
+// room for (a 128 x 256 tile: four stages, not three); a forced tile wins over it.
+BOOST_AUTO_TEST_CASE(store_ring_by_default_and_from_the_environment) {
     moejit_plan_desc_t d;
     layer_desc_init(&d, 2048, 768, 128, 8);
-    const Description plain = describe(options(), d);
-    BOOST_TEST(plain.at("tile_fc2") == "wgmma_128x256x64_s3_g8_e1");
-    EnvVar ring("MOEJIT_STORE_RING", "1");
     const Description with = describe(options(), d);
     BOOST_TEST(with.at("store_ring") == "on");
-    BOOST_TEST(with.at("store_ring_from") == "environment");
+    BOOST_TEST(with.at("store_ring_from") == "default");
     BOOST_TEST(with.at("tile_fc2") == "wgmma_128x256x64_s4_g8_e1_r1");
-    // Every 128 x 256 TMA-store tile of this shape (all of them) took the ring and a fourth stage.
-    for (const char *role : {"fc1", "fc2", "fc2_dgrad", "fc1_dgrad", "fc2_wgrad", "fc1_wgrad"}) {
+    {
+        EnvVar off("MOEJIT_STORE_RING", "0");
+        const Description plain = describe(options(), d);
+        BOOST_TEST(plain.at("store_ring") == "off");
+        BOOST_TEST(plain.at("store_ring_from") == "environment");
+        BOOST_TEST(plain.at("tile_fc2") == "wgmma_128x256x64_s3_g8_e1");
+    }
+    EnvVar on("MOEJIT_STORE_RING", "1");
+    BOOST_TEST(describe(options(), d).at("store_ring_from") == "environment");
+    // 256 rows per expert (tokens_hint 0: 4096 tokens, top-8 over 128 experts): every 128 x 256
+    // TMA-store tile of a same_nk GEMM took the ring and a fourth stage; the weight gradients
+    // (K = the rows of one expert) take it from 1024 rows per expert.
+    for (const char *role : {"fc1", "fc2", "fc2_dgrad", "fc1_dgrad"}) {
         const std::string tile = with.at(std::string("tile_") + role);
         BOOST_TEST(tile.find("wgmma_128x256x64_s4_") == 0u, role << ": " << tile);
         BOOST_TEST(tile.find("_e1_r1") != std::string::npos, role << ": " << tile);
     }
+    for (const char *role : {"fc2_wgrad", "fc1_wgrad"})
+        BOOST_TEST(with.at(std::string("tile_") + role).find("_r1") == std::string::npos, role);
+    moejit_plan_desc_t long_experts = d;
+    long_experts.tokens_hint = 16384;  // 1024 rows per expert
+    for (const char *role : {"fc2_wgrad", "fc1_wgrad"})
+        BOOST_TEST(describe(options(), long_experts).at(std::string("tile_") + role).find("_e1_r1") != std::string::npos, role);
+    moejit_plan_desc_t few_rows = d;
+    few_rows.tokens_hint = 2048;  // 128 rows per expert: no GEMM takes it
+    for (const auto &[key, tile] : describe(options(), few_rows))
+        if (key.rfind("tile_", 0) == 0) BOOST_TEST(tile.find("_r1") == std::string::npos, key << ": " << tile);
+    BOOST_TEST(describe(options(), few_rows).at("store_ring") == "off", "describe says what the plan does");
     moejit_context_options_t forced = options();
     forced.gemm_tile = "wgmma_128x128x64_s4_g8";
     const Description f = describe(forced, d);
