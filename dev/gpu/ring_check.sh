@@ -26,10 +26,16 @@ bench() {  # TAG ENV...: both routings, moejit alone, in one process per routing
   echo "bench ${tag} expert0 rc=$?" | tee -a $logs/rcs
   say "bench $tag"
 }
-bench off MOEJIT_STORE_RING=0
-bench ring MOEJIT_STORE_RING=1
-bench ringfused MOEJIT_STORE_RING=1 MOEJIT_FUSE_SWIGLU=1
-for r in 0 1; do
+# RING_CONFIGS: the runs, in order (off*: the ring off; ring*: on; ringfused: on, SwiGLU fused);
+# repeating off and ring (off2, ring2) averages out the machine's drift.
+for tag in ${RING_CONFIGS:-off ring ringfused}; do
+  case $tag in
+    off*) bench $tag MOEJIT_STORE_RING=0 ;;
+    ringfused) bench $tag MOEJIT_STORE_RING=1 MOEJIT_FUSE_SWIGLU=1 ;;
+    ring*) bench $tag MOEJIT_STORE_RING=1 ;;
+  esac
+done
+for r in ${PROFILE_RING-0 1}; do
   MOEJIT_STORE_RING=$r timeout 60 python3 dev/gpu/step_profile.py --impl moejit qwen3-30b-a3b >$logs/profile_ring$r.txt 2>&1
   say "profile ring=$r rc=$?"
 done
@@ -53,7 +59,7 @@ echo "== forward / f+b TFLOP/s per configuration"
 python3 - "$out" "$logs" <<'EOF'
 import json, sys, glob, os
 out, logs = sys.argv[1], sys.argv[2]
-tags = ["off", "ring", "ringfused"]
+tags = ["off", "ring", "ringfused", "off2", "ring2"]
 rows = {}
 for tag in tags:
     for path in (f"{out}/ring_{tag}.json", f"{logs}/ring_{tag}_dup.json"):
@@ -65,15 +71,18 @@ for tag in tags:
             key = (rec["shape"], data["routing"])
             rows.setdefault(key, {})[tag] = (r.get("fwd_tflops"), r.get("fwd_bwd_tflops"))
 fmt = lambda v: "—" if v is None else f"{v:6.1f}"
+tags = [t for t in tags if any(t in per for per in rows.values())]
 print(f"{'shape':22s} {'routing':8s} " + " ".join(f"{t:>15s}" for t in tags) + "   ring/off fwd, f+b")
 for (shape, routing), per in rows.items():
     cells = " ".join(f"{fmt(per.get(t, (None, None))[0])}/{fmt(per.get(t, (None, None))[1])}" for t in tags)
-    base = [v for v in (per.get("off"), per.get("off2")) if v]
-    ring = per.get("ring")
+    mean = lambda vs: (sum(v[0] for v in vs) / len(vs), sum(v[1] for v in vs) / len(vs))
+    base = [v for v in (per.get("off"), per.get("off2")) if v and all(v)]
+    rings = [v for v in (per.get("ring"), per.get("ring2")) if v and all(v)]
     ratio = ""
-    if base and ring and all(ring) and all(all(b) for b in base):
-        bf = sum(b[0] for b in base) / len(base); bb = sum(b[1] for b in base) / len(base)
-        ratio = f"   {ring[0] / bf:.3f}, {ring[1] / bb:.3f}"
+    if base and rings:
+        (bf, bb), (rf, rb) = mean(base), mean(rings)
+        ratio = f"   {rf / bf:.3f}, {rb / bb:.3f}"
+        per["ring_mean"], per["off_mean"] = (rf, rb), (bf, bb)
     print(f"{shape:22s} {routing:8s} {cells}{ratio}")
 import math
 def geomean(tag, base):
@@ -84,7 +93,7 @@ def geomean(tag, base):
     g = [math.exp(sum(math.log(a[i] / b[i]) for a, b in pairs) / len(pairs)) for i in (0, 1)]
     print(f"geomean {tag}/{base} over {len(pairs)} rows: forward {g[0]:.3f}, f+b {g[1]:.3f}")
     return g
-ring, fused = geomean("ring", "off"), geomean("ringfused", "ring")
+ring, fused = geomean("ring_mean", "off_mean"), geomean("ringfused", "ring")
 # The configuration a later call of this hold (peers_session.sh) runs with: the ring unless it
 # lost; SwiGLU in fc1's epilogue where, with the ring, it wins the forward by 1 % or more and
 # keeps f+b.
