@@ -40,10 +40,9 @@ struct GemmTileConfig {
     bool store_ring = false;    // wgmma, cooperative, with tma_store: C leaves in 64 x 64 chunks
                                 // through two staging slots per consumer instead of its whole
                                 // 64 x BN row block (32 KiB of staging where 128 x 256 needs 64 KiB,
-                                // so that tile keeps a fourth stage); "_r1" in the name. The
-                                // layer applies it after the heuristic (layer_specs; off with
-                                // MOEJIT_STORE_RING=0 or a forced tile): docs/DECISIONS.md
-                                // "The store ring"
+                                // so that tile keeps a fourth stage); "_r1" in the name. Opt-in
+                                // (MOEJIT_STORE_RING, or a forced tile) until measured:
+                                // docs/DECISIONS.md "The store ring"
 
     int threads() const { return engine == GemmEngine::wgmma ? 384 : 32 * warps_m * warps_n; }
     bool operator==(const GemmTileConfig &) const = default;

@@ -67,9 +67,10 @@ LayerSpecs layer_specs(const PlanDesc &d, const Config &config, int cc) {
     }
     s.fc1.gather_a = s.gathered;
     if (config.store_ring.value && !forced) {
-        // The store ring (on unless MOEJIT_STORE_RING=0): a cooperative TMA-store tile that gains
-        // a stage by it (BN 256) stores C in 64 x 64 chunks and takes the deeper operand ring
-        // that leaves room for, where the rows per expert are enough (with_store_ring).
+        // The store ring (opt-in, MOEJIT_STORE_RING=1, until its rule is measured): a cooperative
+        // TMA-store tile that gains a stage by it (BN 256) stores C in 64 x 64 chunks and takes
+        // the deeper operand ring that leaves room for, where the rows per expert are enough
+        // (with_store_ring).
         const auto experts = static_cast<std::int32_t>(E);
         for (GemmNkSpec *nk : {&s.fc1, &s.fc2, &s.fc2_dgrad, &s.fc1_dgrad, &s.fc1_dgrad_acc})
             *nk = with_store_ring(*nk, rows_hint, experts, cc);

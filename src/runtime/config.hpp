@@ -13,11 +13,11 @@
 //                                                        here; whether it fits a problem, when a
 //                                                        plan or GEMM picks its tile)
 //   cache_dir          MOEJIT_CACHE_DIR    (cache_root)  the disk cache's root (runtime/cache_paths.cpp)
-//   (environment only) MOEJIT_STORE_RING   on            the layer's cooperative TMA-store tiles
+//   (environment only) MOEJIT_STORE_RING   off           the layer's cooperative TMA-store tiles
 //                                                        store C through the store ring, with the
-//                                                        deeper operand ring it leaves room for
-//                                                        (layer_specs; docs/DECISIONS.md "The store
-//                                                        ring"); 0 keeps the whole-tile staging
+//                                                        deeper operand ring it leaves room for: an
+//                                                        experiment until measured (layer_specs;
+//                                                        docs/DECISIONS.md "The store ring")
 //
 // Process-wide (read when first needed, not per context; each through a function below):
 //   MOEJIT_LIBCUDA      libcuda.so.1   the driver library (runtime/driver.cpp)
@@ -85,7 +85,7 @@ struct Config {
     Setting<std::optional<bool>> gather;  // nullopt: the rule (layer_specs)
     Setting<bool> fuse_swiglu{false};
     Setting<std::optional<ForcedTileText>> gemm_tile;  // nullopt: the heuristic
-    Setting<bool> store_ring{true};                    // MOEJIT_STORE_RING (no option field)
+    Setting<bool> store_ring{false};                   // MOEJIT_STORE_RING (no option field)
 
     // Tuning runs when asked for and no tile is forced.
     bool tuning() const { return tune.value && !gemm_tile.value; }

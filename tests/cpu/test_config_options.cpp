@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(defaults_without_options_or_environment) {
     BOOST_TEST(d.at("arch") == "sm_90a");
     for (const char *key : {"jit", "tune", "gather", "fuse_swiglu", "gemm_tile", "store_ring"})
         BOOST_TEST(d.at(std::string(key) + "_from") == "default", key);
-    BOOST_TEST(d.at("store_ring") == "on", "fc2's N = 256: a 128 x 256 tile, which the ring deepens");
+    BOOST_TEST(d.at("store_ring") == "off");
     BOOST_TEST(d.at("jit") == "on");
     BOOST_TEST(d.at("tune") == "off");
     BOOST_TEST(d.at("gather") == "on", "the rule: I <= 2048 on the wgmma engine");
@@ -196,25 +196,19 @@ BOOST_AUTO_TEST_CASE(description_says_what_the_plan_does) {
     BOOST_TEST(oss.at("fuse_swiglu_from") == "option");
 }
 
-// The store ring (on by default; MOEJIT_STORE_RING=0, environment only, turns it off): the
-// layer's cooperative TMA-store tiles take the store ring and the deeper operand ring it leaves
-// room for (a 128 x 256 tile: four stages, not three); a forced tile wins over it.
-BOOST_AUTO_TEST_CASE(store_ring_by_default_and_from_the_environment) {
+// MOEJIT_STORE_RING (environment only): the layer's cooperative TMA-store tiles take the store
+// ring and the deeper operand ring it leaves room for (a 128 x 256 tile: four stages, not
+// three); a forced tile wins over it.
+BOOST_AUTO_TEST_CASE(store_ring_from_the_environment) {
     moejit_plan_desc_t d;
     layer_desc_init(&d, 2048, 768, 128, 8);
+    const Description plain = describe(options(), d);
+    BOOST_TEST(plain.at("tile_fc2") == "wgmma_128x256x64_s3_g8_e1");
+    EnvVar ring("MOEJIT_STORE_RING", "1");
     const Description with = describe(options(), d);
     BOOST_TEST(with.at("store_ring") == "on");
-    BOOST_TEST(with.at("store_ring_from") == "default");
+    BOOST_TEST(with.at("store_ring_from") == "environment");
     BOOST_TEST(with.at("tile_fc2") == "wgmma_128x256x64_s4_g8_e1_r1");
-    {
-        EnvVar off("MOEJIT_STORE_RING", "0");
-        const Description plain = describe(options(), d);
-        BOOST_TEST(plain.at("store_ring") == "off");
-        BOOST_TEST(plain.at("store_ring_from") == "environment");
-        BOOST_TEST(plain.at("tile_fc2") == "wgmma_128x256x64_s3_g8_e1");
-    }
-    EnvVar on("MOEJIT_STORE_RING", "1");
-    BOOST_TEST(describe(options(), d).at("store_ring_from") == "environment");
     // 256 rows per expert (tokens_hint 0: 4096 tokens, top-8 over 128 experts): every 128 x 256
     // TMA-store tile of a same_nk GEMM took the ring and a fourth stage; the weight gradients
     // (K = the rows of one expert) take it from 1024 rows per expert.

@@ -386,7 +386,7 @@ BOOST_AUTO_TEST_CASE(fc1_swiglu_epilogue_rule_and_validation) {
     expect_error(with([](S &s) { s.c_dtype = DType::fp32; }), INVALID, {"c_dtype = dtype"});
     expect_error(with([](S &s) { s.n = 1544; }), INVALID, {"n is 1544", "I a multiple of 8"});
     expect_error(with([](S &s) { s.tile.block_n = 64; }), UNSUPPORTED, {"TMA stores (_e1) need block_n >= 128"});
-    BOOST_CHECK_NO_THROW(with([](S &s) { s.tile.block_n = 64; s.tile.tma_store = s.tile.store_ring = false; })());
+    BOOST_CHECK_NO_THROW(with([](S &s) { s.tile.block_n = 64; s.tile.tma_store = false; })());
     GemmNkSpec portable = make_nk_spec(DType::bf16, DType::bf16, 1536, 2048, true, false, 0, 8, 80);
     portable.swiglu.on = true;
     expect_error([&] { render_group_gemm_nk(portable); }, UNSUPPORTED, {"SwiGLU epilogue needs the wgmma engine"});
