@@ -44,6 +44,11 @@ dup_bench() {
     timed_bench "$set" "$peer" dup 0 --routing expert0 --shapes "$dup_shapes"; say "$peer expert0"
   else say "$peer expert0 skipped: too little of the call left"; fi
 }
+# Both phases take the configuration dev/gpu/ring_check.sh chose earlier in this hold, if it ran
+# (MOEJIT_STORE_RING, MOEJIT_FUSE_SWIGLU): the suites of phase 1 check what phase 2 times.
+if [ -f /tmp/moejit-ring/decision.env ]; then
+  . /tmp/moejit-ring/decision.env; say "ring_check's choice: $(tr '\n' ' ' </tmp/moejit-ring/decision.env)"
+fi
 case $phase in
 1)
   bash dev/gpu/peers.sh stash sonic || exit 1
@@ -98,11 +103,6 @@ case $phase in
   tar czf "${OUT:-out}/warm_logs_phase1.tgz" -C $warm --exclude tree . 2>/dev/null
   ;;
 2)
-  # The timed runs take the configuration dev/gpu/ring_check.sh chose earlier in this hold, if it
-  # ran (a switch or none; the suites of phase 1 ran the defaults).
-  if [ -f /tmp/moejit-ring/decision.env ]; then
-    . /tmp/moejit-ring/decision.env; say "ring_check's choice: $(tr '\n' ' ' </tmp/moejit-ring/decision.env)"
-  fi
   ls .peers/quack.tar.xz.part-* >/dev/null 2>&1 && bash dev/gpu/peers.sh stash quack
   [ -f /tmp/moejit-sonic-timed ] && { say "SonicMoE already timed on this machine"; exit 0; }
   while [ ! -f $warm/DONE ] && [ "$(elapsed)" -lt "${WAIT:-240}" ]; do sleep 5; done
