@@ -259,10 +259,10 @@ namespace {
 
 // Only where the ring buys a deeper operand ring (BN 256: at BN 128 and 64 the whole row block
 // is no larger than the slots), and not tuned away: the tuner's candidates have no ring. Only
-// with enough rows per expert (measured on an H100, docs/PERF_LOG.md ninth session): with 128
-// per expert deepseek-v3's gathered fc1 (K = 7168) ran 1.4x slower with the ring and its fc2
-// dgrad 1.08x, and weight gradients of 256 rows per expert (their K) 1.03-1.07x slower, while
-// with 1024 every GEMM of qwen3-30b-a3b ran 1-5 % faster.
+// with enough rows per expert (measured on an H100, docs/PERF_LOG.md ninth session): at 128 per
+// expert deepseek-v3-4k's gathered fc1 (K = 7168) ran 1.4x slower with the ring and its fc2
+// dgrad 1.08x, and weight gradients of 256 rows per expert (their K) 1.03-1.07x slower, while at
+// 1024 every GEMM of qwen3-30b-a3b ran 1-5 % faster.
 template <class Spec> Spec ring_of(Spec s, std::int64_t rows_hint, std::int32_t num_experts, int cc) {
     GemmTileConfig t = s.tile;
     if (t.engine != GemmEngine::wgmma || !t.tma_store || t.pingpong || t.store_ring) return s;

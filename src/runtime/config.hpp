@@ -15,8 +15,9 @@
 //   cache_dir          MOEJIT_CACHE_DIR    (cache_root)  the disk cache's root (runtime/cache_paths.cpp)
 //   (environment only) MOEJIT_STORE_RING   off           the layer's cooperative TMA-store tiles
 //                                                        store C through the store ring, with the
-//                                                        deeper operand ring it leaves room for: an
-//                                                        experiment until measured (layer_specs;
+//                                                        deeper operand ring it leaves room for,
+//                                                        with enough rows per expert; opt-in while
+//                                                        that rule is unmeasured (layer_specs;
 //                                                        docs/DECISIONS.md "The store ring")
 //
 // Process-wide (read when first needed, not per context; each through a function below):
