@@ -271,16 +271,15 @@ template <class Spec> Spec ring_of(Spec s, std::int64_t rows_hint, std::int32_t 
     if (rows_per_expert < (weight_gradient ? 1024 : 256)) return s;
     t.store_ring = true;
     const GemmProblem p = problem_of(s, 0, num_experts);
-    for (int stages = 6; stages > s.tile.stages; --stages) {
-        t.stages = stages;
-        try {
-            validate_tile_config(t, p, cc);
-            s.tile = t;
-            s.tunable = false;
-            return s;
-        } catch (const Error &) {
-        }
+    t.stages = deepest_stages(t, p, cc, s.tile.stages + 1);
+    if (t.stages == 0) return s;
+    try {
+        validate_tile_config(t, p, cc);
+    } catch (const Error &) {
+        return s;  // not runnable with the ring: the tile as it was
     }
+    s.tile = t;
+    s.tunable = false;
     return s;
 }
 

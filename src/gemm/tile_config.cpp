@@ -122,6 +122,12 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t
     return (bytes + 15) / 16 * 16;
 }
 
+int deepest_stages(GemmTileConfig c, const GemmProblem &p, int cc, int min_stages) {
+    for (c.stages = 6; c.stages >= min_stages; --c.stages)
+        if (gemm_smem_bytes(c, p.kind, p.num_experts) <= smem_limits(cc).per_block) return c.stages;
+    return 0;
+}
+
 namespace {
 
 // Static shared memory of the kernels (the scan's per-warp sums), plus slack.
@@ -254,9 +260,9 @@ std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
     w.block_k = 64;
     w.block_n = p.n > 0 && p.n <= 64 ? 64 : p.n > 0 && p.n <= 128 ? 128 : 256;
     const auto deepest_ring = [&](int min_stages) {
-        for (w.stages = 6; w.stages > min_stages; --w.stages)
-            if (gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block) break;
-        return gemm_smem_bytes(w, p.kind, p.num_experts) <= smem_limits(cc).per_block;
+        const int stages = deepest_stages(w, p, cc, min_stages);
+        w.stages = stages > 0 ? stages : min_stages;
+        return stages > 0;
     };
     // Cooperative consumers: ping-pong 128x128 (_p1) led on 12 of 21 standalone same_nk GEMMs by
     // 2-10 %, but the layer with it picked for every same_nk by that split ran 6-11 % slower
