@@ -83,6 +83,10 @@ std::vector<KernelSource> layer_gemm_sources(const PlanDesc &d, const Config &co
     return layer_gemm_sources(d, layer_specs(d, config, cc));
 }
 
+bool runs_fc1_dgrad_acc(const PlanDesc &d, const LayerSpecs &s) {
+    return d.fc1_layout == Fc1Layout::split && s.fc1_dgrad.k_split == 0;
+}
+
 std::vector<LayerGemmRole> layer_gemm_roles(const PlanDesc &d, const LayerSpecs &s) {
     std::vector<LayerGemmRole> roles = {
         {&LayerKernels::fc1, group_gemm_kernels(s.fc1)},
@@ -92,7 +96,7 @@ std::vector<LayerGemmRole> layer_gemm_roles(const PlanDesc &d, const LayerSpecs 
         {&LayerKernels::fc2_wgrad, group_gemm_kernels(s.fc2_wgrad)},
         {&LayerKernels::fc1_wgrad, group_gemm_kernels(s.fc1_wgrad)},
     };
-    if (d.fc1_layout == Fc1Layout::split && s.fc1_dgrad.k_split == 0)
+    if (runs_fc1_dgrad_acc(d, s))
         roles.push_back({&LayerKernels::fc1_dgrad_acc, group_gemm_kernels(s.fc1_dgrad_acc)});
     return roles;
 }

@@ -29,6 +29,8 @@ struct LayerSpecs {
     bool fused_swiglu = false;
 };
 LayerSpecs layer_specs(const PlanDesc &desc, const Config &config, int compute_capability);
+// Whether the layer runs fc1_dgrad_acc: split fc1 whose dgrad is not one k_split GEMM.
+bool runs_fc1_dgrad_acc(const PlanDesc &desc, const LayerSpecs &specs);
 
 // The kernels of a LayerSpecs, fetched once when a plan is created, so that the layer's
 // launches neither render nor look up (null: a GEMM the layout does not run).

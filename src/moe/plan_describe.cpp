@@ -27,11 +27,10 @@ std::string describe_plan(const Config &c, const std::string &arch, const PlanDe
     setting(out, "gather", on_off(s.gathered), c.gather);
     setting(out, "fuse_swiglu", on_off(s.fused_swiglu), c.fuse_swiglu);
     setting(out, "gemm_tile", c.gemm_tile.value ? to_string(forced_tile(c)->tile) : "heuristic", c.gemm_tile);
-    // The tile of each GEMM the plan launches; the accumulating second GEMM of fc1's dgrad
-    // runs only for split fc1 without k_split (as layer_gemm_roles).
+    // The tile of each GEMM the plan launches.
     std::vector<std::pair<const char *, const GemmTileConfig *>> tiles = {
         {"fc1", &s.fc1.tile}, {"fc2", &s.fc2.tile}, {"fc2_dgrad", &s.fc2_dgrad.tile}, {"fc1_dgrad", &s.fc1_dgrad.tile}};
-    if (d.fc1_layout == Fc1Layout::split && s.fc1_dgrad.k_split == 0) tiles.push_back({"fc1_dgrad_acc", &s.fc1_dgrad_acc.tile});
+    if (runs_fc1_dgrad_acc(d, s)) tiles.push_back({"fc1_dgrad_acc", &s.fc1_dgrad_acc.tile});
     tiles.push_back({"fc2_wgrad", &s.fc2_wgrad.tile});
     tiles.push_back({"fc1_wgrad", &s.fc1_wgrad.tile});
     // What the plan does: on where some GEMM's tile took the ring.
