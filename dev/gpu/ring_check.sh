@@ -3,7 +3,7 @@
 # call: build; the layer bench, moejit alone, every reference shape and the duplicate-route rows,
 # with MOEJIT_STORE_RING off, on, and on with MOEJIT_FUSE_SWIGLU=1 (each its own process, the
 # switches being read once per process);
-# qwen3's kernel list with the ring off and on; then the suites that cover the ring (gemm_sm90
+# qwen3's kernels with the ring off and on (ring_profile.sh); then the suites that cover the ring (gemm_sm90
 # and group_gemm as they are, moe_layer and swiglu with the ring on) side by side in what is
 # left of the call (CALL_S, default 590 s). Logs and JSON under $OUT; the table last.
 set -uo pipefail
@@ -35,10 +35,11 @@ for tag in ${RING_CONFIGS:-off ring ringfused}; do
     ring*) bench $tag MOEJIT_STORE_RING=1 ;;
   esac
 done
-for r in ${PROFILE_RING-0 1}; do
-  MOEJIT_STORE_RING=$r timeout 60 python3 dev/gpu/step_profile.py --impl moejit qwen3-30b-a3b >$logs/profile_ring$r.txt 2>&1
-  say "profile ring=$r rc=$?"
-done
+# PROFILE_SHAPES (space-separated; default qwen3-30b-a3b; empty: none): each kernel of a step, ring off and on.
+if [ -n "${PROFILE_SHAPES-qwen3-30b-a3b}" ]; then
+  SHAPES=${PROFILE_SHAPES-qwen3-30b-a3b} PROFILE_OUT=$logs bash dev/gpu/ring_profile.sh | grep -v '^NVIDIA' >$logs/profile_table.txt
+  say "profile rc=$?"
+fi
 suite_s=$(( $(left) - 15 ))
 # In what is left, when 60 s or more (peers_session.sh's phase 1 runs them all as well).
 if [ "$suite_s" -ge 60 ]; then
@@ -54,7 +55,7 @@ for f in $logs/gpu_*.log; do
   echo "== $(basename $f .log)"; grep -E "error|failure|test cases|assertions|\*\*\*" "$f" | grep -v "caught:" | head -5
 done
 echo "== exit codes"; cat $logs/rcs
-for f in $logs/profile_ring*.txt; do echo "== $(basename $f)"; grep -E "fc1|fc2|dgrad|wgrad|SwiGLU|swiglu|gemm|total|step" "$f" | head -24; done
+cat $logs/profile_table.txt 2>/dev/null
 echo "== forward / f+b TFLOP/s per configuration"
 python3 - "$out" "$logs" <<'EOF'
 import json, sys, glob, os

@@ -2,12 +2,13 @@
 # Which GEMMs the store ring slows (the eighth session's ring_check.sh: forward -9 to -16 % on
 # deepseek-v3 and its 4k row, backward -7 % on gpt-oss-120b, +2 to +7 % elsewhere): every
 # kernel of one step (dev/gpu/step_profile.py) with MOEJIT_STORE_RING=0 and =1, on SHAPES, one
-# process per setting. The kernel lists land in $OUT (profile_ring0.txt, profile_ring1.txt).
+# process per setting. The kernel lists land in PROFILE_OUT (default $OUT: profile_ring0.txt,
+# profile_ring1.txt), the comparison table on stdout.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
 t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-out=${OUT:-$PWD/out}; mkdir -p "$out"
+out=${PROFILE_OUT:-${OUT:-$PWD/out}}; mkdir -p "$out"
 build_targets=capi/libmoejit.so . dev/gpu/common.sh; say built
 shapes=${SHAPES:-deepseek-v3-4k deepseek-v3 gpt-oss-120b}
 for r in 0 1; do
