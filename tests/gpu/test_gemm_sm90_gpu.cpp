@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 #include "capi_convert.hpp"  // the cases' C dtypes, as the library's
@@ -507,6 +508,28 @@ BOOST_AUTO_TEST_CASE(two_operand_pairs) {
          .c_dtype = MOEJIT_DTYPE_FP32, .k_split = 320});
 }
 
+// The cases every consumer variant runs, named PREFIX_*, with `variant` setting the variant's
+// fields on each: random routing (`counts`) at each of `block_ns`, every route to the last
+// expert, empty experts, T = 1 with a duplicate route, many short-K tiles (`many`), B as
+// [E,K,N], two operand pairs and fp16.
+template <class Variant>
+void run_variant_cases(const std::string &prefix, const std::vector<int> &counts, const std::vector<int> &many,
+                       std::initializer_list<int> block_ns, Variant variant) {
+    auto with = [&](Case c) {
+        c.name = prefix + "_" + c.name;
+        variant(c);
+        run(c);
+    };
+    for (int bn : block_ns) with({.name = "random", .counts = counts, .n = 264, .k = 520, .block_n = bn});
+    with({.name = "all_to_last", .counts = all_to_expert(8000, 8, 7), .n = 512, .k = 512});
+    with({.name = "empty", .counts = {0, 0, 77, 0, 129, 0, 0}, .n = 256, .k = 192});
+    with({.name = "t1_dup", .counts = {0, 0, 2, 0}});
+    with({.name = "k64_many_tiles", .counts = many, .n = 1024, .k = 64});
+    with({.name = "bn", .counts = counts, .n = 264, .k = 520, .b_transposed = false});
+    with({.name = "pairs", .counts = counts, .n = 264, .k = 512, .b_transposed = false, .k_split = 256});
+    with({.name = "fp16", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16, .c_dtype = MOEJIT_DTYPE_FP16});
+}
+
 // Ping-pong consumers (each warpgroup owns whole tiles, the two take turns): random routing at
 // both BLOCK_N, every route to one expert (many tiles per CTA), empty experts, T = 1, ragged N
 // and K, one k-slice per tile (the ring's phase flips between the two consumers' tiles), shallow
@@ -516,27 +539,17 @@ BOOST_AUTO_TEST_CASE(pingpong_consumers) {
     if (!hopper()) return;
     std::mt19937_64 rng = case_rng("pingpong");
     const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
-    for (int bn : {64, 128})
-        run({.name = "pp_random", .counts = counts, .n = 264, .k = 520, .block_n = bn, .pingpong = true});
-    run({.name = "pp_all_to_last", .counts = all_to_expert(8000, 8, 7), .n = 512, .k = 512, .pingpong = true});
-    run({.name = "pp_empty", .counts = {0, 0, 77, 0, 129, 0, 0}, .n = 256, .k = 192, .pingpong = true});
-    run({.name = "pp_t1_dup", .counts = {0, 0, 2, 0}, .pingpong = true});
-    run({.name = "pp_one_row", .counts = {0, 1, 0}, .n = 64, .k = 64, .pingpong = true});
     const std::vector<int> many = random_counts(1024, 8, 32, rng);
-    run({.name = "pp_k64_many_tiles", .counts = many, .n = 1024, .k = 64, .pingpong = true});
+    run_variant_cases("pp", counts, many, {64, 128}, [](Case &c) { c.pingpong = 1; });
+    run({.name = "pp_one_row", .counts = {0, 1, 0}, .n = 64, .k = 64, .pingpong = true});
     for (int stages : {2, 5})
         run({.name = "pp_k1024_s" + std::to_string(stages), .counts = many, .n = 512, .k = 1024, .stages = stages,
              .pingpong = true});
-    run({.name = "pp_bn", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .pingpong = true});
     run({.name = "pp_gather", .counts = counts, .n = 264, .k = 520, .gather = true, .pingpong = true});
     run({.name = "pp_gather_all_to_last", .counts = all_to_expert(4000, 8, 7), .n = 512, .k = 512, .gather = true,
          .pingpong = true});
-    run({.name = "pp_pairs", .counts = counts, .n = 264, .k = 512, .b_transposed = false, .k_split = 256,
-         .pingpong = true});
     run({.name = "pp_c32", .counts = counts, .n = 264, .k = 520, .c_dtype = MOEJIT_DTYPE_FP32, .pingpong = true});
     run({.name = "pp_acc_bf16", .counts = counts, .n = 264, .k = 520, .accumulate = true, .pingpong = true});
-    run({.name = "pp_fp16", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16,
-         .c_dtype = MOEJIT_DTYPE_FP16, .pingpong = true});
     // _p2: each row block's k-slice issued whole.
     run({.name = "pp2_random", .counts = counts, .n = 264, .k = 520, .pingpong = 2});
     run({.name = "pp2_bn_gather", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .gather = true,
@@ -551,21 +564,11 @@ BOOST_AUTO_TEST_CASE(store_ring) {
     if (!hopper()) return;
     std::mt19937_64 rng = case_rng("store_ring");
     const std::vector<int> counts = random_counts(300, 4, 12, rng, {0, 1, 2, 5, 6, 7, 11});
-    for (int bn : {64, 128, 256})
-        run({.name = "ring_random", .counts = counts, .n = 264, .k = 520, .block_n = bn, .store_ring = true});
     const std::vector<int> many = random_counts(1024, 8, 32, rng);
-    run({.name = "ring_k64_many_tiles", .counts = many, .n = 1024, .k = 64, .store_ring = true});
-    run({.name = "ring_all_to_last", .counts = all_to_expert(8000, 8, 7), .n = 512, .k = 512, .store_ring = true});
-    run({.name = "ring_empty", .counts = {0, 0, 77, 0, 129, 0, 0}, .n = 256, .k = 192, .store_ring = true});
-    run({.name = "ring_t1_dup", .counts = {0, 0, 2, 0}, .store_ring = true});
+    run_variant_cases("ring", counts, many, {64, 128, 256}, [](Case &c) { c.store_ring = true; });
     run({.name = "ring_tails", .counts = {1, 129, 63, 191, 64, 256 + 64, 0, 37, 65, 128 + 65}, .n = 264, .k = 320,
          .store_ring = true});
-    run({.name = "ring_bn", .counts = counts, .n = 264, .k = 520, .b_transposed = false, .store_ring = true});
     run({.name = "ring_gather", .counts = counts, .n = 768, .k = 512, .gather = true, .store_ring = true});
-    run({.name = "ring_pairs", .counts = counts, .n = 264, .k = 512, .b_transposed = false, .k_split = 256,
-         .store_ring = true});
-    run({.name = "ring_fp16", .counts = counts, .n = 384, .k = 640, .dtype = MOEJIT_DTYPE_FP16,
-         .c_dtype = MOEJIT_DTYPE_FP16, .store_ring = true});
     for (int bn : {128, 256})
         run_glu({.name = "ring_glu_bn" + std::to_string(bn), .counts = counts, .I = 200, .K = 320, .block_n = bn,
                  .store_ring = true});
