@@ -41,8 +41,8 @@ struct GemmTileConfig {
                                 // through two staging slots per consumer instead of its whole
                                 // 64 x BN row block (32 KiB of staging where 128 x 256 needs 64 KiB,
                                 // so that tile keeps a fourth stage); "_r1" in the name. Opt-in
-                                // (MOEJIT_STORE_RING, or a forced tile) until measured:
-                                // docs/DECISIONS.md "The store ring"
+                                // (MOEJIT_STORE_RING=1 where the rows per expert are enough,
+                                // or a forced tile): docs/DECISIONS.md "The store ring"
 
     int threads() const { return engine == GemmEngine::wgmma ? 384 : 32 * warps_m * warps_n; }
     bool operator==(const GemmTileConfig &) const = default;
