@@ -2,7 +2,7 @@
 """The peer target table (issues 18 and 30) from python -m moejit_bench --json files (one per
 peer set and routing).
 
-    python3 bench/peer_targets.py [--fwd-margin M] bench_sonic.json bench_quack.json bench_sonic_dup.json ...
+    python3 bench/peer_targets.py [--fwd-margin M] [--ours IMPL] bench_sonic.json bench_quack.json bench_sonic_dup.json ...
 
 Each file is one benchmark process: moejit and the peers in it ran on the same inputs, one after
 the other, with the dense 8192^3 GEMM measured at its start. SonicMoE and QuACK need different
@@ -14,6 +14,8 @@ targets"):
   fwd    >= M x best peer's forward (M: --fwd-margin, default 1.05, issue 30's; 1 was issue 18's)
   dup    every route -> expert 0 >= the top-k case of the same shape (moejit, f+b)
   memory moejit's saved and peak MB <= SonicMoE's (allocator deltas, bench.step_memory)
+--ours IMPL judges another of the runs' moejit rows instead of "moejit" (e.g. moejit-ring, a
+configuration variant timed in the same processes).
 Prints a markdown table, then one line per rule with the count met.
 """
 
@@ -53,11 +55,11 @@ def fmt(r: Optional[dict]) -> str:
     return f"{r['fwd_bwd_tflops']:.0f} ({r['fwd_tflops']:.0f})"
 
 
-def table(rows, fwd_margin: float = 1.05) -> str:
+def table(rows, fwd_margin: float = 1.05, ours_impl: str = "moejit") -> str:
     peers_seen = [p for p in PEERS if any(p in impls for runs in rows.values() for _, _, impls in runs)]
     head = (["shape", "routing"] + [PEERS[p] for p in peers_seen] +
-            ["moejit", "target f+b", "f+b met", f"fwd ≥ {fwd_margin:g} × best peer", "saved MB moejit / Sonic",
-             "peak MB moejit / Sonic"])
+            [ours_impl, "target f+b", "f+b met", f"fwd ≥ {fwd_margin:g} × best peer", f"saved MB {ours_impl} / Sonic",
+             f"peak MB {ours_impl} / Sonic"])
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     counts = {"f+b": [0, 0], "fwd": [0, 0], "dup": [0, 0], "memory": [0, 0]}
 
@@ -78,9 +80,9 @@ def table(rows, fwd_margin: float = 1.05) -> str:
                 if p in FUSED and timed(r) and (best is None or r["fwd_bwd_tflops"] > best[0]):
                     best = (r["fwd_bwd_tflops"], r["fwd_tflops"], p, i)
         # moejit from the best peer's run, else the first run that timed it
-        pick = best[3] if best else next((i for i, (_, _, im) in enumerate(runs) if timed(im.get("moejit"))), 0)
+        pick = best[3] if best else next((i for i, (_, _, im) in enumerate(runs) if timed(im.get(ours_impl))), 0)
         _, dense, impls = runs[pick]
-        ours = chosen[(shape, routing)] = impls.get("moejit")
+        ours = chosen[(shape, routing)] = impls.get(ours_impl)
         line = [shape, routing] + [fmt(cells.get(p)) for p in peers_seen] + [fmt(ours)]
         if best and timed(ours):
             target = min(1.3 * best[0], 0.85 * dense)
@@ -92,7 +94,7 @@ def table(rows, fwd_margin: float = 1.05) -> str:
             line += ["–", "–", "–"]
         # memory: moejit and SonicMoE of the same run (allocator deltas do not vary with timing)
         sonic_run = next((im for _, _, im in runs if timed(im.get("sonicmoe"))), None)
-        mine, sonic = (sonic_run.get("moejit") or {}, sonic_run["sonicmoe"]) if sonic_run else ({}, {})
+        mine, sonic = (sonic_run.get(ours_impl) or {}, sonic_run["sonicmoe"]) if sonic_run else ({}, {})
         for key in ("saved_mb", "peak_mb"):
             a, b = mine.get(key), sonic.get(key)
             if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -118,13 +120,17 @@ def table(rows, fwd_margin: float = 1.05) -> str:
 
 
 def main(argv: List[str]) -> int:
-    margin = 1.05
-    if argv[:1] == ["--fwd-margin"] and len(argv) >= 2:
-        margin, argv = float(argv[1]), argv[2:]
+    margin, ours = 1.05, "moejit"
+    while argv[:1] in (["--fwd-margin"], ["--ours"]) and len(argv) >= 2:
+        if argv[0] == "--fwd-margin":
+            margin = float(argv[1])
+        else:
+            ours = argv[1]
+        argv = argv[2:]
     if not argv:
         print(__doc__)
         return 2
-    print(table(load(argv), margin))
+    print(table(load(argv), margin, ours))
     return 0
 
 

@@ -23,6 +23,11 @@ moejit-fp8/scaled_grouped_mm and the FP8 rows' fraction of the FP8 ceiling. moej
 moejit-fp8 timed inside moejit.torch.fp8_weight_cache(): the weights quantized once (the first
 warm-up call), as across the micro-batches of one optimizer step; moejit-fp8 quantizes them on
 every call, as a step without gradient accumulation does.
+
+Configuration variants (opt-in via --impls): moejit-ring and moejit-noring are moejit's layer
+with MOEJIT_STORE_RING=1 and =0, each timed in a context created for it (the variable is read
+when a context is created; moejit.torch.configure() drops the contexts before and after), so a
+setting is measured against the default and the peers in one process, on the same inputs.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ EXTRA_IMPLS = ("moejit-compile", "moejit-direct")
 FP8_IMPLS = ("moejit-fp8", "moejit-fp8-cached", "scaled_grouped_mm")
 # Optional peers (moejit_bench/peers_fast.py): skipped with the reason when not installed.
 PEER_IMPLS = ("sonicmoe", "sonicmoe-tuned", "quack", "quack-tuned")  # = peers_fast.PEER_IMPLS
+# moejit under another configuration (opt-in): the environment it runs its own context with.
+VARIANT_IMPLS = {"moejit-ring": {"MOEJIT_STORE_RING": "1"}, "moejit-noring": {"MOEJIT_STORE_RING": "0"}}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
 
 
@@ -138,7 +145,8 @@ def moejit_compile_layer(x, sel, rw, **kwargs):
 LAYERS = ({"moejit": moejit_layer, "grouped_mm": grouped_mm_layer, "eager": eager_loop_layer,
            "moejit-compile": moejit_compile_layer, "moejit-direct": moejit_direct_layer,
            "moejit-fp8": moejit_fp8_layer, "moejit-fp8-cached": moejit_fp8_layer,
-           "scaled_grouped_mm": peers_fp8.scaled_grouped_mm_layer}
+           "scaled_grouped_mm": peers_fp8.scaled_grouped_mm_layer,
+           **{name: moejit_layer for name in VARIANT_IMPLS}}
           if torch is not None else {})
 
 
@@ -257,9 +265,13 @@ def run_shape(name, dims, args, dtype, dense_tflops,
                 r = peers_fast.run_peer(impl, args.peer_status, ref, x, sel, rw, weights, dout,
                                         limit, timer)
             else:
-                with _weight_cache_block(impl):
+                with _weight_cache_block(impl), variant_config(impl):
                     r = bench_impl(impl, x, sel, rw, weights, dout, limit, args.warmup,
                                    args.reps, args.eager_budget)
+                    if impl in VARIANT_IMPLS and "fwd_ms" in r:  # its output, for the check below
+                        with torch.no_grad():
+                            outs[impl] = LAYERS[impl](x, sel, rw, swiglu_limit=limit,
+                                                      **weights).float()
             if "fwd_ms" in r:
                 r["fwd_tflops"] = flops_fwd / (r["fwd_ms"] * 1e-3) / 1e12
                 r["fwd_bwd_tflops"] = (flops_fwd + flops_bwd) / (r["fwd_bwd_ms"] * 1e-3) / 1e12
@@ -289,6 +301,10 @@ def run_shape(name, dims, args, dtype, dense_tflops,
     if "moejit" in outs and "grouped_mm" in outs:
         a, b = outs["moejit"], outs["grouped_mm"]
         record["out_rel_diff_vs_grouped_mm"] = ((a - b).norm() / b.norm()).item()
+    for impl in VARIANT_IMPLS:  # a configuration variant against the default, same inputs
+        if impl in outs and "moejit" in outs:
+            a, b = outs[impl], outs["moejit"]
+            record[f"out_rel_diff_{impl}_vs_moejit"] = ((a - b).norm() / b.norm()).item()
     impls = record["impls"]
     ours = impls.get("moejit", {})
     for peer in ("grouped_mm", "eager") + PEER_IMPLS:
@@ -323,6 +339,29 @@ def _weight_cache_block(impl: str):
         return contextlib.nullcontext()
     import moejit.torch as mt
     return mt.fp8_weight_cache()
+
+
+@contextlib.contextmanager
+def variant_config(impl: str):
+    """A VARIANT_IMPLS row runs with its variables set and contexts created for them; the
+    caller's environment and contexts come back afterwards, whatever happened."""
+    overrides = VARIANT_IMPLS.get(impl)
+    if not overrides:
+        yield
+        return
+    import moejit.torch as mt
+    before = {name: os.environ.get(name) for name in overrides}
+    try:
+        os.environ.update(overrides)
+        mt.configure()  # the next op creates its context, reading the variables set here
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        mt.configure()
 
 
 # (ratio key suffix, numerator impl, denominator impl), the FP8 ratios of a shape's record
@@ -418,7 +457,8 @@ def parse_args(argv=None):
                    help="softmax top-k of random logits, or every route to expert 0")
     p.add_argument("--swiglu-limit", type=float, default=None)
     p.add_argument("--impls", default=",".join(IMPLS),
-                   help="subset of " + ",".join(IMPLS + EXTRA_IMPLS + FP8_IMPLS + PEER_IMPLS))
+                   help="subset of " + ",".join(IMPLS + EXTRA_IMPLS + FP8_IMPLS + PEER_IMPLS +
+                                                tuple(VARIANT_IMPLS)))
     p.add_argument("--sonic-tuned", action="store_true",
                    help="also time SonicMoE with QuACK's autotuning (minutes per shape), as "
                         "sonicmoe-tuned")
@@ -437,7 +477,7 @@ def parse_args(argv=None):
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     args.reps = args.reps if args.reps is not None else (5 if args.quick else 20)
     args.impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    known = IMPLS + EXTRA_IMPLS + FP8_IMPLS + PEER_IMPLS
+    known = IMPLS + EXTRA_IMPLS + FP8_IMPLS + PEER_IMPLS + tuple(VARIANT_IMPLS)
     unknown = [i for i in args.impls if i not in known]
     if unknown:
         p.error(f"unknown --impls {unknown}; choose from {known}")

@@ -30,12 +30,13 @@ shapes_arg=${SHAPES:+--shapes $SHAPES}  # default: the benchmark's own, every re
 dup_shapes=${DUP_SHAPES:-qwen3-30b-a3b,small-expert-7b}
 warm=/tmp/moejit-peer-warm
 left() { echo $(( 570 - $(elapsed) )); }  # seconds a bench may still take inside the 600 s call
-# One timed benchmark process: moejit beside PEER (of peer set SET), named TAG, its timeout what
+# One timed benchmark process: moejit (and VARIANTS, e.g. moejit-ring: moejit_bench's
+# configuration variants, each in its own context) beside PEER (of peer set SET), named TAG, its timeout what
 # the call has left less RESERVE seconds (kept for a run after it); the rest: routing and shapes.
 timed_bench() {
   local set=$1 peer=$2 tag=$3 reserve=$4; shift 4
   REUSE_BUILD=1 BENCH_TIMEOUT=$(( $(left) - reserve )) TAG=$tag bash dev/gpu/peers.sh bench "$set" \
-    --warmup 3 --reps 10 --no-eager --impls "moejit,$peer" "$@"
+    --warmup 3 --reps 10 --no-eager --impls "moejit${VARIANTS:+,$VARIANTS},$peer" "$@"
 }
 # The duplicate-route rows (every route to expert 0) when more than MIN seconds are left.
 dup_bench() {
@@ -134,6 +135,12 @@ case $phase in
     ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; timeout $(( $(left) - 20 )) python3 dev/gpu/step_profile.py --impl moejit \
         --host qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3.txt" 2>&1 ); say "profile rc=$?"
     tail -3 "${OUT:-out}/profile_bf16_qwen3.txt"
+  fi
+  # RING_PROFILE=1: the same step with MOEJIT_STORE_RING=1, the kernels before and after the ring.
+  if [ -n "${RING_PROFILE:-}" ] && [ "$(left)" -gt 40 ]; then
+    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; MOEJIT_STORE_RING=1 timeout $(( $(left) - 10 )) \
+        python3 dev/gpu/step_profile.py --impl moejit --host qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3_ring.txt" 2>&1 ); say "ring profile rc=$?"
+    tail -3 "${OUT:-out}/profile_bf16_qwen3_ring.txt"
   fi
   ;;
 3)

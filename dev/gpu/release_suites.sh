@@ -6,8 +6,8 @@
 # (HOST_PREV: their moejit-bench host time), each a
 # folder holding capi/libmoejit.so.0, tools/moejit-bench and python/ and meson.build (the package of that
 # release), built elsewhere. SKIP_BENCH=1 stops after the suites; PYTEST_PATHS narrows the Python tests;
-# SKIP_SUITES leaves suites out, ONLY_SUITES names the only ones; SKIP_PYTEST=1 skips the Python
-# tests. Logs under $OUT; the tables last.
+# SKIP_SUITES leaves suites out, ONLY_SUITES names the only ones, RING_SUITES runs some again with
+# the store ring on; SKIP_PYTEST=1 skips the Python tests. Logs under $OUT; the tables last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 final=${OUT:-$PWD/out}; out=/tmp/moejit-release; rm -rf "$out"; mkdir -p "$out" "$final"
@@ -24,6 +24,13 @@ for group in "${groups[@]}"; do
   ( for t in $group; do timeout 330 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_$t.log" 2>&1; echo "$t rc=$?" >"$out/gpu_$t.rc"; done ) &
   pids+=($!)
 done
+# RING_SUITES="name ...": these suites once more with MOEJIT_STORE_RING=1 (the store ring under
+# its rule, beside the default path's run), logged as gpu_<name>_ring.
+for t in ${RING_SUITES:-}; do
+  ( MOEJIT_STORE_RING=1 timeout 330 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_${t}_ring.log" 2>&1
+    echo "$t (MOEJIT_STORE_RING=1) rc=$?" >"$out/gpu_${t}_ring.rc" ) &
+  pids+=($!)
+done
 # The Python tests that need the GPU by default (the whole suite outlasts the call there: 0.9.0
 # device run 4; CI runs the CPU ones).
 gpu_pytest="$(ls tests/python/test_*gpu*.py | tr '\n' ' ') tests/python/test_experts_op.py"
@@ -35,6 +42,10 @@ wait "${pids[@]}"
 for t in $suites; do
   echo "== gpu $(cat "$out/gpu_$t.rc")"
   grep -E "error|failure|test cases|assertions|checks passed|\*\*\*" "$out/gpu_$t.log" | grep -v "caught:" | head -4
+done
+for t in ${RING_SUITES:-}; do
+  echo "== gpu $(cat "$out/gpu_${t}_ring.rc")"
+  grep -E "error|failure|test cases|assertions|checks passed|\*\*\*" "$out/gpu_${t}_ring.log" | grep -v "caught:" | head -4
 done
 echo "== $(cat "$out/pytest.rc")"; tail -1 "$out/pytest.log" 2>/dev/null
 if [ -n "${SKIP_BENCH:-}" ]; then  # the suites alone (the benchmarks run in dev/gpu/peers.sh calls)

@@ -73,3 +73,16 @@ def test_a_wrong_peer_is_not_a_best_peer(tmp_path, targets):
     text = targets.table(targets.load([run]))
     line = [ln for ln in text.splitlines() if ln.startswith("| a")][0]
     assert "fail (out 5e-1)" in line and line.rstrip().endswith("| – | – | – | – | – |")
+
+
+def test_ours_judges_a_variant_row(tmp_path, targets):
+    """--ours moejit-ring: the variant's numbers are judged (and named), not moejit's."""
+    run = write(tmp_path, "v.json", "topk", 800.0, [
+        ("a", {"moejit": r(500, 510, 90, 150), "moejit-ring": r(520, 540, 90, 140),
+               "sonicmoe": r(500, 500, 100, 150)})])
+    rows = targets.load([run])
+    line = [ln for ln in targets.table(rows, 1.05, "moejit-ring").splitlines() if ln.startswith("| a")][0]
+    assert "520 (540)" in line and "yes (1.08× SonicMoE)" in line and "140 / 150" in line
+    assert "moejit-ring" in targets.table(rows, 1.05, "moejit-ring").splitlines()[0]
+    line = [ln for ln in targets.table(rows).splitlines() if ln.startswith("| a")][0]
+    assert "500 (510)" in line and "no (1.02× SonicMoE)" in line

@@ -1,0 +1,67 @@
+"""python -m moejit_bench's configuration variants (moejit-ring, moejit-noring) on the CPU: each
+runs with its variables set and fresh contexts, and the caller's environment and contexts come
+back afterwards, also when the run fails."""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import moejit.torch as mt  # noqa: E402
+from moejit_bench import layer as bench  # noqa: E402
+from moejit_bench.peers import eager_loop_layer  # noqa: E402
+
+from test_bench_peers import DIMS, args_for, cpu_bench  # noqa: E402,F401  (the fixture)
+
+
+@pytest.fixture
+def configures(monkeypatch):
+    calls = []
+    monkeypatch.setattr(mt, "configure", lambda **kw: calls.append(os.environ.get("MOEJIT_STORE_RING")))
+    return calls
+
+
+def test_variants_parse_and_are_moejit():
+    args = bench.parse_args(["--impls", "moejit,moejit-ring,moejit-noring"])
+    assert args.impls == ["moejit", "moejit-ring", "moejit-noring"]
+    assert all(bench.LAYERS[v] is bench.moejit_layer for v in bench.VARIANT_IMPLS)
+    assert bench.parse_args([]).impls == list(bench.IMPLS)  # opt-in
+
+
+@pytest.mark.parametrize("before", [None, "0"])
+def test_variant_runs_in_its_environment_and_restores_it(monkeypatch, configures, before):
+    if before is None:
+        monkeypatch.delenv("MOEJIT_STORE_RING", raising=False)
+    else:
+        monkeypatch.setenv("MOEJIT_STORE_RING", before)
+    with bench.variant_config("moejit-ring"):
+        assert os.environ["MOEJIT_STORE_RING"] == "1"
+    assert os.environ.get("MOEJIT_STORE_RING") == before
+    # configure() ran with the variable set (new contexts read it) and again after it was restored
+    assert configures == ["1", before]
+    with pytest.raises(RuntimeError), bench.variant_config("moejit-noring"):
+        assert os.environ["MOEJIT_STORE_RING"] == "0"
+        raise RuntimeError("a failing run")
+    assert os.environ.get("MOEJIT_STORE_RING") == before and configures[-1] == before
+    with bench.variant_config("moejit"):  # not a variant: nothing changes
+        assert os.environ.get("MOEJIT_STORE_RING") == before
+    assert len(configures) == 4
+
+
+def test_run_shape_times_a_variant_in_its_configuration(monkeypatch, configures, cpu_bench):
+    seen = []
+
+    def layer(*a, **kw):
+        seen.append(os.environ.get("MOEJIT_STORE_RING"))
+        return eager_loop_layer(*a, **kw)
+
+    monkeypatch.delenv("MOEJIT_STORE_RING", raising=False)
+    monkeypatch.setitem(bench.LAYERS, "moejit", layer)
+    monkeypatch.setitem(bench.LAYERS, "moejit-ring", layer)
+    rec = bench.run_shape("tiny", DIMS, args_for("moejit,moejit-ring"), torch.float64, dense_tflops=100.0)
+    assert rec["impls"]["moejit-ring"]["fwd_ms"] == 1.0 and rec["impls"]["moejit"]["fwd_ms"] == 1.0
+    assert "1" in seen and None in seen  # the variant ran with the ring on, moejit without
+    # the variant's output against moejit's on the same inputs (the same layer here: equal)
+    assert rec["out_rel_diff_moejit-ring_vs_moejit"] == 0.0
+    assert os.environ.get("MOEJIT_STORE_RING") is None
