@@ -100,14 +100,12 @@ __device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// The committed stores have finished reading shared memory (the buffer may be rewritten).
-__device__ __forceinline__ void bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
 // All but the newest N committed store groups have finished reading shared memory.
 template <int N> __device__ __forceinline__ void bulk_wait_read_all_but() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
+// The committed stores have finished reading shared memory (the buffer may be rewritten).
+__device__ __forceinline__ void bulk_wait_read() { bulk_wait_read_all_but<0>(); }
 // The committed stores are complete (before the CTA exits).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
