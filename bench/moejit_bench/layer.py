@@ -25,7 +25,8 @@ warm-up call), as across the micro-batches of one optimizer step; moejit-fp8 qua
 every call, as a step without gradient accumulation does.
 
 Configuration variants (opt-in via --impls): moejit-ring and moejit-noring are moejit's layer
-with MOEJIT_STORE_RING=1 and =0, each timed in a context created for it (the variable is read
+with MOEJIT_STORE_RING=1 and =0, moejit-ringfused with the ring and MOEJIT_FUSE_SWIGLU=1 (SwiGLU
+in fc1's epilogue), each timed in a context created for it (the variable is read
 when a context is created; moejit.torch.configure() drops the contexts before and after), so a
 setting is measured against the default and the peers in one process, on the same inputs.
 """
@@ -79,7 +80,8 @@ FP8_IMPLS = ("moejit-fp8", "moejit-fp8-cached", "scaled_grouped_mm")
 # Optional peers (moejit_bench/peers_fast.py): skipped with the reason when not installed.
 PEER_IMPLS = ("sonicmoe", "sonicmoe-tuned", "quack", "quack-tuned")  # = peers_fast.PEER_IMPLS
 # moejit under another configuration (opt-in): the environment it runs its own context with.
-VARIANT_IMPLS = {"moejit-ring": {"MOEJIT_STORE_RING": "1"}, "moejit-noring": {"MOEJIT_STORE_RING": "0"}}
+VARIANT_IMPLS = {"moejit-ring": {"MOEJIT_STORE_RING": "1"}, "moejit-noring": {"MOEJIT_STORE_RING": "0"},
+                 "moejit-ringfused": {"MOEJIT_STORE_RING": "1", "MOEJIT_FUSE_SWIGLU": "1"}}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
 
 
