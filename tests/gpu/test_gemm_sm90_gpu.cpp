@@ -54,12 +54,13 @@ struct Case {
     bool store_ring = false;   // the TMA-store epilogue through the store ring (_r1), deepest ring
 };
 
-// BLOCK_N = block_n with the deepest ring that fits.
+// BLOCK_N = block_n with the deepest ring that fits (the heuristic's own search), else 2 stages.
 void set_block_n(GemmNkSpec &spec, int block_n, int experts) {
-    const int cc = internal_ctx().compute_capability();
+    GemmProblem problem;
+    problem.num_experts = experts;
     spec.tile.block_n = block_n;
-    for (spec.tile.stages = 6; spec.tile.stages > 2; --spec.tile.stages)
-        if (gemm_smem_bytes(spec.tile, GemmKind::same_nk, experts) <= smem_limits(cc).per_block) break;
+    const int stages = deepest_stages(spec.tile, problem, internal_ctx().compute_capability(), 3);
+    spec.tile.stages = stages > 0 ? stages : 2;
 }
 
 // The heuristic's wgmma spec, with the case's BLOCK_N and stages when it sets them.
