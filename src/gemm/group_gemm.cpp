@@ -268,7 +268,14 @@ template <class Spec> Spec ring_of(Spec s, std::int64_t rows_hint, std::int32_t 
     if (t.engine != GemmEngine::wgmma || !t.tma_store || t.pingpong || t.store_ring) return s;
     constexpr bool weight_gradient = std::is_same_v<Spec, GemmMnSpec>;
     const std::int64_t rows_per_expert = num_experts > 0 ? rows_hint / num_experts : 0;
-    if (rows_per_expert < (weight_gradient ? 1024 : 256)) return s;
+    // Where it lost (docs/PERF_LOG.md, the ninth and tenth sessions' entries): weight gradients
+    // below 1024 rows per expert, other GEMMs below 256, and a gathered A over a long K (fc1 of
+    // deepseek-v3, K = 7168) at 256 rows per expert, 1.22x slower.
+    std::int64_t min_rows = weight_gradient ? 1024 : 256;
+    if constexpr (!weight_gradient) {
+        if (s.gather_a && s.k >= 4096) min_rows = 1024;
+    }
+    if (rows_per_expert < min_rows) return s;
     t.store_ring = true;
     const GemmProblem p = problem_of(s, 0, num_experts);
     t.stages = deepest_stages(t, p, cc, s.tile.stages + 1);

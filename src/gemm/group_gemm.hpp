@@ -85,7 +85,8 @@ GemmMnSpec make_mn_spec(DType dtype, DType c_dtype, std::int64_t m,
 // `spec` with the store ring (GemmTileConfig::store_ring) on a cooperative TMA-store wgmma tile
 // and the deepest operand ring that then fits, where that is deeper than the tile's own (not
 // tunable then) and the rows per expert (rows_hint / num_experts) are where the ring measured
-// faster: >= 256 for same_nk, >= 1024 (the K loop of a weight gradient) for same_mn (docs/
+// faster: >= 256 for same_nk (>= 1024 for a gathered A with K >= 4096), >= 1024 (the K loop of
+// a weight gradient) for same_mn (docs/
 // DECISIONS.md "The store ring"); any other spec unchanged (MOEJIT_STORE_RING, layer_specs).
 GemmNkSpec with_store_ring(GemmNkSpec spec, std::int64_t rows_hint, std::int32_t num_experts,
                            int compute_capability);
