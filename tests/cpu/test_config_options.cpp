@@ -228,6 +228,19 @@ BOOST_AUTO_TEST_CASE(store_ring_from_the_environment) {
     for (const auto &[key, tile] : describe(options(), few_rows))
         if (key.rfind("tile_", 0) == 0) BOOST_TEST(tile.find("_r1") == std::string::npos, key << ": " << tile);
     BOOST_TEST(describe(options(), few_rows).at("store_ring") == "off", "describe says what the plan does");
+    // deepseek-v3 (H 7168, I 2048, 256 experts, top-8, 8192 tokens: 256 rows per expert): fc1
+    // gathers x's rows over K = 7168, so it takes the ring from 1024 rows per expert only; the
+    // other same_nk GEMMs take it at 256 as above.
+    moejit_plan_desc_t deepseek;
+    layer_desc_init(&deepseek, 7168, 2048, 256, 8);
+    deepseek.tokens_hint = 8192;
+    const Description ds = describe(options(), deepseek);
+    BOOST_TEST(ds.at("gather") == "on");
+    BOOST_TEST(ds.at("tile_fc1").find("_r1") == std::string::npos, ds.at("tile_fc1"));
+    for (const char *role : {"fc2", "fc2_dgrad", "fc1_dgrad"})
+        BOOST_TEST(ds.at(std::string("tile_") + role).find("_e1_r1") != std::string::npos, role);
+    deepseek.tokens_hint = 32768;  // 1024 rows per expert
+    BOOST_TEST(describe(options(), deepseek).at("tile_fc1").find("_e1_r1") != std::string::npos);
     moejit_context_options_t forced = options();
     forced.gemm_tile = "wgmma_128x128x64_s4_g8";
     const Description f = describe(forced, d);
