@@ -12,10 +12,16 @@ out=${PROFILE_OUT:-${OUT:-$PWD/out}}; mkdir -p "$out"
 build_targets=capi/libmoejit.so . dev/gpu/common.sh; say built
 shapes=${SHAPES:-deepseek-v3-4k deepseek-v3 gpt-oss-120b}
 for r in 0 1; do
+  # The GPU's SM clock, power and temperature every 100 ms beside each profile (clocks_ring$r.csv):
+  # whether the ring's process runs at lower clocks (tenth session: kernels identical in both
+  # processes ran up to 5 % slower in the ring's).
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits \
+    -lms 100 >"$out/clocks_ring$r.csv" 2>/dev/null & smi=$!
   # shellcheck disable=SC2086  # shapes is a list
   MOEJIT_STORE_RING=$r timeout ${PROFILE_S:-200} python3 dev/gpu/step_profile.py --impl moejit $shapes \
     >"$out/profile_ring$r.txt" 2>&1
   say "ring=$r rc=$?"
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null
 done
 python3 - "$out" <<'PY'
 import re, sys
@@ -32,6 +38,15 @@ def parse(path):
             cur["k"].append((float(m.group(1)), m.group(3)))
     return shapes
 a, b = parse(f"{out}/profile_ring0.txt"), parse(f"{out}/profile_ring1.txt")
+for r in (0, 1):  # the samples while the GPU was busy (drawing over 150 W)
+    try:
+        rows = [line.split(",") for line in open(f"{out}/clocks_ring{r}.csv")]
+        busy = [(float(c[1]), float(c[2])) for c in rows if len(c) >= 4 and float(c[2]) > 150]
+    except (OSError, ValueError):
+        busy = []
+    if busy:
+        print(f"ring={r}: {len(busy)} busy samples, SM clock mean {sum(c for c, _ in busy) / len(busy):.0f} MHz "
+              f"(min {min(c for c, _ in busy):.0f}), power mean {sum(p for _, p in busy) / len(busy):.0f} W")
 for shape in a:
     if shape not in b:
         continue
