@@ -127,7 +127,7 @@ def main(argv: List[str]) -> int:
         else:
             ours = argv[1]
         argv = argv[2:]
-    if not argv:
+    if not argv or argv[0].startswith("--"):  # no files, or an option without its value
         print(__doc__)
         return 2
     print(table(load(argv), margin, ours))

@@ -345,17 +345,21 @@ def _weight_cache_block(impl: str):
 
 @contextlib.contextmanager
 def variant_config(impl: str):
-    """A VARIANT_IMPLS row runs with its variables set and contexts created for them; the
-    caller's environment and contexts come back afterwards, whatever happened."""
+    """A VARIANT_IMPLS row runs with its variables set, in contexts created for it with the
+    caller's configure() options; afterwards the variables are as they were and the next op
+    creates its context anew with those options, whatever happened (the variant's contexts are
+    retired, as configure() retires any)."""
     overrides = VARIANT_IMPLS.get(impl)
     if not overrides:
         yield
         return
     import moejit.torch as mt
+    from moejit import _op  # the options the caller's configure() set (none in this benchmark)
+    options = dict(_op._context_options)
     before = {name: os.environ.get(name) for name in overrides}
     try:
         os.environ.update(overrides)
-        mt.configure()  # the next op creates its context, reading the variables set here
+        mt.configure(**options)  # the next op creates its context, reading the variables set here
         yield
     finally:
         for name, value in before.items():
@@ -363,7 +367,7 @@ def variant_config(impl: str):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        mt.configure()
+        mt.configure(**options)
 
 
 # (ratio key suffix, numerator impl, denominator impl), the FP8 ratios of a shape's record

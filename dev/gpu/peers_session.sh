@@ -35,8 +35,9 @@ left() { echo $(( 570 - $(elapsed) )); }  # seconds a bench may still take insid
 # the call has left less RESERVE seconds (kept for a run after it); the rest: routing and shapes.
 timed_bench() {
   local set=$1 peer=$2 tag=$3 reserve=$4; shift 4
+  local variants=${VARIANTS:-}; [ "$tag" = fp8 ] && variants=  # the FP8 table's run: no variants
   REUSE_BUILD=1 BENCH_TIMEOUT=$(( $(left) - reserve )) TAG=$tag bash dev/gpu/peers.sh bench "$set" \
-    --warmup 3 --reps 10 --no-eager --impls "moejit${VARIANTS:+,$VARIANTS},$peer" "$@"
+    --warmup 3 --reps 10 --no-eager --impls "moejit${variants:+,$variants},$peer" "$@"
 }
 # The duplicate-route rows (every route to expert 0) when more than MIN seconds are left.
 dup_bench() {
@@ -132,12 +133,16 @@ case $phase in
   else say "sonicmoe-tuned skipped"; fi
   # PROFILE=1: the bf16 step's kernels (dev/gpu/step_profile.py) when the call has time left.
   if [ -n "${PROFILE:-}" ] && [ "$(left)" -gt 60 ]; then
-    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; timeout $(( $(left) - 20 )) python3 dev/gpu/step_profile.py --impl moejit \
+    # With RING_PROFILE the ring off here, whatever ring_check.sh chose: the "before" of the pair.
+    # and half of what is left, so the ring's profile gets the other half.
+    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; t=$(( $(left) - 20 ))
+      [ -n "${RING_PROFILE:-}" ] && { export MOEJIT_STORE_RING=0; t=$(( t / 2 )); }
+      timeout $t python3 dev/gpu/step_profile.py --impl moejit \
         --host qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3.txt" 2>&1 ); say "profile rc=$?"
     tail -3 "${OUT:-out}/profile_bf16_qwen3.txt"
   fi
   # RING_PROFILE=1: the same step with MOEJIT_STORE_RING=1, the kernels before and after the ring.
-  if [ -n "${RING_PROFILE:-}" ] && [ "$(left)" -gt 40 ]; then
+  if [ -n "${RING_PROFILE:-}" ] && [ "$(left)" -gt 30 ]; then
     ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; MOEJIT_STORE_RING=1 timeout $(( $(left) - 10 )) \
         python3 dev/gpu/step_profile.py --impl moejit --host qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3_ring.txt" 2>&1 ); say "ring profile rc=$?"
     tail -3 "${OUT:-out}/profile_bf16_qwen3_ring.txt"

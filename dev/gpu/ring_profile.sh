@@ -11,6 +11,8 @@ t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 out=${PROFILE_OUT:-${OUT:-$PWD/out}}; mkdir -p "$out"
 build_targets=capi/libmoejit.so . dev/gpu/common.sh; say built
 shapes=${SHAPES:-deepseek-v3-4k deepseek-v3 gpt-oss-120b}
+smi=
+trap '[ -n "$smi" ] && kill $smi 2>/dev/null' EXIT
 for r in 0 1; do
   # The GPU's SM clock, power and temperature every 100 ms beside each profile (clocks_ring$r.csv):
   # whether the ring's process runs at lower clocks (tenth session: kernels identical in both
@@ -21,7 +23,7 @@ for r in 0 1; do
   MOEJIT_STORE_RING=$r timeout ${PROFILE_S:-200} python3 dev/gpu/step_profile.py --impl moejit $shapes \
     >"$out/profile_ring$r.txt" 2>&1
   say "ring=$r rc=$?"
-  kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null; smi=
 done
 python3 - "$out" <<'PY'
 import re, sys
@@ -39,11 +41,18 @@ def parse(path):
     return shapes
 a, b = parse(f"{out}/profile_ring0.txt"), parse(f"{out}/profile_ring1.txt")
 for r in (0, 1):  # the samples while the GPU was busy (drawing over 150 W)
+    busy = []
     try:
-        rows = [line.split(",") for line in open(f"{out}/clocks_ring{r}.csv")]
-        busy = [(float(c[1]), float(c[2])) for c in rows if len(c) >= 4 and float(c[2]) > 150]
-    except (OSError, ValueError):
-        busy = []
+        lines = open(f"{out}/clocks_ring{r}.csv").read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:  # a sample nvidia-smi could not read ([N/A], cut off) is skipped alone
+        try:
+            clock, power = (float(v) for v in line.split(",")[1:3])
+        except ValueError:
+            continue
+        if power > 150:
+            busy.append((clock, power))
     if busy:
         print(f"ring={r}: {len(busy)} busy samples, SM clock mean {sum(c for c, _ in busy) / len(busy):.0f} MHz "
               f"(min {min(c for c, _ in busy):.0f}), power mean {sum(p for _, p in busy) / len(busy):.0f} W")

@@ -22,6 +22,17 @@ def configures(monkeypatch):
     return calls
 
 
+def test_variant_keeps_the_callers_options(monkeypatch):
+    """configure(tune=...) set by the caller holds in the variant's contexts and after it."""
+    from moejit import _op
+    calls = []
+    monkeypatch.setattr(mt, "configure", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(_op, "_context_options", {"tune": True, "gemm_tile": None})
+    with bench.variant_config("moejit-ring"):
+        pass
+    assert calls == [{"tune": True, "gemm_tile": None}] * 2
+
+
 def test_variants_parse_and_are_moejit():
     args = bench.parse_args(["--impls", "moejit,moejit-ring,moejit-noring"])
     assert args.impls == ["moejit", "moejit-ring", "moejit-noring"]
@@ -50,18 +61,23 @@ def test_variant_runs_in_its_environment_and_restores_it(monkeypatch, configures
 
 
 def test_run_shape_times_a_variant_in_its_configuration(monkeypatch, configures, cpu_bench):
-    seen = []
+    seen = {"moejit": [], "moejit-ring": []}
 
-    def layer(*a, **kw):
-        seen.append(os.environ.get("MOEJIT_STORE_RING"))
-        return eager_loop_layer(*a, **kw)
+    def layer_seeing(name):
+        def layer(*a, **kw):
+            seen[name].append(os.environ.get("MOEJIT_STORE_RING"))
+            return eager_loop_layer(*a, **kw)
+        return layer
 
     monkeypatch.delenv("MOEJIT_STORE_RING", raising=False)
-    monkeypatch.setitem(bench.LAYERS, "moejit", layer)
-    monkeypatch.setitem(bench.LAYERS, "moejit-ring", layer)
+    for name in seen:
+        monkeypatch.setitem(bench.LAYERS, name, layer_seeing(name))
     rec = bench.run_shape("tiny", DIMS, args_for("moejit,moejit-ring"), torch.float64, dense_tflops=100.0)
     assert rec["impls"]["moejit-ring"]["fwd_ms"] == 1.0 and rec["impls"]["moejit"]["fwd_ms"] == 1.0
-    assert "1" in seen and None in seen  # the variant ran with the ring on, moejit without
-    # the variant's output against moejit's on the same inputs (the same layer here: equal)
+    # Every call of the variant, its timing and the output compared below, ran with the ring on;
+    # every call of moejit without.
+    assert seen["moejit-ring"] and set(seen["moejit-ring"]) == {"1"}
+    assert seen["moejit"] and set(seen["moejit"]) == {None}
+    # the variant's output against moejit's on the same inputs (the same math here: equal)
     assert rec["out_rel_diff_moejit-ring_vs_moejit"] == 0.0
     assert os.environ.get("MOEJIT_STORE_RING") is None

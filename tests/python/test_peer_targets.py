@@ -86,3 +86,13 @@ def test_ours_judges_a_variant_row(tmp_path, targets):
     assert "moejit-ring" in targets.table(rows, 1.05, "moejit-ring").splitlines()[0]
     line = [ln for ln in targets.table(rows).splitlines() if ln.startswith("| a")][0]
     assert "500 (510)" in line and "no (1.02× SonicMoE)" in line
+
+
+def test_ours_without_a_timed_peer_comes_from_the_first_run_that_timed_it(tmp_path, targets, capsys):
+    """No peer timed: the row shows the variant from the first run that timed it (not moejit's)."""
+    first = write(tmp_path, "1.json", "topk", 800.0, [("a", {"moejit": r(500, 510)})])
+    second = write(tmp_path, "2.json", "topk", 800.0, [("a", {"moejit": r(501, 511), "moejit-ring": r(520, 540)})])
+    line = [ln for ln in targets.table(targets.load([first, second]), 1.05, "moejit-ring").splitlines()
+            if ln.startswith("| a")][0]
+    assert "520 (540)" in line
+    assert targets.main(["--ours"]) == 2 and "peer_targets.py" in capsys.readouterr().out
