@@ -278,7 +278,7 @@ template <class Spec> Spec ring_of(Spec s, std::int64_t rows_hint, std::int32_t 
     if (rows_per_expert < min_rows) return s;
     t.store_ring = true;
     const GemmProblem p = problem_of(s, 0, num_experts);
-    t.stages = deepest_stages(t, p, cc, s.tile.stages + 1);
+    t.stages = deepest_stages(t, p.kind, num_experts, cc, s.tile.stages + 1);
     if (t.stages == 0) return s;
     try {
         validate_tile_config(t, p, cc);

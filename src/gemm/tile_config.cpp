@@ -122,9 +122,9 @@ std::size_t gemm_smem_bytes(const GemmTileConfig &c, GemmKind kind, std::int32_t
     return (bytes + 15) / 16 * 16;
 }
 
-int deepest_stages(GemmTileConfig c, const GemmProblem &p, int cc, int min_stages) {
+int deepest_stages(GemmTileConfig c, GemmKind kind, std::int32_t num_experts, int cc, int min_stages) {
     for (c.stages = 6; c.stages >= min_stages; --c.stages)
-        if (gemm_smem_bytes(c, p.kind, p.num_experts) <= smem_limits(cc).per_block) return c.stages;
+        if (gemm_smem_bytes(c, kind, num_experts) <= smem_limits(cc).per_block) return c.stages;
     return 0;
 }
 
@@ -260,7 +260,7 @@ std::optional<GemmTileConfig> wgmma_heuristic(const GemmProblem &p, int cc) {
     w.block_k = 64;
     w.block_n = p.n > 0 && p.n <= 64 ? 64 : p.n > 0 && p.n <= 128 ? 128 : 256;
     const auto deepest_ring = [&](int min_stages) {
-        const int stages = deepest_stages(w, p, cc, min_stages);
+        const int stages = deepest_stages(w, p.kind, p.num_experts, cc, min_stages);
         w.stages = stages > 0 ? stages : min_stages;
         return stages > 0;
     };

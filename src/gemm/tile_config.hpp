@@ -93,8 +93,9 @@ SmemLimits smem_limits(int compute_capability);
 std::size_t gemm_smem_bytes(const GemmTileConfig &config, GemmKind kind, std::int32_t num_experts);
 
 // The most stages in [min_stages, 6] with which `config` fits one block's shared memory on
-// `compute_capability` beside `problem`'s schedule (gemm_smem_bytes); 0 if none does.
-int deepest_stages(GemmTileConfig config, const GemmProblem &problem, int compute_capability, int min_stages);
+// `compute_capability` beside the schedule of `num_experts` (gemm_smem_bytes); 0 if none does.
+int deepest_stages(GemmTileConfig config, GemmKind kind, std::int32_t num_experts, int compute_capability,
+                   int min_stages);
 
 // Throws Status::unsupported (naming the field and the allowed values) if `config` cannot
 // run `problem` on `compute_capability`: divisibility, warp tiles, registers, shared memory.

@@ -56,10 +56,8 @@ struct Case {
 
 // BLOCK_N = block_n with the deepest ring that fits (the heuristic's own search), else 2 stages.
 void set_block_n(GemmNkSpec &spec, int block_n, int experts) {
-    GemmProblem problem;
-    problem.num_experts = experts;
     spec.tile.block_n = block_n;
-    const int stages = deepest_stages(spec.tile, problem, internal_ctx().compute_capability(), 3);
+    const int stages = deepest_stages(spec.tile, GemmKind::same_nk, experts, internal_ctx().compute_capability(), 3);
     spec.tile.stages = stages > 0 ? stages : 2;
 }
 
