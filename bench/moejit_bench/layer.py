@@ -82,6 +82,9 @@ PEER_IMPLS = ("sonicmoe", "sonicmoe-tuned", "quack", "quack-tuned")  # = peers_f
 # moejit under another configuration (opt-in): the environment it runs its own context with.
 VARIANT_IMPLS = {"moejit-ring": {"MOEJIT_STORE_RING": "1"}, "moejit-noring": {"MOEJIT_STORE_RING": "0"},
                  "moejit-ringfused": {"MOEJIT_STORE_RING": "1", "MOEJIT_FUSE_SWIGLU": "1"}}
+# The rows whose output a shape's record compares: moejit against grouped_mm, each variant
+# against moejit.
+OUTPUT_IMPLS = ("moejit", "grouped_mm") + tuple(VARIANT_IMPLS)
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
 
 
@@ -270,7 +273,7 @@ def run_shape(name, dims, args, dtype, dense_tflops,
                 with _weight_cache_block(impl), variant_config(impl):
                     r = bench_impl(impl, x, sel, rw, weights, dout, limit, args.warmup,
                                    args.reps, args.eager_budget)
-                    if impl in VARIANT_IMPLS and "fwd_ms" in r:  # its output, for the check below
+                    if impl in OUTPUT_IMPLS and "fwd_ms" in r:  # its output, in its configuration
                         with torch.no_grad():
                             outs[impl] = LAYERS[impl](x, sel, rw, swiglu_limit=limit,
                                                       **weights).float()
@@ -286,10 +289,6 @@ def run_shape(name, dims, args, dtype, dense_tflops,
                 if impl in FP8_IMPLS:
                     r["out_rel_err_vs_bf16"] = fp8_rel_err(LAYERS[impl], x, sel, rw, weights,
                                                            limit)
-                if impl in ("moejit", "grouped_mm"):
-                    with torch.no_grad():
-                        outs[impl] = LAYERS[impl](x, sel, rw, swiglu_limit=limit,
-                                                  **weights).float()
         except Exception as e:  # report and go on: one failing peer must not hide the rest
             r = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
         if "skipped" in r and impl in PEER_IMPLS:

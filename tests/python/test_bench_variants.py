@@ -72,7 +72,10 @@ def test_run_shape_times_a_variant_in_its_configuration(monkeypatch, configures,
     monkeypatch.delenv("MOEJIT_STORE_RING", raising=False)
     for name in seen:
         monkeypatch.setitem(bench.LAYERS, name, layer_seeing(name))
-    rec = bench.run_shape("tiny", DIMS, args_for("moejit,moejit-ring"), torch.float64, dense_tflops=100.0)
+    monkeypatch.setitem(bench.LAYERS, "grouped_mm", eager_loop_layer)
+    rec = bench.run_shape("tiny", DIMS, args_for("moejit,grouped_mm,moejit-ring"), torch.float64,
+                          dense_tflops=100.0)
+    assert rec["out_rel_diff_vs_grouped_mm"] == 0.0  # moejit's output against grouped_mm's, as before
     assert rec["impls"]["moejit-ring"]["fwd_ms"] == 1.0 and rec["impls"]["moejit"]["fwd_ms"] == 1.0
     # Every call of the variant, its timing and the output compared below, ran with the ring on;
     # every call of moejit without.
