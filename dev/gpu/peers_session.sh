@@ -131,21 +131,23 @@ case $phase in
   if [ -n "$tuned" ] && [ "$(left)" -gt 100 ]; then
     timed_bench sonic sonicmoe-tuned tuned 0 --shapes "$tuned"; say "sonicmoe-tuned"
   else say "sonicmoe-tuned skipped"; fi
-  # PROFILE=1: the bf16 step's kernels (dev/gpu/step_profile.py) when the call has time left.
+  # PROFILE=1: the bf16 step's kernels (dev/gpu/step_profile.py) when the call has time left;
+  # with RING_PROFILE=1 as well: the same step with MOEJIT_STORE_RING=0 and then =1 (before and after the
+  # ring, whatever ring_check.sh chose), each in half of what is left.
+  profile_step() {  # FILE SECONDS [VAR=VALUE]
+    local file=$1 s=$2; shift 2
+    [ "$s" -ge 20 ] || { say "profile $file skipped: ${s} s left"; return; }
+    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null
+      env "$@" timeout $s python3 dev/gpu/step_profile.py --impl moejit --host qwen3-30b-a3b >"${OUT:-out}/$file" 2>&1 )
+    say "profile $file rc=$?"; tail -3 "${OUT:-out}/$file"
+  }
   if [ -n "${PROFILE:-}" ] && [ "$(left)" -gt 60 ]; then
-    # With RING_PROFILE the ring off here, whatever ring_check.sh chose: the "before" of the pair.
-    # and half of what is left, so the ring's profile gets the other half.
-    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; t=$(( $(left) - 20 ))
-      [ -n "${RING_PROFILE:-}" ] && { export MOEJIT_STORE_RING=0; t=$(( t / 2 )); }
-      timeout $t python3 dev/gpu/step_profile.py --impl moejit \
-        --host qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3.txt" 2>&1 ); say "profile rc=$?"
-    tail -3 "${OUT:-out}/profile_bf16_qwen3.txt"
-  fi
-  # RING_PROFILE=1: the same step with MOEJIT_STORE_RING=1, the kernels before and after the ring.
-  if [ -n "${RING_PROFILE:-}" ] && [ "$(left)" -gt 30 ]; then
-    ( out=/tmp/moejit-session REUSE_BUILD=1; . dev/gpu/common.sh >/dev/null; MOEJIT_STORE_RING=1 timeout $(( $(left) - 10 )) \
-        python3 dev/gpu/step_profile.py --impl moejit --host qwen3-30b-a3b >"${OUT:-out}/profile_bf16_qwen3_ring.txt" 2>&1 ); say "ring profile rc=$?"
-    tail -3 "${OUT:-out}/profile_bf16_qwen3_ring.txt"
+    if [ -n "${RING_PROFILE:-}" ]; then
+      profile_step profile_bf16_qwen3.txt $(( ($(left) - 20) / 2 )) MOEJIT_STORE_RING=0
+      profile_step profile_bf16_qwen3_ring.txt $(( $(left) - 10 )) MOEJIT_STORE_RING=1
+    else
+      profile_step profile_bf16_qwen3.txt $(( $(left) - 20 ))
+    fi
   fi
   ;;
 3)

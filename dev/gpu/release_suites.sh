@@ -19,16 +19,25 @@ trap 'tar czf "$final/release_logs.tgz" -C "$out" . ; cp "$out"/layer*.log "$out
 suites=$(gpu_suites | grep -vxE "$(echo ${SKIP_SUITES:-_none_} | tr ' ' '|')")
 [ -n "${ONLY_SUITES:-}" ] && suites=$ONLY_SUITES  # ONLY_SUITES="name ...": these alone
 groups=("moe_layer" "group_gemm gpt_oss" "$(echo $suites | tr ' ' '\n' | grep -vxE 'moe_layer|group_gemm|gpt_oss' | tr '\n' ' ')")
+# One suite: LOG (gpu_LOG.log and .rc, the rc line naming it as LABEL), run as NAME with the
+# environment VAR=VALUE... ; report_suite prints its rc and summary.
+run_suite() {  # NAME LOG LABEL [VAR=VALUE...]
+  local t=$1 log=$2 label=$3; shift 3
+  env "$@" timeout 330 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_$log.log" 2>&1; echo "$label rc=$?" >"$out/gpu_$log.rc"
+}
+report_suite() {  # LOG
+  echo "== gpu $(cat "$out/gpu_$1.rc")"
+  grep -E "error|failure|test cases|assertions|checks passed|\*\*\*" "$out/gpu_$1.log" | grep -v "caught:" | head -4
+}
 pids=()
 for group in "${groups[@]}"; do
-  ( for t in $group; do timeout 330 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_$t.log" 2>&1; echo "$t rc=$?" >"$out/gpu_$t.rc"; done ) &
+  ( for t in $group; do run_suite $t $t $t; done ) &
   pids+=($!)
 done
 # RING_SUITES="name ...": these suites once more with MOEJIT_STORE_RING=1 (the store ring under
 # its rule, beside the default path's run), logged as gpu_<name>_ring.
 for t in ${RING_SUITES:-}; do
-  ( MOEJIT_STORE_RING=1 timeout 330 $b/tests/test_gpu_$t --report_level=short >"$out/gpu_${t}_ring.log" 2>&1
-    echo "$t (MOEJIT_STORE_RING=1) rc=$?" >"$out/gpu_${t}_ring.rc" ) &
+  run_suite $t ${t}_ring "$t (MOEJIT_STORE_RING=1)" MOEJIT_STORE_RING=1 &
   pids+=($!)
 done
 # The Python tests that need the GPU by default (the whole suite outlasts the call there: 0.9.0
@@ -39,14 +48,8 @@ if [ -z "${SKIP_PYTEST:-}" ]; then  # SKIP_PYTEST=1: the C++ suites alone
   pids+=($!)
 else echo "pytest rc=skipped (SKIP_PYTEST)" >"$out/pytest.rc"; fi
 wait "${pids[@]}"
-for t in $suites; do
-  echo "== gpu $(cat "$out/gpu_$t.rc")"
-  grep -E "error|failure|test cases|assertions|checks passed|\*\*\*" "$out/gpu_$t.log" | grep -v "caught:" | head -4
-done
-for t in ${RING_SUITES:-}; do
-  echo "== gpu $(cat "$out/gpu_${t}_ring.rc")"
-  grep -E "error|failure|test cases|assertions|checks passed|\*\*\*" "$out/gpu_${t}_ring.log" | grep -v "caught:" | head -4
-done
+for t in $suites; do report_suite $t; done
+for t in ${RING_SUITES:-}; do report_suite ${t}_ring; done
 echo "== $(cat "$out/pytest.rc")"; tail -1 "$out/pytest.log" 2>/dev/null
 if [ -n "${SKIP_BENCH:-}" ]; then  # the suites alone (the benchmarks run in dev/gpu/peers.sh calls)
   grep -E "^(FAILED|ERROR) " "$out/pytest.log" | head -12; exit 0
