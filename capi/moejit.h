@@ -516,7 +516,8 @@ typedef struct moejit_backward_args {
     size_t struct_size;
     int64_t num_tokens;
     const void *dout;             /* [T,H] */
-    const void *routing_weights;  /* [T,k], as in forward */
+    const void *routing_weights;  /* [T,k], as in forward; read since 0.14 (a bf16 plan's saved
+                                     no longer keeps them in scattered order) */
     const void *w_gate;
     const void *w_up;
     const void *w_gate_up;
@@ -608,9 +609,10 @@ MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan,
  * in two calls on the same args (consume_saved must be 1), so that a caller can allocate each
  * part's outputs and workspace just before it and free the workspace after it: the step's peak
  * then holds either d(a*w) [S,I] or fc1's weight gradients and dx, never both.
- *   DOWN: fc2's side. Reads dout, w_down, b_down, saved; writes d_routing_weights, dw_down,
- *         db_down, and the SwiGLU gradient over the saved g and u. x, dx and fc1's weights and
- *         gradients are not read (may be NULL).
+ *   DOWN: fc2's side. Reads dout, routing_weights (since 0.14: saved no longer holds them),
+ *         w_down, b_down, saved; writes d_routing_weights, dw_down, db_down, and the SwiGLU
+ *         gradient over the saved g and u. x, dx and fc1's weights and gradients are not read
+ *         (may be NULL).
  *   UP:   fc1's side, after DOWN on the same saved (stream order): reads x, fc1's weights and
  *         the SwiGLU gradient in saved; writes dx, dw_gate/dw_up or dw_gate_up, db_gate_up.
  *         dout, routing_weights, w_down, b_down, d_routing_weights, dw_down and db_down are

@@ -6,7 +6,9 @@
                                       swiglu_limit) -> (out, saved)
     torch.ops.moejit.fused_moe_backward(dout, x, selected_experts, routing_weights, w_gate,
                                         w_up, w_down, saved, swiglu_limit)
-        -> (dx, d_routing_weights, dw_gate, dw_up, dw_down)
+        -> (dx, d_routing_weights, dw_gate_and_up, dw_down)
+        dw_gate_and_up [2,E,I,H] = (dw_gate, dw_up) in one allocation (since 0.14; before,
+        two outputs): the autograd formula hands its halves to w_gate and w_up.
     torch.ops.moejit.fused_moe_merged_backward(dout, x, selected_experts, routing_weights,
                                                w_gate_up, w_down, saved, swiglu_limit)
         -> (dx, d_routing_weights, dw_gate_up, dw_down)
@@ -454,7 +456,7 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
     dx = _empty(tuple(x.shape), x.dtype, device)
     d_routing = _empty(tuple(rw.shape), rw.dtype, device)
     if main_grads is None:
-        grads = {n: _empty(tuple(w.shape), w.dtype, device) for n, w in weights.items()}
+        grads = _new_grads(weights, list(weights), device)
     else:
         grads = dict(main_grads)
     workspace = _empty_bytes(workspace_size, device)
@@ -473,6 +475,35 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
 _DOWN_WEIGHTS = ("w_down", "b_down")  # the weights whose gradients the DOWN part writes
 
 
+_FC1_PAIR = "w_gate|w_up"  # _new_grads's key of the [2,E,I,H] allocation behind dw_gate, dw_up
+
+
+def _new_grads(weights: Dict[str, torch.Tensor], names, device) -> Dict[str, torch.Tensor]:
+    """Gradient buffers for weights[names]. Split fc1 weights' two gradients are the halves of
+    one allocation, kept under _FC1_PAIR too (0.14): the caching allocator rounds each block up
+    to its granule (2 MiB; a remainder of 1 MiB or less is not split off), so two blocks can
+    cost 2 MiB more than one (gpt-oss-120b's [E,I,H] = 2025 MiB each). Each half is a contiguous view with the weight's
+    strides, so autograd keeps it as the parameter's .grad without a copy; the storage is freed
+    when both are."""
+    grads = {}
+    if "w_gate" in names and "w_up" in names:
+        w = weights["w_gate"]  # check() made w_up's shape and dtype w_gate's
+        grads[_FC1_PAIR] = _empty((2,) + tuple(w.shape), w.dtype, device)
+        grads["w_gate"], grads["w_up"] = grads[_FC1_PAIR].unbind(0)
+    for n in names:
+        if n not in grads:
+            grads[n] = _empty(tuple(weights[n].shape), weights[n].dtype, device)
+    return grads
+
+
+def _fc1_pair(grads: Dict[str, torch.Tensor]) -> torch.Tensor:
+    """dw_gate and dw_up as the split backward op returns them, one [2,E,I,H] tensor (a custom
+    op's outputs may not alias each other): _new_grads's allocation, or a stack of the two when
+    they came apart (a test's emulated _backward)."""
+    pair = grads.get(_FC1_PAIR)
+    return pair if pair is not None else torch.stack((grads["w_gate"], grads["w_up"]))
+
+
 def _backward_in_parts(plan, tokens, dout, x, rw, weights, biases, saved, main_grads):
     """A bf16 backward as moejit_plan_backward_part's two calls (0.13), each part's outputs and
     workspace allocated just before it: DOWN's workspace, d(a·w) [S,I] among it, is back in
@@ -484,15 +515,16 @@ def _backward_in_parts(plan, tokens, dout, x, rw, weights, biases, saved, main_g
     def new_grads(names):
         if main_grads is not None:
             return {n: main_grads.get(n) for n in names}
-        return {n: _empty(tuple(weights[n].shape), weights[n].dtype, device) for n in names}
+        return _new_grads(weights, names, device)
 
     down_names = [n for n in weights if n in _DOWN_WEIGHTS]
     grads = new_grads(down_names)
     d_routing = _empty(tuple(rw.shape), rw.dtype, device)
     size = plan.backward_part_workspace_size(tokens, "down")
     workspace = _empty_bytes(size, device)
-    plan.backward_part("down", num_tokens=tokens, dout=dout, w_down=weights["w_down"],
-                       b_down=biases.get("b_down"), saved=saved, saved_size=saved.numel(),
+    plan.backward_part("down", num_tokens=tokens, dout=dout, routing_weights=rw,
+                       w_down=weights["w_down"], b_down=biases.get("b_down"), saved=saved,
+                       saved_size=saved.numel(),
                        d_routing_weights=d_routing, dw_down=grads["w_down"],
                        db_down=grads.get("b_down"), workspace=workspace, workspace_size=size,
                        stream=stream)
@@ -555,12 +587,11 @@ def fused_moe_backward(dout: torch.Tensor, x: torch.Tensor, selected_experts: to
                        routing_weights: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                        w_down: torch.Tensor, saved: torch.Tensor, swiglu_limit: float,
                        recipe: str = "bf16"
-                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                  torch.Tensor]:
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     dx, drw, g = _backward(_W + "fused_moe_backward", dout, x, selected_experts,
                            routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit,
                            **_recipe_kwargs(recipe))
-    return dx, drw, g["w_gate"], g["w_up"], g["w_down"]
+    return dx, drw, _fc1_pair(g), g["w_down"]
 
 
 @fused_moe_backward.register_fake
@@ -568,7 +599,8 @@ def _(dout, x, selected_experts, routing_weights, w_gate, w_up, w_down, saved, s
       recipe="bf16"):
     _backward_common(_W + "fused_moe_backward", dout, x, selected_experts, routing_weights,
                      w_gate, w_up, None, w_down, saved, swiglu_limit, **_recipe_kwargs(recipe))
-    return _like(x), _like(routing_weights), _like(w_gate), _like(w_up), _like(w_down)
+    return (_like(x), _like(routing_weights), w_gate.new_empty((2,) + tuple(w_gate.shape)),
+            _like(w_down))
 
 
 @torch.library.custom_op("moejit::fused_moe_merged_backward", mutates_args=("saved",))
@@ -770,9 +802,9 @@ def _setup_context(ctx, inputs, output):
 
 def _fused_moe_backward(ctx, dout, _dsaved):
     x, sel, rw, w_gate, w_up, w_down, saved = ctx.saved_tensors
-    dx, drw, dw_gate, dw_up, dw_down = torch.ops.moejit.fused_moe_backward(
+    dx, drw, dw_gate_and_up, dw_down = torch.ops.moejit.fused_moe_backward(
         dout, x, sel, rw, w_gate, w_up, w_down, saved, ctx.swiglu_limit, ctx.recipe)
-    return dx, None, drw, dw_gate, dw_up, dw_down, None, None
+    return dx, None, drw, dw_gate_and_up[0], dw_gate_and_up[1], dw_down, None, None
 
 
 def _fused_moe_merged_backward(ctx, dout, _dsaved):

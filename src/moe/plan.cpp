@@ -233,6 +233,14 @@ const void *Plan::scatter_rows(const std::int32_t *scatter_index, std::int64_t n
     return out;
 }
 
+float *Plan::scatter_routing_weights(const std::int32_t *scatter_index, std::int64_t num_tokens,
+                                     const void *routing_weights, float *w_s, std::int32_t *row_token, void *stream) {
+    scatter_weights(ctx_, WeightsScatterArgs{desc_.routing_dtype, routing_weights, scatter_index, num_tokens,
+                                             desc_.top_k, w_s, row_token, stream},
+                    *kernels_.scatter_weights);
+    return w_s;
+}
+
 void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
     const PlanDesc &d = desc_;
     const std::int64_t S = r.rows, I = d.intermediate_size;
@@ -377,7 +385,6 @@ void Plan::forward(const ForwardArgs &a) {
     auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
     // Only a gathering fc1 reads row_token (in the workspace); otherwise it is not written.
     auto *row_token = gemm_specs_.gathered ? L.row_token.in<std::int32_t>(a.workspace) : nullptr;
-    auto *w_s = L.w_s.in<float>(a.saved);
     void *y = L.y.in<char>(a.workspace);
 
     routing_index(ctx_, RoutingIndexArgs{d.index_dtype, a.selected_experts, a.num_tokens, d.top_k, d.num_experts,
@@ -385,9 +392,8 @@ void Plan::forward(const ForwardArgs &a) {
                                          L.routing.in<char>(a.workspace), L.routing.bytes, a.stream},
                   kernels_.routing);
     if (!T0) return;  // offsets are zero; nothing else to do (out has no rows)
-    scatter_weights(ctx_, WeightsScatterArgs{d.routing_dtype, a.routing_weights, scatter_index, a.num_tokens,
-                                             d.top_k, w_s, row_token, a.stream},
-                    *kernels_.scatter_weights);
+    const float *w_s = scatter_routing_weights(scatter_index, a.num_tokens, a.routing_weights,
+                                               L.w_s.in<float>(a.workspace), row_token, a.stream);
     // fc1 reads x's rows by row_token (gathered) or from its scatter.
     const void *xs = gemm_specs_.gathered ? a.x : scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
     run_experts_forward(ForwardRows{L.rows, offsets, row_token, xs, w_s, L.gate_up.in<char>(a.saved),
@@ -414,6 +420,7 @@ void Plan::backward(const BackwardArgs &a) {
     const ExpertGrads &g = a.grads;
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.dout, "args->dout", T0);
+    require_tensor(a.routing_weights, "args->routing_weights", T0);
     require_weights(d, w, T0);
     require_tensor(a.dx, "args->dx", T0);
     require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
@@ -427,12 +434,17 @@ void Plan::backward(const BackwardArgs &a) {
     // dout's rows scattered for fc2's GEMMs now, x's for fc1's weight gradient later, into the
     // same region (T = 0: nothing to read).
     const void *dy = a.dout;
-    if (T0) dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
+    const float *w_s = nullptr;
+    if (T0) {
+        dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
+        w_s = scatter_routing_weights(scatter_index, a.num_tokens, a.routing_weights,
+                                      L.w_s_backward.in<float>(a.workspace), nullptr, a.stream);
+    }
     // A consuming call writes d_gate_up over the saved g and u: the caller gave saved up to it.
     char *d_gate_up = L.consumes_saved ? L.gate_up.in<char>(const_cast<void *>(a.saved))
                                        : L.d_gate_up.in<char>(a.workspace);
     BackwardRows rows{L.rows, backward_gemm_bound(L, a.num_tokens), L.offsets.in<std::int32_t>(a.saved),
-                      a.x, dy, L.w_s.in<float>(a.saved), L.gate_up.in<char>(a.saved), L.daw.in<char>(a.workspace), d_gate_up, d_w_s, dxs,
+                      a.x, dy, w_s, L.gate_up.in<char>(a.saved), L.daw.in<char>(a.workspace), d_gate_up, d_w_s, dxs,
                       L.wgrad_split.in<char>(a.workspace), L.wgrad_split.bytes,
                       L.bias_partial.in<char>(a.workspace), L.bias_partial.bytes, a.stream, {}};
     if (T0) rows.late_x = {scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace)};
@@ -464,6 +476,7 @@ void Plan::backward_part(BackwardPart part, const BackwardArgs &a) {
     const ExpertGrads &g = a.grads;
     if (down) {
         require_tensor(a.dout, "args->dout", T0);
+        require_tensor(a.routing_weights, "args->routing_weights", T0);
         require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
     } else {
         require_tensor(a.x, "args->x", T0);
@@ -480,11 +493,16 @@ void Plan::backward_part(BackwardPart part, const BackwardArgs &a) {
     const auto *scatter_index = L.scatter_index.in<std::int32_t>(a.saved);
     char *gate_up = L.gate_up.in<char>(const_cast<void *>(a.saved));  // d_gate_up after DOWN
     BackwardRows rows{L.rows, backward_gemm_bound(L, a.num_tokens), L.offsets.in<std::int32_t>(a.saved),
-                      nullptr, nullptr, L.w_s.in<float>(a.saved), gate_up, nullptr, gate_up, nullptr,
+                      nullptr, nullptr, nullptr, gate_up, nullptr, gate_up, nullptr,
                       L.xs.in<char>(a.workspace), nullptr, 0, nullptr, 0, a.stream, {}};
     if (down) {
         float *d_w_s = L.d_w_s.in<float>(a.workspace);
-        rows.dy = T0 ? scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream) : a.dout;
+        rows.dy = a.dout;
+        if (T0) {
+            rows.dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
+            rows.w_s = scatter_routing_weights(scatter_index, a.num_tokens, a.routing_weights,
+                                               L.w_s_backward.in<float>(a.workspace), nullptr, a.stream);
+        }
         rows.daw = L.daw.in<char>(a.workspace);
         rows.d_w_s = d_w_s;
         rows.wgrad_split = L.wgrad_split.in<char>(a.workspace);

@@ -207,6 +207,10 @@ private:
     // The [S,H] scatter of a [T,H] tensor (x or dout) into `out`, for GEMMs that do not gather.
     const void *scatter_rows(const std::int32_t *scatter_index, std::int64_t num_tokens, const void *tokens, void *out,
                              void *stream);
+    // The routing weights [T,k] in scattered order, fp32, into `w_s` [S] (the forward's and
+    // again the backward's: not saved); row_token, when not NULL, gets each row's token.
+    float *scatter_routing_weights(const std::int32_t *scatter_index, std::int64_t num_tokens,
+                                   const void *routing_weights, float *w_s, std::int32_t *row_token, void *stream);
 
     // The experts on rows grouped by expert, shared by the layer and the experts entry.
     // Forward: fc1 (+ activation, fc1's bias) and fc2 into y = w·(h·W2ᵀ); fc2's bias is the

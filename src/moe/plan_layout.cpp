@@ -23,11 +23,10 @@ template <class Layout> SizeTerms size_terms(const Layout &zero, const Layout &o
     return t;
 }
 
-// The saved buffer's tail both layouts share, w_s [rows] and gate_up [rows, 2I], then its totals.
+// The saved buffer's tail both layouts share, gate_up [rows, 2I], then its totals.
 template <class Layout, class Bytes>
 void take_saved_tail(Layout &l, RegionAllocator &saved, const Bytes &bytes, std::int64_t rows, std::int64_t I,
                      std::int64_t el) {
-    l.w_s = saved.take(bytes({rows, 4}));
     l.gate_up = saved.take(bytes({rows, 2, I, el}));
     l.saved_bytes = saved.end;
     l.saved_payload = saved.payload;
@@ -76,6 +75,10 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     if (!gathered) fwd = bwd;  // forward scatters x to the same place
     counts = fwd.take(bytes({E, 4}));
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
+    // The routing weights in scattered order are not saved (0.14): the backward scatters them
+    // again from args->routing_weights into its own region, after dy's (S·4 bytes fewer kept).
+    w_s = fwd.take(bytes({S, 4}));
+    w_s_backward = bwd.take(bytes({S, 4}));
     // Only the gathering fc1 reads row_token, and the backward scatters (it gathers nothing):
     // the forward's workspace, not saved (0.13).
     if (gathered) row_token = fwd.take(bytes({S, 4}));
@@ -96,8 +99,8 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     take_backward_tail(*this, fwd, bwd, bytes, desc, S, consume_saved);
 
     // The backward in two parts (moejit_plan_backward_part, consuming only): DOWN uses the
-    // consuming backward's regions (dy, daw, d_w_s, the bias partials) and of the split scratch
-    // fc2's part; UP only the [S,H] region (x's rows, then dxs) and its own bias partials. UP's
+    // consuming backward's regions (dy, w_s_backward, daw, d_w_s, the bias partials) and of the
+    // split scratch fc2's part; UP only the [S,H] region (x's rows, then dxs) and its own bias partials. UP's
     // weight gradients split their reductions in the caller's dx, unwritten until UP's last
     // kernel (DESIGN.md §2.7).
     if (consume_saved) {
@@ -120,6 +123,7 @@ ExpertsLayout::ExpertsLayout(const PlanDesc &desc, std::int64_t num_rows, bool g
     auto bytes = [rows_arg](std::initializer_list<std::int64_t> f) { return checked_bytes(f, rows_arg); };
 
     RegionAllocator saved{rows_arg};
+    w_s = saved.take(bytes({R, 4}));  // the caller's row weights: the backward has none of its own
     take_saved_tail(*this, saved, bytes, R, I, el);
 
     RegionAllocator fwd{rows_arg}, bwd{rows_arg};

@@ -56,7 +56,6 @@ struct PlanLayout {
     // saved (written by forward, read by backward)
     Region offsets;        // [E+1] int32
     Region scatter_index;  // [T,k] int32
-    Region w_s;            // [S] fp32 routing weight per scattered row
     Region gate_up;        // split: g [S,I] then u [S,I]; merged: [S,2I]
     std::size_t saved_bytes = 0;
     std::size_t saved_payload = 0, saved_regions = 0;  // saved's bytes without padding; its region count
@@ -65,11 +64,13 @@ struct PlanLayout {
     // forward workspace
     Region counts;         // [E] int32
     Region routing;        // the routing index's scratch
+    Region w_s;            // [S] fp32 routing weight per scattered row (not saved since 0.14)
     Region row_token;      // [S] int32 when gathered: the token each scattered row comes from
     Region y;              // [S,H] fc2 output (= xs when x is scattered: fc1 has read it by then)
     Region aw;             // [S,I] a·w_s, fc2's input (the backward recomputes it into daw)
     // backward workspace (overlaps forward's: a call uses one or the other)
     Region dy;             // [S,H] scattered dout: = xs, read before backward scatters x
+    Region w_s_backward;   // [S] fp32: w_s scattered again from args->routing_weights
     Region daw;            // [S,I] d(a·w), then a·w recomputed in place (fc2's weight gradient)
     Region d_gate_up;      // like gate_up (empty when consumes_saved: gate_up's bytes instead)
     Region d_w_s;          // [S] fp32
@@ -78,9 +79,9 @@ struct PlanLayout {
     Region bias_partial;   // has_bias: the bias gradients' partial sums (ops/expert_bias.hpp)
     std::size_t workspace_bytes = 0;
     // consumes_saved only: the workspaces of the backward's two parts (moejit_plan_backward_part):
-    // DOWN's regions are dy, daw, d_w_s, bias_partial and the first down_split_bytes of
-    // wgrad_split (fc2's split alone); UP's are xs (x's rows, then dxs) and up_bias_partial
-    // (has_bias: db_gate_up's partial sums).
+    // DOWN's regions are dy, w_s_backward, daw, d_w_s, bias_partial and the first
+    // down_split_bytes of wgrad_split (fc2's split alone); UP's are xs (x's rows, then dxs) and
+    // up_bias_partial (has_bias: db_gate_up's partial sums).
     std::size_t down_workspace_bytes = 0, up_workspace_bytes = 0, down_split_bytes = 0;
     Region up_bias_partial;
 };

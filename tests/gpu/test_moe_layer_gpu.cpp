@@ -729,7 +729,10 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     if (S == 0) return;
     const std::vector<float> index_ref(ref.scatter_index.begin(), ref.scatter_index.end());
     check_exact(r, "scatter_index", R.words<std::int32_t>(res.saved_after_forward, R.L.scatter_index, S), index_ref);
-    check_exact(r, "w_s", R.words<float>(res.saved_after_forward, R.L.w_s, S), ref.w_s);
+    // The routing weights in scattered order: the forward's workspace (not saved since 0.14),
+    // scattered again by the backward into its own region.
+    check_exact(r, "w_s", R.words<float>(res.workspace_after_forward, R.L.w_s, S), ref.w_s);
+    check_exact(r, "w_s_backward", R.words<float>(res.workspace, R.L.w_s_backward, S), ref.w_s);
     if (R.L.gathered) {
         // The token of each scattered row, by which fc1 reads x's rows (no forward scatter; in
         // the forward's workspace since 0.13).
