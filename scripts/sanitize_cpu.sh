@@ -15,6 +15,10 @@ if [ ! -f "$san/build.ninja" ]; then
         -Db_sanitize=address,undefined -Db_lundef=false \
         -Dc_args=-fno-sanitize-recover=all -Dcpp_args=-fno-sanitize-recover=all \
         -Dc_link_args=-fno-sanitize-recover=all -Dcpp_link_args=-fno-sanitize-recover=all >/dev/null
+else
+    # An existing folder may predate a change of meson.build (the version is in the library's
+    # file name): regenerate before the introspection names the targets.
+    ninja -C "$san" build.ninja >/dev/null
 fi
 # The files the cpu suite's tests run or depend on, from Meson's introspection.
 plan=$(python3 - "$san" "${MOEJIT_SANITIZE_SKIP:-}" <<'PY'
