@@ -353,8 +353,7 @@ def variant_config(impl: str):
         yield
         return
     import moejit.torch as mt
-    from moejit import _op  # the options the caller's configure() set (none in this benchmark)
-    options = dict(_op._context_options)
+    options = mt.configuration()  # the caller's configure() options (none in this benchmark)
     before = {name: os.environ.get(name) for name in overrides}
     try:
         os.environ.update(overrides)

@@ -212,6 +212,15 @@ def configure(*, tune=None, gather=None, fuse_swiglu=None,
     clear_caches()
 
 
+def configuration() -> Dict[str, object]:
+    """The options the last configure() set, as its keywords (configure(**configuration())
+    makes the contexts anew with them; all None before any configure())."""
+    with _lock:
+        options = dict(tune=None, gather=None, fuse_swiglu=None, gemm_tile=None)
+        options.update(_context_options)
+        return options
+
+
 def clear_caches() -> None:
     """Drops every cached plan (kernels stay in the contexts' caches)."""
     with _lock:

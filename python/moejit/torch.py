@@ -70,7 +70,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from . import _capi, _experts_op, _op, errors  # noqa: F401  (_experts_op registers its ops)
-from ._op import (_plans, clear_caches, configure,  # noqa: F401  (_plans: tests look)
+from ._op import (_plans, clear_caches, configuration, configure,  # noqa: F401  (_plans: tests)
                   saved_bytes_bound)
 # The argument checks and the experts entry live in _functional (moejit.distributed uses them
 # too, without importing this module).
@@ -79,7 +79,8 @@ from ._functional import (_alpha, _flag, _limit, _require_tensors,  # noqa: F401
 from ._fp8_weight_cache import fp8_weight_cache  # noqa: F401
 from .core import ACTIVATIONS, recipe_code, swiglu_alpha
 
-__all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configure",
+__all__ = ["fused_moe", "fused_moe_merged", "MoEExperts", "clear_caches", "configuration",
+           "configure",
            "fp8_weight_cache",
            "saved_bytes_bound"]
 

@@ -24,13 +24,13 @@ def configures(monkeypatch):
 
 def test_variant_keeps_the_callers_options(monkeypatch):
     """configure(tune=...) set by the caller holds in the variant's contexts and after it."""
-    from moejit import _op
     calls = []
+    options = dict(tune=True, gather=None, fuse_swiglu=None, gemm_tile=None)
     monkeypatch.setattr(mt, "configure", lambda **kw: calls.append(kw))
-    monkeypatch.setattr(_op, "_context_options", {"tune": True, "gemm_tile": None})
+    monkeypatch.setattr(mt, "configuration", lambda: dict(options))
     with bench.variant_config("moejit-ring"):
         pass
-    assert calls == [{"tune": True, "gemm_tile": None}] * 2
+    assert calls == [options] * 2
 
 
 def test_variants_parse_and_are_moejit():

@@ -109,7 +109,10 @@ def test_torch_configure_validates(lib):
     with pytest.raises(moejit.InvalidArgumentError, match="gemm_tile"):
         torch_ops.configure(gemm_tile=3)
     torch_ops.configure(gather=False, gemm_tile="")
-    from moejit import _op
-    assert _op._context_options == dict(tune=None, gather=False, fuse_swiglu=None, gemm_tile="")
+    assert torch_ops.configuration() == dict(tune=None, gather=False, fuse_swiglu=None,
+                                             gemm_tile="")
+    torch_ops.configure(**torch_ops.configuration())  # the same options again
+    assert torch_ops.configuration()["gather"] is False
     torch_ops.configure()  # back to the environment and the defaults
-    assert _op._context_options == dict(tune=None, gather=None, fuse_swiglu=None, gemm_tile=None)
+    assert torch_ops.configuration() == dict(tune=None, gather=None, fuse_swiglu=None,
+                                             gemm_tile=None)
