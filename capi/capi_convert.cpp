@@ -120,7 +120,8 @@ PlanDesc to_internal(const moejit_plan_desc_t &d) {
     p.activation_alpha = d.activation_alpha;
     p.weights_transposed = d.weights_transposed;
     p.has_bias = d.has_bias;
-    p.recipe = static_cast<Recipe>(d.recipe);  // reserved_0_5_tail and reserved0 are ignored
+    p.recipe = static_cast<Recipe>(d.recipe);  // reserved_0_5_tail is ignored
+    p.routing_weights_in_backward = d.routing_weights_in_backward;
     return p;
 }
 

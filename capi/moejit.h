@@ -480,7 +480,13 @@ typedef struct moejit_plan_desc {
     int32_t reserved_0_5_tail;      /* the 0.5 struct's tail padding, named: ignored (a 0.5-0.10
                                        caller may leave any value here) */
     moejit_recipe_t recipe;         /* the GEMMs' number format; MOEJIT_RECIPE_BF16 by default */
-    int32_t reserved0;              /* padding to 8 bytes; must be 0 */
+    /* ---- since 0.14 (0.11-0.13: reserved0, "must be 0"; a library before 0.14 ignores it)
+     * 1: the caller passes routing_weights to every backward call of the plan (moejit_plan_backward
+     * and DOWN, moejit_plan_backward_part), as moejit_backward_args_t asks, so a bf16 plan keeps
+     * no copy of them in `saved` (S fp32 fewer: the backward scatters them again). 0 (the
+     * default, the 0.13 behaviour): saved keeps them, and the backward does not read them. An
+     * FP8 plan keeps its own either way. Anything else: MOEJIT_ERROR_INVALID_ARGUMENT. */
+    int32_t routing_weights_in_backward;
 } moejit_plan_desc_t;
 
 typedef struct moejit_forward_args {
@@ -516,8 +522,9 @@ typedef struct moejit_backward_args {
     size_t struct_size;
     int64_t num_tokens;
     const void *dout;             /* [T,H] */
-    const void *routing_weights;  /* [T,k], as in forward; read since 0.14 (a bf16 plan's saved
-                                     no longer keeps them in scattered order) */
+    const void *routing_weights;  /* [T,k], as in forward; read by a bf16 plan made with
+                                     desc->routing_weights_in_backward = 1 (since 0.14), and
+                                     then required for T > 0 */
     const void *w_gate;
     const void *w_up;
     const void *w_gate_up;
@@ -609,10 +616,10 @@ MOEJIT_API moejit_status_t moejit_plan_backward(moejit_plan_t plan,
  * in two calls on the same args (consume_saved must be 1), so that a caller can allocate each
  * part's outputs and workspace just before it and free the workspace after it: the step's peak
  * then holds either d(a*w) [S,I] or fc1's weight gradients and dx, never both.
- *   DOWN: fc2's side. Reads dout, routing_weights (since 0.14: saved no longer holds them),
- *         w_down, b_down, saved; writes d_routing_weights, dw_down, db_down, and the SwiGLU
- *         gradient over the saved g and u. x, dx and fc1's weights and gradients are not read
- *         (may be NULL).
+ *   DOWN: fc2's side. Reads dout, w_down, b_down, saved, and routing_weights when the plan's
+ *         desc->routing_weights_in_backward is 1 (since 0.14); writes d_routing_weights,
+ *         dw_down, db_down, and the SwiGLU gradient over the saved g and u. x, dx and fc1's
+ *         weights and gradients are not read (may be NULL).
  *   UP:   fc1's side, after DOWN on the same saved (stream order): reads x, fc1's weights and
  *         the SwiGLU gradient in saved; writes dx, dw_gate/dw_up or dw_gate_up, db_gate_up.
  *         dout, routing_weights, w_down, b_down, d_routing_weights, dw_down and db_down are

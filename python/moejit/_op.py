@@ -118,7 +118,8 @@ def saved_size_terms(hidden_size: int, intermediate_size: int, num_experts: int,
             f"element_size must be 2 (bfloat16 or float16 layers), got {element_size}")
     desc = core.plan_desc(dtype="bfloat16",
                           hidden_size=hidden_size, intermediate_size=intermediate_size,
-                          num_experts=num_experts, top_k=top_k, recipe=recipe)
+                          num_experts=num_experts, top_k=top_k, recipe=recipe,
+                          routing_weights_in_backward=True)  # as the ops' plans (_plan)
     per_unit, constant = ctypes.c_int64(), ctypes.c_int64()
     query = (_capi.lib().moejit_experts_saved_size_terms if experts_entry
              else _capi.lib().moejit_saved_size_terms)
@@ -186,7 +187,9 @@ def _plan(spec: LayerSpec, device: torch.device, main_grad: bool = False) -> Pla
                     activation=spec.activation,
                     activation_alpha=spec.alpha if spec.activation == "gpt_oss" else None,
                     weights_transposed=spec.weights_transposed, has_bias=spec.has_bias,
-                    recipe=spec.recipe)
+                    recipe=spec.recipe,
+                    # The backward ops always pass the routing weights: saved keeps none (0.14).
+                    routing_weights_in_backward=True)
         _plans[key] = plan
         return plan
 
@@ -433,7 +436,8 @@ def _backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved, s
               main_grads=None, recipe="bf16", **gated):
     """Returns (dx, d_routing_weights, {name: dW}) or, with main_grads {name: fp32 buffer},
     (dx, d_routing_weights, {}) after adding the weight gradients into main_grads. With
-    biases (gated b_gate_up and b_down) the dicts also hold "b_gate_up" and "b_down".
+    biases (gated b_gate_up and b_down) the dicts also hold "b_gate_up" and "b_down"; with
+    split fc1 weights, _FC1_PAIR too (_new_grads).
     Spends `saved` (consume_saved): a caller outside the ops' dispatcher, which bumps the
     version of what an op mutates, bumps it itself (moejit.torch._DirectFunction)."""
     spec = _backward_common(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, saved,
@@ -813,7 +817,12 @@ def _fused_moe_backward(ctx, dout, _dsaved):
     x, sel, rw, w_gate, w_up, w_down, saved = ctx.saved_tensors
     dx, drw, dw_gate_and_up, dw_down = torch.ops.moejit.fused_moe_backward(
         dout, x, sel, rw, w_gate, w_up, w_down, saved, ctx.swiglu_limit, ctx.recipe)
-    return dx, None, drw, dw_gate_and_up[0], dw_gate_and_up[1], dw_down, None, None
+    dw_gate, dw_up = dw_gate_and_up[0], dw_gate_and_up[1]
+    need_gate, need_up = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
+    if need_gate != need_up:  # one frozen: its .grad-to-be must not keep the whole block alive
+        dw_gate = dw_gate.clone() if need_gate else None
+        dw_up = dw_up.clone() if need_up else None
+    return dx, None, drw, dw_gate, dw_up, dw_down, None, None
 
 
 def _fused_moe_merged_backward(ctx, dout, _dsaved):

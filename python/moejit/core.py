@@ -280,7 +280,8 @@ def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_exp
               index_dtype: DType = "int64", routing_dtype: Optional[DType] = None,
               tokens_hint: int = 0, interleaved: bool = False, activation: str = "swiglu",
               activation_alpha: Optional[float] = None, weights_transposed: bool = False,
-              has_bias: bool = False, recipe: str = "bf16") -> _capi.PlanDesc:
+              has_bias: bool = False, recipe: str = "bf16",
+              routing_weights_in_backward: bool = False) -> _capi.PlanDesc:
     """A moejit_plan_desc_t. swiglu_limit None means no limit; weight_grad_dtype and
     routing_dtype default to dtype.
 
@@ -288,7 +289,10 @@ def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_exp
     implies a gate_up weight, like merged), activation "swiglu" or "gpt_oss",
     activation_alpha (gpt_oss only; None: 1.702), weights_transposed (W_gate_up [E,H,2I],
     W_down [E,I,H]) and has_bias (b_gate_up [E,2I], b_down [E,H]); the last two need merged or
-    interleaved."""
+    interleaved.
+
+    Since 0.14: routing_weights_in_backward (the caller passes routing_weights to every
+    backward call, so a bf16 plan's saved keeps no copy of them; moejit_plan_desc_t's field)."""
     for name, value in (("hidden_size", hidden_size), ("intermediate_size", intermediate_size),
                         ("num_experts", num_experts), ("top_k", top_k),
                         ("tokens_hint", tokens_hint)):
@@ -323,6 +327,7 @@ def plan_desc(*, dtype: DType, hidden_size: int, intermediate_size: int, num_exp
     desc.index_dtype = _capi.dtype_code(index_dtype)
     desc.routing_dtype = _capi.dtype_code(routing_dtype) if routing_dtype is not None else code
     desc.tokens_hint = tokens_hint
+    desc.routing_weights_in_backward = 1 if routing_weights_in_backward else 0
     return desc
 
 

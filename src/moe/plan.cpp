@@ -87,6 +87,8 @@ void validate_plan_desc(const PlanDesc &d) {
     MOEJIT_REQUIRE(d.weights_transposed == 0 || d.weights_transposed == 1,
                    "desc->weights_transposed is {}, expected 0 or 1", d.weights_transposed);
     MOEJIT_REQUIRE(d.has_bias == 0 || d.has_bias == 1, "desc->has_bias is {}, expected 0 or 1", d.has_bias);
+    MOEJIT_REQUIRE(d.routing_weights_in_backward == 0 || d.routing_weights_in_backward == 1,
+                   "desc->routing_weights_in_backward is {}, expected 0 or 1", d.routing_weights_in_backward);
     if (d.fc1_layout == Fc1Layout::split) {
         // The split layout's separate W_gate/W_up would need two biases and transposed pairs;
         // the models that have them store fc1 merged.
@@ -241,6 +243,13 @@ float *Plan::scatter_routing_weights(const std::int32_t *scatter_index, std::int
     return w_s;
 }
 
+const float *Plan::backward_w_s(const PlanLayout &L, const BackwardArgs &a) {
+    if (L.w_s_saved) return L.w_s.in<float>(a.saved);
+    if (a.num_tokens == 0) return nullptr;  // no rows read it
+    return scatter_routing_weights(L.scatter_index.in<std::int32_t>(a.saved), a.num_tokens, a.routing_weights,
+                                   L.w_s_backward.in<float>(a.workspace), nullptr, a.stream);
+}
+
 void Plan::run_experts_forward(const ForwardRows &r, const ExpertWeights &w) {
     const PlanDesc &d = desc_;
     const std::int64_t S = r.rows, I = d.intermediate_size;
@@ -386,14 +395,14 @@ void Plan::forward(const ForwardArgs &a) {
     // Only a gathering fc1 reads row_token (in the workspace); otherwise it is not written.
     auto *row_token = gemm_specs_.gathered ? L.row_token.in<std::int32_t>(a.workspace) : nullptr;
     void *y = L.y.in<char>(a.workspace);
+    float *w_s = L.w_s_saved ? L.w_s.in<float>(a.saved) : L.w_s.in<float>(a.workspace);
 
     routing_index(ctx_, RoutingIndexArgs{d.index_dtype, a.selected_experts, a.num_tokens, d.top_k, d.num_experts,
                                          L.counts.in<std::int32_t>(a.workspace), offsets, scatter_index,
                                          L.routing.in<char>(a.workspace), L.routing.bytes, a.stream},
                   kernels_.routing);
     if (!T0) return;  // offsets are zero; nothing else to do (out has no rows)
-    const float *w_s = scatter_routing_weights(scatter_index, a.num_tokens, a.routing_weights,
-                                               L.w_s.in<float>(a.workspace), row_token, a.stream);
+    scatter_routing_weights(scatter_index, a.num_tokens, a.routing_weights, w_s, row_token, a.stream);
     // fc1 reads x's rows by row_token (gathered) or from its scatter.
     const void *xs = gemm_specs_.gathered ? a.x : scatter_rows(scatter_index, a.num_tokens, a.x, L.xs.in<char>(a.workspace), a.stream);
     run_experts_forward(ForwardRows{L.rows, offsets, row_token, xs, w_s, L.gate_up.in<char>(a.saved),
@@ -420,7 +429,7 @@ void Plan::backward(const BackwardArgs &a) {
     const ExpertGrads &g = a.grads;
     require_tensor(a.x, "args->x", T0);
     require_tensor(a.dout, "args->dout", T0);
-    require_tensor(a.routing_weights, "args->routing_weights", T0);
+    require_tensor(a.routing_weights, "args->routing_weights", T0 && !L.w_s_saved);
     require_weights(d, w, T0);
     require_tensor(a.dx, "args->dx", T0);
     require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
@@ -434,12 +443,8 @@ void Plan::backward(const BackwardArgs &a) {
     // dout's rows scattered for fc2's GEMMs now, x's for fc1's weight gradient later, into the
     // same region (T = 0: nothing to read).
     const void *dy = a.dout;
-    const float *w_s = nullptr;
-    if (T0) {
-        dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
-        w_s = scatter_routing_weights(scatter_index, a.num_tokens, a.routing_weights,
-                                      L.w_s_backward.in<float>(a.workspace), nullptr, a.stream);
-    }
+    if (T0) dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
+    const float *w_s = backward_w_s(L, a);
     // A consuming call writes d_gate_up over the saved g and u: the caller gave saved up to it.
     char *d_gate_up = L.consumes_saved ? L.gate_up.in<char>(const_cast<void *>(a.saved))
                                        : L.d_gate_up.in<char>(a.workspace);
@@ -476,7 +481,7 @@ void Plan::backward_part(BackwardPart part, const BackwardArgs &a) {
     const ExpertGrads &g = a.grads;
     if (down) {
         require_tensor(a.dout, "args->dout", T0);
-        require_tensor(a.routing_weights, "args->routing_weights", T0);
+        require_tensor(a.routing_weights, "args->routing_weights", T0 && !L.w_s_saved);
         require_tensor(a.d_routing_weights, "args->d_routing_weights", T0);
     } else {
         require_tensor(a.x, "args->x", T0);
@@ -497,12 +502,8 @@ void Plan::backward_part(BackwardPart part, const BackwardArgs &a) {
                       L.xs.in<char>(a.workspace), nullptr, 0, nullptr, 0, a.stream, {}};
     if (down) {
         float *d_w_s = L.d_w_s.in<float>(a.workspace);
-        rows.dy = a.dout;
-        if (T0) {
-            rows.dy = scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream);
-            rows.w_s = scatter_routing_weights(scatter_index, a.num_tokens, a.routing_weights,
-                                               L.w_s_backward.in<float>(a.workspace), nullptr, a.stream);
-        }
+        rows.dy = T0 ? scatter_rows(scatter_index, a.num_tokens, a.dout, L.dy.in<char>(a.workspace), a.stream) : a.dout;
+        rows.w_s = backward_w_s(L, a);
         rows.daw = L.daw.in<char>(a.workspace);
         rows.d_w_s = d_w_s;
         rows.wgrad_split = L.wgrad_split.in<char>(a.workspace);

@@ -211,6 +211,9 @@ private:
     // again the backward's: not saved); row_token, when not NULL, gets each row's token.
     float *scatter_routing_weights(const std::int32_t *scatter_index, std::int64_t num_tokens,
                                    const void *routing_weights, float *w_s, std::int32_t *row_token, void *stream);
+    // The backward's w_s: saved's (desc.routing_weights_in_backward 0), else scattered again
+    // from args->routing_weights into its workspace region (NULL when T = 0).
+    const float *backward_w_s(const PlanLayout &layout, const BackwardArgs &args);
 
     // The experts on rows grouped by expert, shared by the layer and the experts entry.
     // Forward: fc1 (+ activation, fc1's bias) and fc2 into y = w·(h·W2ᵀ); fc2's bias is the

@@ -44,6 +44,9 @@ struct PlanDesc {
     std::int32_t weights_transposed = 0;
     std::int32_t has_bias = 0;
     Recipe recipe = Recipe::bf16;  // since 0.11
+    // Since 0.14, 0 or 1: the caller passes routing_weights to every backward call, so a bf16
+    // plan's saved keeps no w_s (PlanLayout::w_s_saved).
+    std::int32_t routing_weights_in_backward = 0;
 };
 
 // fc1 in one [.,2I] tensor (merged or interleaved) rather than W_gate and W_up apart.

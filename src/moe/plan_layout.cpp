@@ -57,7 +57,8 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     : tokens(num_tokens),
       rows(checked_rows(num_tokens, desc.top_k, tokens_arg)),
       gathered(gathered_rows),
-      consumes_saved(consume_saved) {
+      consumes_saved(consume_saved),
+      w_s_saved(desc.routing_weights_in_backward == 0) {
     // S <= 2^31-1 now; H, I and E come from a validated desc but have no upper bound, so every
     // byte count is still a checked product (blamed on T, the value that varies per call).
     const std::int64_t S = rows, H = desc.hidden_size, I = desc.intermediate_size, E = desc.num_experts;
@@ -68,6 +69,7 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     RegionAllocator saved{arg};
     offsets = saved.take(bytes({E + 1, 4}));
     scatter_index = saved.take(bytes({S, 4}));
+    if (w_s_saved) w_s = saved.take(bytes({S, 4}));  // the 0.13 layout, byte for byte
     take_saved_tail(*this, saved, bytes, S, I, el);
 
     RegionAllocator fwd{arg}, bwd{arg};
@@ -75,10 +77,13 @@ PlanLayout::PlanLayout(const PlanDesc &desc, std::int64_t num_tokens, bool gathe
     if (!gathered) fwd = bwd;  // forward scatters x to the same place
     counts = fwd.take(bytes({E, 4}));
     routing = fwd.take(routing_index_workspace_size(num_tokens, desc.top_k, desc.num_experts));
-    // The routing weights in scattered order are not saved (0.14): the backward scatters them
-    // again from args->routing_weights into its own region, after dy's (S·4 bytes fewer kept).
-    w_s = fwd.take(bytes({S, 4}));
-    w_s_backward = bwd.take(bytes({S, 4}));
+    // With desc.routing_weights_in_backward (0.14) the routing weights in scattered order are
+    // not saved: the forward keeps them here, and the backward scatters them again from
+    // args->routing_weights into its own region, after dy's (S·4 bytes fewer kept).
+    if (!w_s_saved) {
+        w_s = fwd.take(bytes({S, 4}));
+        w_s_backward = bwd.take(bytes({S, 4}));
+    }
     // Only the gathering fc1 reads row_token, and the backward scatters (it gathers nothing):
     // the forward's workspace, not saved (0.13).
     if (gathered) row_token = fwd.take(bytes({S, 4}));

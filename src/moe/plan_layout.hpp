@@ -53,6 +53,7 @@ struct PlanLayout {
     std::int64_t tokens = 0, rows = 0;  // T and S = T·k
     bool gathered = false;
     bool consumes_saved = false;  // d_gate_up is gate_up, in the saved buffer
+    bool w_s_saved = true;        // !desc.routing_weights_in_backward: w_s is in saved
     // saved (written by forward, read by backward)
     Region offsets;        // [E+1] int32
     Region scatter_index;  // [T,k] int32
@@ -64,13 +65,14 @@ struct PlanLayout {
     // forward workspace
     Region counts;         // [E] int32
     Region routing;        // the routing index's scratch
-    Region w_s;            // [S] fp32 routing weight per scattered row (not saved since 0.14)
+    Region w_s;            // [S] fp32 routing weight per scattered row: in saved after
+                           // scatter_index when w_s_saved, else here (the forward's workspace)
     Region row_token;      // [S] int32 when gathered: the token each scattered row comes from
     Region y;              // [S,H] fc2 output (= xs when x is scattered: fc1 has read it by then)
     Region aw;             // [S,I] a·w_s, fc2's input (the backward recomputes it into daw)
     // backward workspace (overlaps forward's: a call uses one or the other)
     Region dy;             // [S,H] scattered dout: = xs, read before backward scatters x
-    Region w_s_backward;   // [S] fp32: w_s scattered again from args->routing_weights
+    Region w_s_backward;   // [S] fp32, !w_s_saved: w_s scattered again from routing_weights
     Region daw;            // [S,I] d(a·w), then a·w recomputed in place (fc2's weight gradient)
     Region d_gate_up;      // like gate_up (empty when consumes_saved: gate_up's bytes instead)
     Region d_w_s;          // [S] fp32

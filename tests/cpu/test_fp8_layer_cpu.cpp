@@ -51,7 +51,7 @@ BOOST_AUTO_TEST_CASE(desc_init_defaults_to_bf16_and_the_abi_pins_hold) {
     BOOST_TEST(d.struct_size == sizeof d);
     BOOST_TEST(d.recipe == MOEJIT_RECIPE_BF16);
     BOOST_TEST(d.reserved_0_5_tail == 0);
-    BOOST_TEST(d.reserved0 == 0);
+    BOOST_TEST(d.routing_weights_in_backward == 0);  // 0.14, reserved0 before: saved keeps w_s
     BOOST_TEST(sizeof(moejit_plan_desc_t) == 104u);
     BOOST_TEST(offsetof(moejit_plan_desc_t, recipe) == 96u);
     BOOST_TEST(sizeof(moejit_recipe_t) == 4u);
@@ -463,6 +463,36 @@ BOOST_AUTO_TEST_CASE(weight_cache_layout_and_refusals) {
     expect(outcome([&] { bplan.backward_part(BackwardPart::down, dn); }),
            "moejit_plan_backward_part_workspace_size(DOWN)");
     dn.workspace_size = down;
+    // The routing weights: this plan keeps them in saved (desc.routing_weights_in_backward 0, the
+    // 0.13 behaviour) and reads none; a plan made with 1 (0.14) requires them in the whole
+    // backward and in DOWN (it scatters them again), and its DOWN workspace holds them.
+    dn.routing_weights = nullptr;
+    expect(outcome([&] { bplan.backward_part(BackwardPart::down, dn); }), "compile-only");
+    moejit::BackwardArgs kn = dn;  // a whole consuming backward without the routing weights
+    kn.workspace_size = consuming;
+    expect(outcome([&] { bplan.backward(kn); }), "args->x is NULL");  // needs x, not them
+    kn.x = kn.dx = fake, kn.weights.w_gate_up = kn.grads.dw_gate_up = fake;
+    expect(outcome([&] { bplan.backward(kn); }), "compile-only");
+    {
+        moejit::PlanDesc rw = bf16;
+        rw.routing_weights_in_backward = 1;
+        moejit::Plan rplan(ctx.impl(), rw);
+        BOOST_TEST(rplan.saved_bytes(T) < bplan.saved_bytes(T));
+        BOOST_TEST(rplan.backward_part_workspace_bytes(T, BackwardPart::down) > down);
+        moejit::BackwardArgs rk = kn, rdn = dn;
+        rk.saved_size = rdn.saved_size = rplan.saved_bytes(T);
+        rk.workspace_size = rplan.workspace_bytes(T, true);
+        rdn.workspace_size = rplan.backward_part_workspace_bytes(T, BackwardPart::down);
+        expect(outcome([&] { rplan.backward(rk); }), "args->routing_weights is NULL");
+        expect(outcome([&] { rplan.backward_part(BackwardPart::down, rdn); }), "args->routing_weights is NULL");
+        rk.routing_weights = rdn.routing_weights = fake;
+        expect(outcome([&] { rplan.backward(rk); }), "compile-only");
+        expect(outcome([&] { rplan.backward_part(BackwardPart::down, rdn); }), "compile-only");
+        rk.num_tokens = rdn.num_tokens = 0;  // no rows: nothing to scatter, none required
+        rk.routing_weights = rdn.routing_weights = nullptr;
+        expect(outcome([&] { rplan.backward(rk); }), "compile-only");
+    }
+    dn.routing_weights = fake;
     dn.dout = nullptr;
     expect(outcome([&] { bplan.backward_part(BackwardPart::down, dn); }), "args->dout is NULL");
     u.dout = u.routing_weights = u.d_routing_weights = nullptr, u.weights.w_down = nullptr, u.grads.dw_down = nullptr;

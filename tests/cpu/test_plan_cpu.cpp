@@ -341,10 +341,19 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
     for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED})
         for (moejit_dtype_t dtype : {MOEJIT_DTYPE_BF16, MOEJIT_DTYPE_FP16})
             for (std::int64_t T : {0, 1, 3, 128, 1000, 4096})
-                for (bool gathered : {true, false}) {
+                for (bool gathered : {true, false})
+                    for (std::int32_t rw_in_backward : {0, 1}) {
                 moejit_plan_desc_t d = layer_desc(2048, 768, 128, 8, layout);
                 d.dtype = dtype;
+                d.routing_weights_in_backward = rw_in_backward;
                 const moejit::PlanLayout L(moejit::to_internal(d), T, gathered);
+                BOOST_TEST_CONTEXT("T=" << T << " gathered=" << gathered << " rw_in_backward=" << rw_in_backward) {
+                // w_s, the routing weights in scattered order: saved (0.13's layout, the default)
+                // or, when the caller passes them to the backward (0.14), the forward's workspace
+                // and a copy the backward scatters into its own.
+                const bool w_s_saved = rw_in_backward == 0;
+                BOOST_TEST(L.w_s_saved == w_s_saved);
+                const moejit::Region none{};
                 const std::size_t S = static_cast<std::size_t>(T * d.top_k), H = 2048, I = 768, E = 128;
                 const std::size_t el = 2;
                 // x's and dout's scatters live in the workspace (backward's; forward's too when
@@ -356,20 +365,25 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                 BOOST_TEST(L.xs.offset == 0u);
                 check_regions({{"offsets", L.offsets, (E + 1) * 4},
                                {"scatter_index", L.scatter_index, S * 4},
+                               {"w_s", w_s_saved ? L.w_s : none, w_s_saved ? S * 4 : 0},
                                {"gate_up", L.gate_up, S * 2 * I * el}},
                               L.saved_bytes, "saved");
-                // The routing weights in scattered order are not saved (0.14): the forward's
-                // workspace holds them, and the backward's its own copy.
-                BOOST_TEST(L.saved_bytes <= (E + 1) * 4 + S * 4 + S * 2 * I * el + 3 * moejit::kRegionAlignment);
+                const std::size_t w_s_bytes = w_s_saved ? S * 4 : 0;  // S·4 fewer kept otherwise
+                BOOST_TEST(L.saved_bytes <= (E + 1) * 4 + S * 4 + w_s_bytes + S * 2 * I * el +
+                                                4 * moejit::kRegionAlignment);
+                if (w_s_saved && S > 0) {  // 0.13's order: offsets, scatter_index, w_s, g|u
+                    BOOST_TEST(L.w_s.offset > L.scatter_index.offset);
+                    BOOST_TEST(L.w_s.offset < L.gate_up.offset);
+                }
+                BOOST_TEST(L.w_s_backward.bytes == (w_s_saved ? 0 : S * 4));
                 // Forward and backward scratch may overlap each other (one call uses one set),
                 // never within a set; xs belongs to both. row_token is the gathering forward's
                 // (0.13: not saved). Scattered x: fc2 writes y over xs, which fc1 has read by then.
                 // Gathered: forward never writes xs (backward's scratch may overlap its regions).
-                const moejit::Region none{};
                 check_regions({{"xs = y", gathered ? none : L.xs, gathered ? 0 : scattered},
                                {"counts", L.counts, E * 4},
                                {"routing", L.routing, 0},
-                               {"w_s", L.w_s, S * 4},
+                               {"w_s", w_s_saved ? none : L.w_s, w_s_saved ? 0 : S * 4},
                                {"row_token", L.row_token, gathered ? S * 4 : 0},
                                {"y", gathered ? L.y : none, gathered ? S * H * el : 0},
                                {"aw", L.aw, S * I * el}},
@@ -383,7 +397,7 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                 BOOST_TEST(L.dy.bytes == scattered);
                 BOOST_TEST(L.dxs.bytes == scattered);
                 check_regions({{"xs = dy = dxs", L.xs, scattered},
-                               {"w_s_backward", L.w_s_backward, S * 4},
+                               {"w_s_backward", L.w_s_backward, w_s_bytes == 0 ? S * 4 : 0},
                                {"daw", L.daw, S * I * el},
                                {"d_gate_up", L.d_gate_up, S * 2 * I * el},
                                {"d_w_s", L.d_w_s, S * 4},
@@ -391,6 +405,7 @@ BOOST_AUTO_TEST_CASE(layout_regions_fit_their_tensors) {
                                 moejit::wgrad_split_workspace_bytes(moejit::to_internal(d), L.rows)},
                                {"bias_partial", L.bias_partial, 0}},
                               L.workspace_bytes, "backward workspace");
+                }
             }
 }
 
@@ -448,6 +463,7 @@ BOOST_AUTO_TEST_CASE(backward_parts_layout) {
                     if (bias && layout == MOEJIT_FC1_SPLIT) continue;  // biases need fc1 merged
                     moejit_plan_desc_t d = layer_desc(2048, 768, 128, 8, layout);
                     d.has_bias = bias;
+                    d.routing_weights_in_backward = 1;  // DOWN's region for w_s (the default: none)
                     const moejit::PlanDesc pd = moejit::to_internal(d);
                     const moejit::PlanLayout keep(pd, T, gathered), L(pd, T, gathered, "num_tokens", true);
                     const std::size_t S = static_cast<std::size_t>(T * 8), H = 2048, I = 768, el = 2;
@@ -499,7 +515,7 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
         // Large T: linear, dominated by the row tensors (g|u in saved; a·w is recomputed and
         // x's rows re-read by the backward, neither saved).
         const moejit::PlanLayout a(moejit::to_internal(d), 1000, true), b(moejit::to_internal(d), 2000, true);
-        const std::size_t per_row_saved = 4 + 2 * d.intermediate_size * 2;  // scatter_index, g|u (0.14: no w_s)
+        const std::size_t per_row_saved = 4 + 4 + 2 * d.intermediate_size * 2;  // scatter_index, w_s, g|u
         const double growth = static_cast<double>(b.saved_bytes - a.saved_bytes) / (1000.0 * d.top_k);
         // Alignment padding between regions changes by less than 256 bytes per region.
         BOOST_TEST(growth >= static_cast<double>(per_row_saved) - 1.0);
@@ -509,6 +525,27 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_monotonic_in_tokens_and_small_at_zero) {
     moejit_plan_desc_t d = small_desc();
     d.num_experts = 4096;
     BOOST_TEST(moejit::PlanLayout(moejit::to_internal(d), 0, true).offsets.bytes == 4097u * 4u);
+}
+
+// desc->routing_weights_in_backward (0.14, reserved0 before): 1 takes w_s (S fp32) out of saved,
+// and the affine bound with it; anything but 0 and 1 is refused naming the field.
+BOOST_AUTO_TEST_CASE(routing_weights_in_backward_takes_w_s_out_of_saved) {
+    moejit_plan_desc_t d = layer_desc(2048, 768, 128, 8);
+    std::int64_t per_token0 = 0, constant0 = 0, per_token1 = 0, constant1 = 0;
+    BOOST_REQUIRE(moejit_saved_size_terms(&d, &per_token0, &constant0) == MOEJIT_SUCCESS);
+    d.routing_weights_in_backward = 1;
+    BOOST_REQUIRE(moejit_saved_size_terms(&d, &per_token1, &constant1) == MOEJIT_SUCCESS);
+    BOOST_TEST(per_token0 - per_token1 == 4 * d.top_k);
+    BOOST_TEST(constant1 <= constant0);
+    // qwen3-30b-a3b at T = 16384: 385.0007 MiB saved (just above a 2 MiB granule), 384.5007.
+    const moejit::PlanLayout keep(moejit::to_internal(layer_desc(2048, 768, 128, 8)), 16384, true),
+        lean(moejit::to_internal(d), 16384, true);
+    BOOST_TEST(keep.saved_bytes - lean.saved_bytes == 16384u * 8 * 4 + 0u);
+    for (std::int32_t bad : {2, -1}) {
+        d.routing_weights_in_backward = bad;
+        BOOST_TEST(moejit_saved_size_terms(&d, &per_token1, &constant1) == MOEJIT_ERROR_INVALID_ARGUMENT);
+        BOOST_TEST(message_names("desc->routing_weights_in_backward"), moejit_last_error());
+    }
 }
 
 // moejit_saved_size_terms / moejit_experts_saved_size_terms: an affine bound from the

@@ -197,7 +197,6 @@ static void test_plan(moejit_context_t c) {
     BWD_CASE(num_tokens, -3, "args->num_tokens");
     BWD_CASE(num_tokens, INT64_MAX, "args->num_tokens");
     BWD_CASE(dout, NULL, "args->dout");
-    BWD_CASE(routing_weights, NULL, "args->routing_weights"); /* re-scattered, not saved (0.14) */
     BWD_CASE(x, NULL, "args->x");
     BWD_CASE(x, (char *)x + 2, "args->x");
     BWD_CASE(dx, NULL, "args->dx");

@@ -142,6 +142,7 @@ struct LayerCase {
     bool fuse_swiglu = false;          // options->fuse_swiglu on for the plan's context
     std::int64_t tokens_hint = 0;
     double fc1_scale = 1.0;  // standard deviation of g and u
+    bool rw_in_backward = false;  // desc->routing_weights_in_backward (0.14): saved keeps no w_s
 
     std::int64_t S() const { return T * k; }
     double tol() const { return dtype == MOEJIT_DTYPE_FP16 ? kTolFp16 : kTolBf16; }
@@ -169,6 +170,7 @@ moejit_plan_desc_t desc_of(const LayerCase &c, moejit_fc1_layout_t layout) {
     d.index_dtype = c.index_dtype;
     d.routing_dtype = c.routing_dtype;
     d.tokens_hint = c.tokens_hint;
+    d.routing_weights_in_backward = c.rw_in_backward ? 1 : 0;
     return d;
 }
 
@@ -729,10 +731,14 @@ void check_intermediates(Report &r, const LayerCase &c, moejit_fc1_layout_t layo
     if (S == 0) return;
     const std::vector<float> index_ref(ref.scatter_index.begin(), ref.scatter_index.end());
     check_exact(r, "scatter_index", R.words<std::int32_t>(res.saved_after_forward, R.L.scatter_index, S), index_ref);
-    // The routing weights in scattered order: the forward's workspace (not saved since 0.14),
-    // scattered again by the backward into its own region.
-    check_exact(r, "w_s", R.words<float>(res.workspace_after_forward, R.L.w_s, S), ref.w_s);
-    check_exact(r, "w_s_backward", R.words<float>(res.workspace, R.L.w_s_backward, S), ref.w_s);
+    // The routing weights in scattered order: saved, or (desc->routing_weights_in_backward, 0.14)
+    // the forward's workspace, scattered again by the backward into its own region.
+    if (R.L.w_s_saved) {
+        check_exact(r, "w_s", R.words<float>(res.saved_after_forward, R.L.w_s, S), ref.w_s);
+    } else {
+        check_exact(r, "w_s", R.words<float>(res.workspace_after_forward, R.L.w_s, S), ref.w_s);
+        check_exact(r, "w_s_backward", R.words<float>(res.workspace, R.L.w_s_backward, S), ref.w_s);
+    }
     if (R.L.gathered) {
         // The token of each scattered row, by which fc1 reads x's rows (no forward scatter; in
         // the forward's workspace since 0.13).
@@ -1123,6 +1129,34 @@ BOOST_AUTO_TEST_CASE(backward_parts_split_in_dx) {
         checked.print();
         checked.expect_ok();
     });
+}
+
+// desc->routing_weights_in_backward (since 0.14; the PyTorch binding's plans): saved keeps no
+// w_s, the backward scatters it again from args->routing_weights. The whole layer against the
+// reference, w_s in both workspaces (check_intermediates), on duplicate routes with a limit,
+// every route to expert 0, T = 1 and T = 0; then the parts against the whole backward.
+BOOST_AUTO_TEST_CASE(routing_weights_in_backward) {
+    LayerCase c = mid_case("rw_in_backward_duplicates");
+    c.routing = Routing::uniform;
+    c.limit = 10.0f;
+    c.rw_in_backward = true;
+    run_case(c);
+    LayerCase e = seed_case(128);
+    e.rw_in_backward = true;
+    run_case(e);
+    c = mid_case("rw_in_backward_T1");
+    c.T = 1;
+    c.routing = Routing::uniform;
+    c.active = {3, 11};
+    c.rw_in_backward = true;
+    run_case(c);
+    c.name = "rw_in_backward_T0";
+    c.T = 0;
+    run_case(c);
+    c = mid_case("rw_in_backward_parts");
+    c.routing = Routing::uniform;
+    c.rw_in_backward = true;
+    run_spending_case(c, Spending::parts);
 }
 
 // moejit_backward_args_t.consume_saved (since 0.12), on run_spending_cases.

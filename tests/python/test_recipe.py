@@ -18,7 +18,7 @@ from moejit import _op  # noqa: E402
 
 def test_plan_desc_has_recipe_after_the_named_padding():
     fields = [f for f, _ in _capi.PlanDesc._fields_]
-    assert fields[-3:] == ["reserved_0_5_tail", "recipe", "reserved0"]
+    assert fields[-3:] == ["reserved_0_5_tail", "recipe", "routing_weights_in_backward"]
     if ctypes.sizeof(ctypes.c_void_p) == 8:
         assert _capi.PlanDesc.recipe.offset == 96
         assert ctypes.sizeof(_capi.PlanDesc) == 104

@@ -251,3 +251,22 @@ def test_backward_makes_no_gradient_for_saved(merged):
     made = [name for name, shapes in log.calls if tuple(saved.shape) in shapes]
     assert made == [], f"the backward made tensors of saved's shape {tuple(saved.shape)}: {made}"
     assert x.grad is not None and all(w.grad is not None for w in weights)
+
+
+def test_split_fc1_gradients_share_a_block_unless_one_is_frozen():
+    """The split backward op returns dw_gate and dw_up as one [2,E,I,H] tensor (0.14); autograd
+    gets its halves, views of one block, when both weights train, and a copy of the one that
+    does when the other is frozen (its half must not keep the whole block alive)."""
+    x, sel, rw, (wg, wu, wd) = layer_inputs(requires_grad=False)
+    dout = torch.randn(x.shape).to(BF16)
+    both = [w.clone().requires_grad_() for w in (wg, wu, wd)]
+    mt.fused_moe(x, sel, rw, *both).backward(dout)
+    gate, up = both[0].grad, both[1].grad
+    assert gate.untyped_storage().data_ptr() == up.untyped_storage().data_ptr()
+    assert gate.is_contiguous() and up.is_contiguous()
+    frozen_gate = [wg.clone(), wu.clone().requires_grad_(), wd.clone().requires_grad_()]
+    mt.fused_moe(x, sel, rw, *frozen_gate).backward(dout)
+    alone = frozen_gate[1].grad
+    assert frozen_gate[0].grad is None
+    assert alone.untyped_storage().nbytes() == alone.numel() * alone.element_size()
+    assert torch.equal(alone, up)
