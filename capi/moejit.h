@@ -524,7 +524,7 @@ typedef struct moejit_backward_args {
     const void *dout;             /* [T,H] */
     const void *routing_weights;  /* [T,k], as in forward; read by a bf16 plan made with
                                      desc->routing_weights_in_backward = 1 (since 0.14), and
-                                     then required for T > 0 */
+                                     then required for T > 0 (whole backward and DOWN) */
     const void *w_gate;
     const void *w_up;
     const void *w_gate_up;

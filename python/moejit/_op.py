@@ -819,7 +819,9 @@ def _fused_moe_backward(ctx, dout, _dsaved):
         dout, x, sel, rw, w_gate, w_up, w_down, saved, ctx.swiglu_limit, ctx.recipe)
     dw_gate, dw_up = dw_gate_and_up[0], dw_gate_and_up[1]
     need_gate, need_up = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
-    if need_gate != need_up:  # one frozen: its .grad-to-be must not keep the whole block alive
+    # One frozen: the other's .grad must not keep the whole block alive (the copy holds three
+    # [E,I,H] tensors for a moment; the op cannot see needs_input_grad to allocate one).
+    if need_gate != need_up:
         dw_gate = dw_gate.clone() if need_gate else None
         dw_up = dw_up.clone() if need_up else None
     return dx, None, drw, dw_gate, dw_up, dw_down, None, None

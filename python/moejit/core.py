@@ -517,7 +517,8 @@ class Plan(_OwnedHandle):
                       dw_down=None, b_down=None, db_gate_up=None, db_down=None,
                       stream: Optional[int] = None) -> None:
         """One part of a bf16 plan's consuming backward (moejit_plan_backward_part; since
-        0.13): "down" (dout, routing_weights (read since 0.14), w_down, b_down →
+        0.13): "down" (dout, routing_weights (read when the plan's desc has
+        routing_weights_in_backward, since 0.14), w_down, b_down →
         d_routing_weights, dw_down, db_down, and the SwiGLU gradient over saved's g and u),
         then "up" on the same saved (x, fc1's weights → dx, fc1's weight and bias gradients;
         dx's bytes are its scratch until its last kernel). Each needs backward_part_workspace_size(num_tokens, part) bytes."""

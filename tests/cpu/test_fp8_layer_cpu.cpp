@@ -490,7 +490,11 @@ BOOST_AUTO_TEST_CASE(weight_cache_layout_and_refusals) {
         expect(outcome([&] { rplan.backward_part(BackwardPart::down, rdn); }), "compile-only");
         rk.num_tokens = rdn.num_tokens = 0;  // no rows: nothing to scatter, none required
         rk.routing_weights = rdn.routing_weights = nullptr;
+        rk.saved_size = rdn.saved_size = rplan.saved_bytes(0);
+        rk.workspace_size = rplan.workspace_bytes(0, true);
+        rdn.workspace_size = rplan.backward_part_workspace_bytes(0, BackwardPart::down);
         expect(outcome([&] { rplan.backward(rk); }), "compile-only");
+        expect(outcome([&] { rplan.backward_part(BackwardPart::down, rdn); }), "compile-only");
     }
     dn.routing_weights = fake;
     dn.dout = nullptr;

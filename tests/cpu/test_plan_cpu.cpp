@@ -459,11 +459,12 @@ BOOST_AUTO_TEST_CASE(backward_parts_layout) {
     for (moejit_fc1_layout_t layout : {MOEJIT_FC1_SPLIT, MOEJIT_FC1_MERGED})
         for (bool bias : {false, true})
             for (std::int64_t T : {0, 1, 3, 1000, 16384})
-                for (bool gathered : {true, false}) {
+                for (bool gathered : {true, false})
+                    for (std::int32_t rw_in_backward : {0, 1}) {
                     if (bias && layout == MOEJIT_FC1_SPLIT) continue;  // biases need fc1 merged
                     moejit_plan_desc_t d = layer_desc(2048, 768, 128, 8, layout);
                     d.has_bias = bias;
-                    d.routing_weights_in_backward = 1;  // DOWN's region for w_s (the default: none)
+                    d.routing_weights_in_backward = rw_in_backward;  // 1: DOWN holds w_s again
                     const moejit::PlanDesc pd = moejit::to_internal(d);
                     const moejit::PlanLayout keep(pd, T, gathered), L(pd, T, gathered, "num_tokens", true);
                     const std::size_t S = static_cast<std::size_t>(T * 8), H = 2048, I = 768, el = 2;
@@ -476,8 +477,9 @@ BOOST_AUTO_TEST_CASE(backward_parts_layout) {
                         const std::size_t fc2_split = moejit::wgrad_split_workspace_bytes(pd, L.rows, true);
                         BOOST_TEST(L.down_split_bytes == fc2_split);
                         BOOST_TEST(fc2_split <= L.wgrad_split.bytes);
+                        BOOST_TEST(L.w_s_backward.bytes == (rw_in_backward ? S * 4 : 0));
                         check_regions({{"dy", L.dy, S * H * el},
-                                       {"w_s_backward", L.w_s_backward, S * 4},
+                                       {"w_s_backward", L.w_s_backward, rw_in_backward ? S * 4 : 0},
                                        {"daw", L.daw, S * I * el},
                                        {"d_w_s", L.d_w_s, S * 4},
                                        {"fc2 split", moejit::Region{L.wgrad_split.offset, fc2_split}, fc2_split},
@@ -541,6 +543,12 @@ BOOST_AUTO_TEST_CASE(routing_weights_in_backward_takes_w_s_out_of_saved) {
     const moejit::PlanLayout keep(moejit::to_internal(layer_desc(2048, 768, 128, 8)), 16384, true),
         lean(moejit::to_internal(d), 16384, true);
     BOOST_TEST(keep.saved_bytes - lean.saved_bytes == 16384u * 8 * 4 + 0u);
+    // The default is 0.13's saved layout, pinned: offsets at 0, scatter_index at 768, w_s, g|u.
+    BOOST_TEST(keep.scatter_index.offset == 768u);
+    BOOST_TEST(keep.w_s.offset == 768u + 524288u);
+    BOOST_TEST(keep.gate_up.offset == 768u + 2 * 524288u);
+    BOOST_TEST(keep.saved_bytes == 403702528u);  // 385.0007 MiB
+    BOOST_TEST(lean.saved_bytes == 403702528u - 524288u);
     for (std::int32_t bad : {2, -1}) {
         d.routing_weights_in_backward = bad;
         BOOST_TEST(moejit_saved_size_terms(&d, &per_token1, &constant1) == MOEJIT_ERROR_INVALID_ARGUMENT);

@@ -437,6 +437,9 @@ moejit_status_t backward(moejit_plan_t plan, const LayerCase &c, moejit_fc1_layo
     const moejit_forward_args_t f = forward_args(c, layout, in, o, stream);
     moejit_backward_args_t a;
     layer_backward_args(&f, &a);
+    // A plan that keeps w_s (0.13's layout, the default) must not read the routing weights in
+    // the backward: a 0.13 caller may pass none (the ABI promise of routing_weights_in_backward).
+    if (!c.rw_in_backward) a.routing_weights = nullptr;
     if (g_consume_saved) {
         a.consume_saved = 1;
         MOEJIT_TEST_OK(moejit_plan_consuming_workspace_size(plan, c.T, &a.workspace_size));
