@@ -509,14 +509,6 @@ def _new_grads(weights: Dict[str, torch.Tensor], names, device) -> Dict[str, tor
     return grads
 
 
-def _fc1_pair(grads: Dict[str, torch.Tensor]) -> torch.Tensor:
-    """dw_gate and dw_up as the split backward op returns them, one [2,E,I,H] tensor (a custom
-    op's outputs may not alias each other): _new_grads's allocation, or a stack of the two when
-    they came apart (a test's emulated _backward)."""
-    pair = grads.get(_FC1_PAIR)
-    return pair if pair is not None else torch.stack((grads["w_gate"], grads["w_up"]))
-
-
 def _backward_in_parts(plan, tokens, dout, x, rw, weights, biases, saved, main_grads):
     """A bf16 backward as moejit_plan_backward_part's two calls (0.13), each part's outputs and
     workspace allocated just before it: DOWN's workspace, d(a·w) [S,I] among it, is back in
@@ -604,7 +596,8 @@ def fused_moe_backward(dout: torch.Tensor, x: torch.Tensor, selected_experts: to
     dx, drw, g = _backward(_W + "fused_moe_backward", dout, x, selected_experts,
                            routing_weights, w_gate, w_up, None, w_down, saved, swiglu_limit,
                            **_recipe_kwargs(recipe))
-    return dx, drw, _fc1_pair(g), g["w_down"]
+    # dw_gate and dw_up as one [2,E,I,H] output: a custom op's outputs may not alias each other.
+    return dx, drw, g[_FC1_PAIR], g["w_down"]
 
 
 @fused_moe_backward.register_fake

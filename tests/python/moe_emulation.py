@@ -139,7 +139,11 @@ def fake_backward(where, dout, x, sel, rw, w_gate, w_up, w_gate_up, w_down, save
         for name, g32 in grads.items():
             main_grads[name].add_(g32)
         return dx, drw, {}
-    return dx, drw, {n: g32.to(w_down.dtype) for n, g32 in grads.items()}
+    out = {n: g32.to(w_down.dtype) for n, g32 in grads.items()}
+    if "w_gate" in out:  # the library's split gradients: halves of one block (_op._new_grads)
+        out[_op._FC1_PAIR] = torch.stack((out["w_gate"], out["w_up"]))
+        out["w_gate"], out["w_up"] = out[_op._FC1_PAIR].unbind(0)
+    return dx, drw, out
 
 
 def _rows_as_routes(xs, offsets, rw):
